@@ -1,0 +1,40 @@
+# gpipe-repro — `make help` lists the targets. Every target sets up .venv itself.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export WANDB_SILENT := true
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test test-fast lint bench-engine clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP) ## create .venv with the pinned CPU torch and the project (editable)
+
+demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
+	$(BIN)/gpipe-run -m experiment=demo
+
+test: $(STAMP) ## the whole test suite (CPU, real gloo ranks)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP) ## the tests not marked slow
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check src tests bench
+
+bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pipelining, K=2 speed-up, overhead)
+	$(BIN)/python bench/engine.py --out reports/engine
+
+clean: ## remove run outputs (keeps reports/)
+	rm -rf outputs multirun wandb .pytest_cache

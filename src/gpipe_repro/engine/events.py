@@ -1,0 +1,104 @@
+"""What each stage did and when: the measured version of the paper's Fig. 2(c).
+
+Every stage records ``(action, micro-batch, start, end)`` for forward, backward, recompute, send,
+receive and wait. Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, shared by the
+processes of one machine), so the events of all stages of one host line up without correction. From
+them: step time, per-stage busy time, the measured bubble fraction, and a Chrome trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+__all__ = ["Event", "Recorder", "COMPUTE", "busy_time", "measured_bubble", "chrome_trace"]
+
+COMPUTE = ("forward", "backward", "recompute")
+
+
+@dataclass
+class Event:
+    action: str  # forward | backward | recompute | send | recv | wait | step
+    mb: int
+    start: float
+    end: float
+    stage: int = 0
+    replica: int = 0
+    step: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Recorder:
+    """Collects events on one rank; cheap enough to stay on during timed steps."""
+
+    def __init__(self, stage: int = 0, replica: int = 0) -> None:
+        self.stage, self.replica = stage, replica
+        self.events: list[Event] = []
+        self.step = 0
+
+    def add(self, action: str, mb: int, start: float, end: float) -> None:
+        self.events.append(Event(action, mb, start, end, self.stage, self.replica, self.step))
+
+    def span(self, action: str, mb: int = -1) -> _Span:
+        return _Span(self, action, mb)
+
+
+class _Span:
+    __slots__ = ("rec", "action", "mb", "t0")
+
+    def __init__(self, rec: Recorder, action: str, mb: int) -> None:
+        self.rec, self.action, self.mb = rec, action, mb
+
+    def __enter__(self) -> _Span:
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rec.add(self.action, self.mb, self.t0, time.perf_counter())
+
+
+def busy_time(events: Iterable[Event]) -> float:
+    """Seconds spent computing (forward, backward, recompute)."""
+    return sum(e.end - e.start for e in events if e.action in COMPUTE)
+
+
+def measured_bubble(events: Sequence[Event], K: int) -> tuple[float, float, list[float]]:
+    """Step time, bubble fraction and per-stage busy time of one step of one replica.
+
+    The step spans from the first event of any stage to the last one; a stage's idle share is the
+    part of that span it did not compute. Bubble = 1 - sum(busy) / (K * span) — the measured
+    counterpart of (K-1)/(M+K-1) (GPipe §2.3), which also counts communication and waits as idle.
+    """
+    if not events:
+        return 0.0, 0.0, [0.0] * K
+    t0 = min(e.start for e in events)
+    t1 = max(e.end for e in events)
+    span = t1 - t0
+    busy = [busy_time(e for e in events if e.stage == k) for k in range(K)]
+    bubble = 1.0 - sum(busy) / (K * span) if span > 0 else 0.0
+    return span, max(0.0, bubble), busy
+
+
+def chrome_trace(events: Sequence[Event]) -> dict:
+    """Chrome trace-event JSON (opens in Perfetto or chrome://tracing): one process per replica,
+    one thread per stage, complete events in microseconds."""
+    if not events:
+        return {"traceEvents": []}
+    t0 = min(e.start for e in events)
+    out: list[dict] = []
+    seen = set()
+    for e in events:
+        if (e.replica, e.stage) not in seen:
+            seen.add((e.replica, e.stage))
+            out.append({"ph": "M", "name": "thread_name", "pid": e.replica, "tid": e.stage,
+                        "args": {"name": f"stage {e.stage}"}})
+            out.append({"ph": "M", "name": "process_name", "pid": e.replica, "tid": e.stage,
+                        "args": {"name": f"replica {e.replica}"}})
+        name = e.action if e.mb < 0 else f"{e.action} {e.mb}"
+        out.append({"ph": "X", "name": name, "cat": e.action, "pid": e.replica, "tid": e.stage,
+                    "ts": (e.start - t0) * 1e6, "dur": max(0.0, (e.end - e.start) * 1e6),
+                    "args": {"step": e.step, "micro_batch": e.mb}})
+    return {"traceEvents": out, "displayTimeUnit": "ms"}

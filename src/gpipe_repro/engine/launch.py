@@ -1,0 +1,83 @@
+"""Start K x D ranks on this machine and get each rank's return value back.
+
+Uses torch's elastic launcher (the library behind ``torchrun``): one process per rank, a c10d
+rendezvous on a free loopback port, and a monitor that stops every rank as soon as one fails — so a
+rank that raises ends the run within a bounded time and its message reaches the caller as a
+:class:`RankError`. Across machines, run the same per-rank function under ``torchrun`` or SLURM
+instead (see ``topology.init_topology``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["RankError", "launch"]
+
+
+class RankError(RuntimeError):
+    """A rank failed; ``str(err)`` is that rank's own error message."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def _entry(fn: Callable[..., Any], args: tuple, threads: int | None) -> Any:
+    import torch
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return record(fn)(*args)
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _root_message(err: BaseException) -> tuple[int, str]:
+    failures = getattr(err, "failures", None)
+    if not failures:
+        return -1, str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
+    # The rank that failed first is the cause; the others were stopped by the monitor.
+    rank, failure = min(failures.items(), key=lambda kv: kv[1].timestamp)
+    msg = failure.message
+    if isinstance(msg, dict):
+        msg = msg.get("message", str(msg))
+    text = str(msg).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # `record` stores the traceback; its last line is "ExcType: message".
+    last = lines[-1] if lines else f"rank {rank} exited with code {failure.exitcode}"
+    if ": " in last and last.split(": ", 1)[0].replace(".", "").isidentifier():
+        last = last.split(": ", 1)[1]
+    return rank, last
+
+
+def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads: int | None = None,
+           monitor_interval: float = 0.1, log_dir: str | None = None) -> list[Any]:
+    """Run ``fn(*args)`` on ``world_size`` local ranks; return their results in rank order.
+
+    ``fn`` must be importable (a module-level function) and should call ``init_topology``. Raises
+    :class:`RankError` with the first failing rank's message.
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads or 1))
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=f"gpipe-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
+        monitor_interval=monitor_interval, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+    )
+    try:
+        results = elastic_launch(config, _entry)(fn, args, threads)
+    except Exception as err:  # ChildFailedError and rendezvous errors
+        rank, msg = _root_message(err)
+        raise RankError(rank, f"rank {rank}: {msg}" if rank >= 0 else msg) from None
+    return [results[r] for r in range(world_size)]

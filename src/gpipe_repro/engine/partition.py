@@ -1,0 +1,101 @@
+"""Cut a flat sequence of L layers into K contiguous cells by per-layer cost (paper §2.2).
+
+The bottleneck cell decides the pipeline's speed, so the partition minimises the largest cell cost
+exactly (dynamic programming over prefix sums); among the partitions that reach that optimum it takes
+the one with the lowest variance of cell costs, which is the paper's own criterion. Two passes make
+the tie-break exact: a lexicographic (max, variance) DP is not, because a prefix with a larger maximum
+can still end with a lower variance once the last cell dominates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["PartitionError", "balance_by_cost", "check_balance", "cell_costs"]
+
+
+class PartitionError(ValueError):
+    """A K, balance or cost list that cannot describe a partition."""
+
+
+def check_balance(balance: Sequence[int], num_layers: int) -> list[int]:
+    """Validate an explicit balance (layers per cell) against the layer count."""
+    bal = [int(b) for b in balance]
+    if not bal:
+        raise PartitionError("pipeline.balance=[] is empty; give the number of layers of each cell")
+    if any(b < 1 for b in bal):
+        raise PartitionError(
+            f"pipeline.balance={bal} has a cell with {min(bal)} layers; every cell needs at least 1"
+        )
+    if sum(bal) != num_layers:
+        raise PartitionError(
+            f"pipeline.balance={bal} sums to {sum(bal)} but the model has {num_layers} layers"
+        )
+    return bal
+
+
+def _check_k(K: int, num_layers: int) -> None:
+    if K < 1:
+        raise PartitionError(f"pipeline.K={K} is invalid; allowed: an integer >= 1")
+    if K > num_layers:
+        raise PartitionError(
+            f"pipeline.K={K} exceeds the model's {num_layers} layers; allowed: 1..{num_layers}"
+        )
+
+
+def cell_costs(costs: Sequence[float], balance: Sequence[int]) -> list[float]:
+    """Sum of per-layer costs in each cell."""
+    out, start = [], 0
+    for b in balance:
+        out.append(float(sum(costs[start : start + b])))
+        start += b
+    return out
+
+
+def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
+    """Exact min-max contiguous partition of ``costs`` into ``K`` non-empty cells.
+
+    Returns the number of layers per cell. Ties on the bottleneck are broken by the lowest sum of
+    squared cell costs (equivalently the lowest variance, the total being fixed).
+    """
+    L = len(costs)
+    _check_k(K, L)
+    c = np.asarray(costs, dtype=np.float64)
+    if np.any(~np.isfinite(c)) or np.any(c < 0):
+        raise PartitionError("layer costs must be finite and non-negative")
+    prefix = np.concatenate([[0.0], np.cumsum(c)])
+    # seg[i, j] = cost of layers i..j-1 (valid for i < j); +inf elsewhere.
+    seg = prefix[None, :] - prefix[:, None]
+    i_idx = np.arange(L + 1)[:, None]
+    j_idx = np.arange(L + 1)[None, :]
+    seg = np.where(i_idx < j_idx, seg, np.inf)
+
+    # Pass 1: best[k][j] = minimal bottleneck for the first j layers in k cells.
+    best = np.full(L + 1, np.inf)
+    best[0] = 0.0
+    for _ in range(K):
+        best = np.min(np.maximum(best[:, None], seg), axis=0)
+    bottleneck = best[L]
+    tol = 1e-9 * max(1.0, abs(bottleneck))
+
+    # Pass 2: minimal sum of squares with every cell <= bottleneck, keeping back-pointers.
+    allowed = np.where(seg <= bottleneck + tol, seg, np.inf)
+    sq = allowed**2
+    ss = np.full(L + 1, np.inf)
+    ss[0] = 0.0
+    parents: list[np.ndarray] = []
+    for _ in range(K):
+        cand = ss[:, None] + sq  # (i, j)
+        parents.append(np.argmin(cand, axis=0))
+        ss = np.min(cand, axis=0)
+    if not np.isfinite(ss[L]):  # pragma: no cover - pass 1 guarantees feasibility
+        raise PartitionError("no partition found")
+    bounds = [L]
+    j = L
+    for k in range(K - 1, -1, -1):
+        j = int(parents[k][j])
+        bounds.append(j)
+    bounds.reverse()
+    return [bounds[i + 1] - bounds[i] for i in range(K)]

@@ -1,0 +1,296 @@
+"""One pipeline stage executing a schedule: the GPipe algorithm on one rank (paper §2.2-2.3).
+
+A ``Pipeline`` holds this rank's cell (a contiguous slice of the model's layers), splits each
+mini-batch into M micro-batches, and executes its stage's action list (see ``schedule``): forward
+micro-batches, send boundary activations to the next stage, receive their gradients, backward,
+send input gradients to the previous stage. Gradients accumulate over the micro-batches (the loss of
+each is divided by M), so after ``train_step`` every parameter's ``.grad`` equals the full-batch
+gradient; with replicas the last backward of the step triggers DDP's bucketed all-reduce, overlapped
+with that backward. The caller then steps its optimiser once: a synchronous update, the same for any K.
+
+Layers are called as ``layer(x)`` where ``x`` is a tensor or a tuple of tensors, the previous layer's
+output. The loss function, on the last stage, must return the *mean* over its micro-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from . import comm
+from .batchnorm import commit as commit_batchnorm
+from .batchnorm import convert_batchnorm, recomputing
+from .checkpoint import restored_rng, save_rng, uses_remat
+from .events import Recorder
+from .memory import ActivationMeter
+from .microbatch import Batch, as_tuple, from_tuple, join, split
+from .partition import check_balance
+from .schedule import Action, stage_actions
+from .topology import Topology
+
+__all__ = ["Cell", "Pipeline", "stage_slice"]
+
+LossFn = Callable[[Batch, Any], torch.Tensor]
+
+
+class Cell(nn.Module):
+    """A contiguous run of layers; each takes the previous one's output (tensor or tuple)."""
+
+    def __init__(self, layers: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: Batch) -> Batch:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def stage_slice(balance: Sequence[int], stage: int) -> slice:
+    start = sum(balance[:stage])
+    return slice(start, start + balance[stage])
+
+
+def _to(x: Batch, device: torch.device) -> Batch:
+    return from_tuple([t.to(device, non_blocking=True) for t in as_tuple(x)], isinstance(x, tuple))
+
+
+class Pipeline:
+    """Executes GPipe on one rank. Build one per rank with that rank's layers."""
+
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        topology: Topology,
+        *,
+        M: int,
+        schedule: str = "gpipe",
+        checkpoint: str = "except_last",
+        loss_fn: LossFn | None = None,
+        track_memory: bool = True,
+        bucket_cap_mb: float = 25.0,
+        lookahead: int = 4,
+    ) -> None:
+        if M < 1:
+            raise ValueError(f"pipeline.M={M} is invalid; allowed: an integer >= 1")
+        uses_remat(checkpoint, 0, M)  # validates the mode
+        self.topo = topology
+        self.K, self.M = topology.K, M
+        self.schedule, self.checkpoint = schedule, checkpoint
+        self.actions: list[Action] = stage_actions(schedule, self.K, M, topology.stage)
+        self.last_backward = max(i for i, a in enumerate(self.actions) if a.kind == "B")
+        self.device = topology.device
+        self.cell = convert_batchnorm(Cell(layers)).to(self.device)
+        self.module: nn.Module = self.cell
+        self.ddp: DistributedDataParallel | None = None
+        if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
+            self.ddp = DistributedDataParallel(
+                self.cell, process_group=topology.dp_group, broadcast_buffers=False,
+                bucket_cap_mb=bucket_cap_mb,
+                device_ids=[self.device] if self.device.type == "cuda" else None,
+            )
+            self.module = self.ddp
+        if topology.is_last and loss_fn is None:
+            raise ValueError("the last stage needs a loss_fn")
+        self.loss_fn = loss_fn
+        self.recorder = Recorder(topology.stage, topology.replica)
+        self.meter = ActivationMeter(self.cell.parameters()) if track_memory else None
+        self.peak_activation_bytes = 0
+        self.lookahead = lookahead
+        self._in_meta: tuple[list[comm.TensorMeta], bool] | None = None
+        self._out_meta: list[comm.TensorMeta] | None = None
+
+    # ------------------------------------------------------------------ public API
+    def parameters(self):  # noqa: D401 - mirrors nn.Module
+        return self.cell.parameters()
+
+    def train_step(self, inputs: Batch | None = None, targets: Any = None) -> float | None:
+        """Forward and backward one mini-batch; returns its mean loss on the last stage, else None.
+
+        ``inputs`` is needed on the first stage only, ``targets`` on the last only.
+        """
+        topo, M = self.topo, self.M
+        self.cell.train()
+        self._xs = split(_to(inputs, self.device), M) if topo.is_first else None
+        if topo.is_last:
+            self._ts = split(_to(targets, self.device), M) if torch.is_tensor(targets) or isinstance(targets, tuple) else [targets] * M
+        self._state: dict[int, tuple] = {}
+        self._posted: dict[tuple[str, int], tuple[list[torch.Tensor], list]] = {}
+        self._sends: list = []
+        self._loss = torch.zeros((), device=self.device)
+        if self.meter is not None:
+            self.meter.reset_peak()
+        t0 = time.perf_counter()
+        ctx = self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
+        with ctx:
+            for i, a in enumerate(self.actions):
+                self._prepost(i)
+                if a.kind == "F":
+                    self._forward(a.mb)
+                else:
+                    self._backward(a.mb, i == self.last_backward)
+        with self.recorder.span("send"):
+            for w in self._sends:
+                w.wait()
+        self._sends = []
+        commit_batchnorm(self.cell, topo.dp_group)
+        self.recorder.add("step", -1, t0, time.perf_counter())
+        self.recorder.step += 1
+        if self.meter is not None:
+            self.peak_activation_bytes = max(self.peak_activation_bytes, self.meter.peak)
+        return float(self._loss.item()) if topo.is_last else None
+
+    @torch.no_grad()
+    def forward(self, inputs: Batch | None = None) -> Batch | None:
+        """Inference through the pipeline (eval mode, running BatchNorm statistics).
+
+        Returns the joined output on the last stage, None elsewhere. The batch must divide by M.
+        """
+        topo = self.topo
+        was_training = self.cell.training
+        self.cell.eval()
+        xs = split(_to(inputs, self.device), self.M) if topo.is_first else [None] * self.M
+        outs, sends = [], []
+        try:
+            for m in range(self.M):
+                if topo.is_first:
+                    x = xs[m]
+                else:
+                    metas, tup = comm.recv_meta(topo.prev_rank, self.device)
+                    bufs, works = comm.irecv(metas, topo.prev_rank, self.device)
+                    for w in works:
+                        w.wait()
+                    x = from_tuple(bufs, tup)
+                y = self.cell(x)
+                if topo.is_last:
+                    outs.append(y)
+                else:
+                    ys = as_tuple(y)
+                    sends.append(comm.send_meta(comm.describe(ys), isinstance(y, tuple), topo.next_rank, self.device))
+                    sends += comm.isend(ys, topo.next_rank)
+            for w in sends:
+                if w is not None:
+                    w.wait()
+        finally:
+            self.cell.train(was_training)
+        return join(outs) if topo.is_last else None
+
+    # ------------------------------------------------------------------ schedule steps
+    def _recv_key(self, a: Action) -> tuple[str, int] | None:
+        if a.kind == "F" and not self.topo.is_first:
+            return ("F", a.mb)
+        if a.kind == "B" and not self.topo.is_last:
+            return ("B", a.mb)
+        return None
+
+    def _post(self, key: tuple[str, int]) -> bool:
+        if key in self._posted:
+            return True
+        if key[0] == "F":
+            if self._in_meta is None:
+                return False
+            self._posted[key] = comm.irecv(self._in_meta[0], self.topo.prev_rank, self.device)
+        else:
+            if self._out_meta is None:
+                return False
+            metas = [m for m in self._out_meta if m.is_float]
+            self._posted[key] = comm.irecv(metas, self.topo.next_rank, self.device)
+        return True
+
+    def _prepost(self, i: int) -> None:
+        for a in self.actions[i : i + self.lookahead]:
+            key = self._recv_key(a)
+            if key is not None:
+                self._post(key)
+
+    def _take(self, key: tuple[str, int]) -> list[torch.Tensor]:
+        with self.recorder.span("wait", key[1]):
+            if key not in self._posted:
+                if key[0] == "F" and self._in_meta is None:
+                    self._in_meta = comm.recv_meta(self.topo.prev_rank, self.device)
+                self._post(key)
+            bufs, works = self._posted.pop(key)
+            for w in works:
+                w.wait()
+        return bufs
+
+    def _forward(self, m: int) -> None:
+        topo, rec, meter = self.topo, self.recorder, self.meter
+        if topo.is_first:
+            x = self._xs[m]
+        else:
+            bufs = self._take(("F", m))
+            for b in bufs:
+                if b.is_floating_point():
+                    b.requires_grad_(True)
+            assert self._in_meta is not None
+            x = from_tuple(bufs, self._in_meta[1])
+        remat = uses_remat(self.checkpoint, m, self.M)
+        rng = save_rng(self.device) if remat else None
+        with rec.span("forward", m):
+            if remat:
+                with torch.no_grad():
+                    y = self.module(x)
+            elif meter is not None:
+                with meter.record(m):
+                    y = self.module(x)
+            else:
+                y = self.module(x)
+            loss = None
+            if topo.is_last:
+                with torch.set_grad_enabled(not remat):
+                    loss = self.loss_fn(y, self._ts[m]) / self.M
+                self._loss += loss.detach()
+        if meter is not None:
+            meter.hold(m, as_tuple(x) if remat else (*as_tuple(x), *as_tuple(y)))
+        if not topo.is_last:
+            ys = as_tuple(y)
+            if self._out_meta is None:
+                self._out_meta = comm.describe(ys)
+                w = comm.send_meta(self._out_meta, isinstance(y, tuple), topo.next_rank, self.device)
+                if w is not None:
+                    self._sends.append(w)
+            with rec.span("send", m):
+                self._sends += comm.isend(ys, topo.next_rank)
+        self._state[m] = (x, rng, None if remat else y, None if remat else loss)
+
+    def _backward(self, m: int, last_backward: bool) -> None:
+        topo, rec, meter = self.topo, self.recorder, self.meter
+        x, rng, y, loss = self._state.pop(m)
+        if rng is not None:  # rematerialise before the gradient arrives (§2.3)
+            with rec.span("recompute", m), restored_rng(rng), recomputing():
+                if meter is not None:
+                    with meter.record(m):
+                        y = self.module(x)
+                else:
+                    y = self.module(x)
+                if topo.is_last:
+                    loss = self.loss_fn(y, self._ts[m]) / self.M
+        if topo.is_last:
+            outs, grads = [loss], None
+        else:
+            g = self._take(("B", m))
+            pairs = [(o, gi) for o, gi in zip([t for t in as_tuple(y) if t.is_floating_point()], g)
+                     if o.requires_grad]
+            outs, grads = [p[0] for p in pairs], [p[1] for p in pairs]
+        if last_backward and self.ddp is not None:
+            # All forwards ran under no_sync; arm DDP's reducer for exactly this backward, so its
+            # bucketed all-reduce overlaps it and averages the fully accumulated gradients.
+            self.ddp.reducer.prepare_for_backward([])
+        with rec.span("backward", m):
+            if outs:
+                torch.autograd.backward(outs, grads)
+        if not topo.is_first:
+            gx = [t.grad if t.grad is not None else torch.zeros_like(t)
+                  for t in as_tuple(x) if t.is_floating_point()]
+            with rec.span("send", m):
+                self._sends += comm.isend(gx, topo.prev_rank)
+        if meter is not None:
+            meter.release(m)
+
