@@ -68,16 +68,18 @@ def busy_time(events: Iterable[Event]) -> float:
 def measured_bubble(events: Sequence[Event], K: int) -> tuple[float, float, list[float]]:
     """Step time, bubble fraction and per-stage busy time of one step of one replica.
 
-    The step spans from the first event of any stage to the last one; a stage's idle share is the
-    part of that span it did not compute. Bubble = 1 - sum(busy) / (K * span) — the measured
-    counterpart of (K-1)/(M+K-1) (GPipe §2.3), which also counts communication and waits as idle.
+    The step spans from the first computation of any stage to the last one (a stage that finished
+    the previous step early and already waits for the next one does not stretch it); a stage's idle
+    share is the part of that span it did not compute. Bubble = 1 - sum(busy) / (K * span) — the
+    measured counterpart of (K-1)/(M+K-1) (GPipe §2.3); communication and waits count as idle.
     """
-    if not events:
+    compute = [e for e in events if e.action in COMPUTE]
+    if not compute:
         return 0.0, 0.0, [0.0] * K
-    t0 = min(e.start for e in events)
-    t1 = max(e.end for e in events)
+    t0 = min(e.start for e in compute)
+    t1 = max(e.end for e in compute)
     span = t1 - t0
-    busy = [busy_time(e for e in events if e.stage == k) for k in range(K)]
+    busy = [busy_time(e for e in compute if e.stage == k) for k in range(K)]
     bubble = 1.0 - sum(busy) / (K * span) if span > 0 else 0.0
     return span, max(0.0, bubble), busy
 

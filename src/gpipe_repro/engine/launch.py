@@ -10,11 +10,14 @@ instead (see ``topology.init_topology``).
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RankError", "launch"]
+__all__ = ["RankError", "launch", "is_secondary"]
+
+SECONDARY_DELAY_S = 3.0
 
 
 class RankError(RuntimeError):
@@ -25,6 +28,27 @@ class RankError(RuntimeError):
         self.rank = rank
 
 
+def is_secondary(err: BaseException) -> bool:
+    """A communication failure that is most likely the echo of another rank's failure."""
+    import torch.distributed as dist
+
+    text = str(err)
+    return isinstance(err, dist.DistError) or any(s in text for s in _SECONDARY)
+
+
+def _ranked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as err:
+            if is_secondary(err):
+                # Let the rank that failed first be reported: the monitor stops this one meanwhile.
+                time.sleep(SECONDARY_DELAY_S)
+            raise
+
+    return wrapper
+
+
 def _entry(fn: Callable[..., Any], args: tuple, threads: int | None) -> Any:
     import torch
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -32,7 +56,7 @@ def _entry(fn: Callable[..., Any], args: tuple, threads: int | None) -> Any:
     if threads:
         torch.set_num_threads(threads)
     try:
-        return record(fn)(*args)
+        return record(_ranked(fn))(*args)
     finally:
         import torch.distributed as dist
 
@@ -40,22 +64,39 @@ def _entry(fn: Callable[..., Any], args: tuple, threads: int | None) -> Any:
             dist.destroy_process_group()
 
 
-def _root_message(err: BaseException) -> tuple[int, str]:
-    failures = getattr(err, "failures", None)
-    if not failures:
-        return -1, str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
-    # The rank that failed first is the cause; the others were stopped by the monitor.
-    rank, failure = min(failures.items(), key=lambda kv: kv[1].timestamp)
+_SECONDARY = ("DistBackendError", "DistNetworkError", "DistError", "Connection closed by peer",
+              "Connection reset by peer", "SIGTERM", "Signals.SIGTERM")
+
+
+def _split_failure(failure: Any) -> tuple[str, str]:
     msg = failure.message
     if isinstance(msg, dict):
         msg = msg.get("message", str(msg))
-    text = str(msg).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in str(msg).strip().splitlines() if ln.strip()]
+    last = lines[-1].strip() if lines else f"exited with code {failure.exitcode}"
     # `record` stores the traceback; its last line is "ExcType: message".
-    last = lines[-1] if lines else f"rank {rank} exited with code {failure.exitcode}"
-    if ": " in last and last.split(": ", 1)[0].replace(".", "").isidentifier():
-        last = last.split(": ", 1)[1]
-    return rank, last
+    head, sep, rest = last.partition(": ")
+    if sep and head.replace(".", "").replace("_", "").isalnum():
+        return head, rest
+    return "", last
+
+
+def _root_message(err: BaseException) -> tuple[int, str]:
+    failures = getattr(err, "failures", None)
+    if not failures:
+        text = str(err).strip()
+        return -1, text.splitlines()[-1] if text else repr(err)
+
+    # The cause is the rank that failed by itself; its neighbours then fail on a closed
+    # connection, or are stopped by the monitor. Timestamps have a one-second resolution.
+    def key(item: tuple[int, Any]) -> tuple[bool, int, int]:
+        rank, failure = item
+        etype, msg = _split_failure(failure)
+        secondary = any(s in etype or s in msg for s in _SECONDARY) or failure.exitcode < 0
+        return secondary, failure.timestamp, rank
+
+    rank, failure = min(failures.items(), key=key)
+    return rank, _split_failure(failure)[1]
 
 
 def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads: int | None = None,

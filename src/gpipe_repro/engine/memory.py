@@ -51,7 +51,9 @@ class ActivationMeter:
 
     def __init__(self, params: Iterable[torch.Tensor] = ()) -> None:
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in params}
-        self._per_mb: dict[int, dict[int, int]] = {}
+        self._per_mb: dict[int, set[int]] = {}
+        self._owners: dict[int, set[int]] = {}  # storage -> micro-batches holding it
+        self._sizes: dict[int, int] = {}
         self.current = 0
         self.peak = 0
 
@@ -65,14 +67,14 @@ class ActivationMeter:
         ptr = st.data_ptr()
         if ptr in self._param_ptrs:
             return
-        seen = self._per_mb.setdefault(mb, {})
-        if ptr in seen:
-            return
-        n = st.nbytes()
-        seen[ptr] = n
-        self.current += n
-        if self.current > self.peak:
-            self.peak = self.current
+        # A storage is counted once however many micro-batches hold views of it (the first
+        # stage's micro-batches are views of one input batch).
+        if ptr not in self._sizes:
+            self._sizes[ptr] = st.nbytes()
+            self.current += self._sizes[ptr]
+            self.peak = max(self.peak, self.current)
+        self._owners.setdefault(ptr, set()).add(mb)
+        self._per_mb.setdefault(mb, set()).add(ptr)
 
     def hold(self, mb: int, tensors: Iterable[torch.Tensor]) -> None:
         for t in tensors:
@@ -88,5 +90,9 @@ class ActivationMeter:
             yield
 
     def release(self, mb: int) -> None:
-        seen = self._per_mb.pop(mb, {})
-        self.current -= sum(seen.values())
+        for ptr in self._per_mb.pop(mb, set()):
+            owners = self._owners[ptr]
+            owners.discard(mb)
+            if not owners:
+                del self._owners[ptr]
+                self.current -= self._sizes.pop(ptr)

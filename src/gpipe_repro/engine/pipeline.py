@@ -15,6 +15,7 @@ output. The loss function, on the last stage, must return the *mean* over its mi
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,13 +31,18 @@ from .checkpoint import restored_rng, save_rng, uses_remat
 from .events import Recorder
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
-from .partition import check_balance
 from .schedule import Action, stage_actions
 from .topology import Topology
 
 __all__ = ["Cell", "Pipeline", "stage_slice"]
 
 LossFn = Callable[[Batch, Any], torch.Tensor]
+# BatchNorm buffers are kept in step by MicroBatchNorm.commit, so DDP must not broadcast them.
+_NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 class Cell(nn.Module):
@@ -91,7 +97,7 @@ class Pipeline:
         self.ddp: DistributedDataParallel | None = None
         if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
             self.ddp = DistributedDataParallel(
-                self.cell, process_group=topology.dp_group, broadcast_buffers=False,
+                self.cell, process_group=topology.dp_group, **_NO_BUFFER_SYNC,
                 bucket_cap_mb=bucket_cap_mb,
                 device_ids=[self.device] if self.device.type == "cuda" else None,
             )

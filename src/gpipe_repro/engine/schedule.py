@@ -96,7 +96,7 @@ def render(name: str, K: int, M: int) -> str:
         for s, e, a in row:
             for t in range(int(s), int(e)):
                 cells[t] = f"{a.kind}{a.mb:<3d}"[:4]
-        lines.append(f"stage {k}: " + "".join(cells).rstrip())
+        lines.append(f"stage {k}: " + "".join(cells).rstrip())  # idle cells show as "."
     return "\n".join(lines)
 
 
