@@ -9,13 +9,12 @@ equals the full-batch gradient exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
 
 import torch
 
 __all__ = ["Batch", "as_tuple", "from_tuple", "split", "join", "check_micro_batches"]
 
-Batch = Union[torch.Tensor, tuple[torch.Tensor, ...]]
+Batch = torch.Tensor | tuple[torch.Tensor, ...]
 
 
 def as_tuple(x: Batch) -> tuple[torch.Tensor, ...]:
