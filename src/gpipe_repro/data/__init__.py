@@ -1,0 +1,27 @@
+"""Datasets by name: synthetic shapes, real digits shipped in packages, torchvision sets from a root."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable
+
+from ..errors import UserError
+from .base import DataInfo, Dataset
+from .digits import digits, mnist
+from .synthetic import synthetic
+from .vision import VISION_SETS, vision
+
+__all__ = ["DATASETS", "DataInfo", "Dataset", "build_dataset"]
+
+DATASETS: dict[str, Callable[..., Dataset]] = {
+    "synthetic": synthetic,
+    "mnist": mnist,
+    "digits": digits,
+    **{name: partial(vision, name) for name in VISION_SETS},
+}
+
+
+def build_dataset(name: str, params: dict[str, Any]) -> Dataset:
+    if name not in DATASETS:
+        raise UserError(f"data.name={name!r} is unknown; allowed: {', '.join(sorted(DATASETS))}")
+    return DATASETS[name](**params)

@@ -1,0 +1,62 @@
+"""What a dataset gives the runner: its shapes, seeded training batches and an evaluation set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+__all__ = ["DataInfo", "Dataset", "TensorDataset"]
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    kind: Literal["image", "tokens"]
+    shape: tuple[int, ...]  # (C, H, W) for images, (S,) for token sequences
+    classes: int  # number of classes, or the vocabulary size for tokens
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return self.shape[0] if self.kind == "tokens" else 0
+
+
+class Dataset:
+    """Seeded, replica-aware mini-batches. ``batch(step)`` is the same on every rank."""
+
+    info: DataInfo
+    name: str = "dataset"
+
+    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def eval_set(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.info.kind, "shape": list(self.info.shape),
+                "classes": self.info.classes}
+
+
+class TensorDataset(Dataset):
+    """A dataset held in memory as tensors, with a held-out evaluation split."""
+
+    def __init__(self, name: str, x: torch.Tensor, y: torch.Tensor, info: DataInfo, eval_size: int, seed: int = 0) -> None:
+        self.name, self.info = name, info
+        g = torch.Generator().manual_seed(1234)  # the split never depends on the run's seed
+        perm = torch.randperm(x.shape[0], generator=g)
+        ev, tr = perm[:eval_size], perm[eval_size:]
+        self.x_train, self.y_train = x[tr], y[tr]
+        self.x_eval, self.y_eval = x[ev], y[ev]
+
+    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        idx = torch.randint(0, self.x_train.shape[0], (batch_size,), generator=g)
+        return self.x_train[idx], self.y_train[idx]
+
+    def eval_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x_eval, self.y_eval
+
+    def describe(self) -> dict:
+        return {**super().describe(), "train_size": int(self.x_train.shape[0]),
+                "eval_size": int(self.x_eval.shape[0])}

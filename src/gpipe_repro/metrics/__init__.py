@@ -1,0 +1,1 @@
+"""Turn the ranks' results into metrics.json, trace.json and timeline.png."""

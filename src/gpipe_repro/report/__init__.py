@@ -1,0 +1,1 @@
+"""Sweep results -> tables and plots (generated, never edited by hand)."""
