@@ -89,7 +89,17 @@ def app(cfg: DictConfig) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "metrics.json", metrics)
     else:
-        metrics = run(spec, out)
+        from .multinode import run_distributed, task_env
+
+        tenv = task_env()
+        if tenv is not None:  # one task of a multi-task submitit/SLURM job: act as one rank
+            os.environ.update(tenv)
+            m = run_distributed(spec, out, "submitit")
+            if m is None:  # not rank 0: rank 0 writes and logs
+                return {}
+            metrics = m
+        else:
+            metrics = run(spec, out)
         group = spec.experiment or Path(hc.sweep.dir).name if hc.mode.name == "MULTIRUN" else spec.experiment
         try:
             wb = log_run(spec.logger, out, plain, metrics, group)

@@ -47,10 +47,11 @@ def _jsonable(o: Any) -> Any:
     return str(o)
 
 
-def finish_run(spec: RunSpec, results: list[dict], out_dir: Path) -> dict[str, Any]:
+def finish_run(spec: RunSpec, results: list[dict], out_dir: Path, launcher: str = "local") -> dict[str, Any]:
     """Merge the ranks' results and write metrics.json, trace.json and timeline.png."""
     info = build_dataset(spec.data, spec.data_params).info
     metrics, events = summarize(spec, results, info.tokens_per_sample)
+    metrics["env"]["launcher"] = launcher
     write_json(out_dir / "trace.json", chrome_trace(events))
     last = max((e.step for e in events), default=0)
     plot_timeline([e for e in events if e.step == last], spec.pipeline.K, out_dir / "timeline.png",
@@ -60,10 +61,29 @@ def finish_run(spec: RunSpec, results: list[dict], out_dir: Path) -> dict[str, A
     return metrics
 
 
+def check_model(spec: RunSpec) -> int:
+    """Build the model on the meta device (no memory) and check K and balance against its layers."""
+    from .engine.partition import check_balance
+    from .models import get_model
+
+    info = build_dataset(spec.data, spec.data_params).info
+    with torch.device("meta"):
+        n = len(get_model(spec.model).layers(info, spec.model_params))
+    if spec.pipeline.K > n:
+        raise UserError(f"pipeline.K={spec.pipeline.K} exceeds the model's {n} layers; allowed: 1..{n}")
+    if spec.pipeline.balance is not None:
+        try:
+            check_balance(spec.pipeline.balance, n)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+    return n
+
+
 def run(spec: RunSpec, out_dir: Path) -> dict[str, Any]:
     """Run ``spec``; never raises for a failed run: returns (and writes) the failed metrics."""
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
+        check_model(spec)
         if spec.world_size == 1:
             results = [run_rank(spec)]
         else:

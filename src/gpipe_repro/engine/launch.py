@@ -9,6 +9,7 @@ instead (see ``topology.init_topology``).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -116,9 +117,15 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads
         monitor_interval=monitor_interval, start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
     )
+    # The launcher logs every failure with its traceback; the caller gets the message instead.
+    quiet = logging.getLogger("torch.distributed.elastic")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         results = elastic_launch(config, _entry)(fn, args, threads)
     except Exception as err:  # ChildFailedError and rendezvous errors
         rank, msg = _root_message(err)
         raise RankError(rank, f"rank {rank}: {msg}" if rank >= 0 else msg) from None
+    finally:
+        quiet.setLevel(level)
     return [results[r] for r in range(world_size)]

@@ -47,7 +47,8 @@ class GatherCallback(Callback):
             wb = None
             lines.append(f"wandb summary run failed: {err}")
         if wb:
-            lines.append(f"wandb: {sweep}/**/wandb/ (offline; upload with `wandb sync {sweep}/*/wandb/offline-run-*`)")
+            lines.append(f"wandb: offline runs in {sweep}/*/wandb/; upload with "
+                         f"`wandb sync {sweep}/*/wandb/offline-run-* {sweep}/wandb/offline-run-*`")
         print("\n".join(lines), file=sys.stdout, flush=True)
         failed = sum(r["status"] != "ok" for r in rows)
         if failed:

@@ -1,0 +1,99 @@
+"""gpipe-run end to end: real ranks, real files, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["train.steps=4", "train.warmup_steps=1", "train.eval_batch_size=500", "logger=none",
+        "model.hidden=64", "model.depth=3"]
+CONTRACT = ["status", "error", "model", "pipeline", "batch_size", "steps", "seed", "device", "world_size",
+            "losses", "step_time_s", "warmup_steps", "throughput", "bubble_fraction", "stages", "eval", "env"]
+STAGE_KEYS = ["layers", "param_count", "param_bytes", "optimizer_bytes", "activation_bytes",
+              "peak_memory_bytes", "memory_source", "busy_s"]
+
+
+def gpipe_run(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    e = {**os.environ, "WANDB_MODE": "disabled", "GPIPE_PROGRESS": "0", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gpipe_repro", *args], capture_output=True, text=True,
+                          timeout=300, env=e, cwd=cwd)
+
+
+def test_two_stage_run_writes_complete_metrics(tmp_path):
+    r = gpipe_run("pipeline.K=2", "pipeline.M=4", "pipeline.checkpoint=always", *FAST, f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    for key in CONTRACT:
+        assert key in m, key
+    assert m["status"] == "ok" and m["error"] is None
+    assert m["pipeline"]["K"] == 2 and m["pipeline"]["M"] == 4 and m["world_size"] == 2
+    assert sum(m["pipeline"]["balance"]) == 3 + 2 and len(m["pipeline"]["balance"]) == 2
+    assert len(m["losses"]) == 4 and all(isinstance(x, float) for x in m["losses"])
+    assert len(m["stages"]) == 2
+    for st in m["stages"]:
+        for key in STAGE_KEYS:
+            assert key in st, key
+        assert st["memory_source"] == "accounted"
+        assert st["activation_bytes"] > 0 and st["busy_s"] > 0
+        assert st["optimizer_bytes"] == st["param_bytes"]  # RMSProp: one running average
+    assert m["model"]["param_count"] == sum(s["param_count"] for s in m["stages"])
+    assert 0 <= m["bubble_fraction"] < 1 and m["throughput"] > 0
+    assert 0 <= m["eval"]["accuracy"] <= 1
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
+    assert (tmp_path / "timeline.png").stat().st_size > 1000
+
+
+def test_multirun_gathers_every_job_failed_ones_too(tmp_path):
+    r = gpipe_run("-m", "pipeline.K=1,2", "pipeline.M=2,3", *FAST, f"hydra.sweep.dir={tmp_path}")
+    assert r.returncode == 1  # two jobs failed (M=3 does not divide 64) ...
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert len(rows) == 4  # ... but all four were gathered
+    ok = {(row["K"], row["M"]) for row in rows if row["status"] == "ok"}
+    assert ok == {("1", "2"), ("2", "2")}
+    failed = [row for row in rows if row["status"] == "failed"]
+    assert all("pipeline.M=3 does not divide train.batch_size=64" in row["error"] for row in failed)
+    assert (tmp_path / "results.md").read_text().count("\n| ") >= 5
+    assert (tmp_path / "results.png").stat().st_size > 1000
+
+
+def test_wandb_offline_run_lands_in_the_job_folder(tmp_path):
+    r = gpipe_run("pipeline.K=1", *[a for a in FAST if a != "logger=none"], "logger=wandb",
+                  f"hydra.run.dir={tmp_path}", env={"WANDB_MODE": "offline"})
+    assert r.returncode == 0, r.stderr
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+BAD = [
+    (["model=foo"], 2, "model=foo is not a model config; allowed: mlp"),
+    (["pipeline.Q=1"], 2, "pipeline.Q"),
+    (["pipeline.K=abc"], 1, "pipeline.K='abc' is not an integer"),
+    (["pipeline.K=0"], 1, "pipeline.K=0 is invalid; allowed: an integer >= 1"),
+    (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
+    (["pipeline.K=9"], 1, "pipeline.K=9 exceeds the model's 5 layers; allowed: 1..5"),
+    (["data=cifar10", "data.root=/nonexistent"], 1, "cifar10 not found; expected /nonexistent/cifar-10-batches-py"),
+    (["pipeline.balance=[4,4]", "pipeline.K=2"], 1, "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers"),
+]
+
+
+@pytest.mark.parametrize("args,code,message", BAD, ids=[" ".join(b[0]) for b in BAD])
+def test_bad_input_is_one_line_and_a_failed_metrics_json(tmp_path, args, code, message):
+    r = gpipe_run(*args, *FAST, f"hydra.run.dir={tmp_path}")
+    assert r.returncode == code
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in r.stderr
+    assert len(lines) == 1, r.stderr
+    assert message in lines[0]
+    if code == 1:  # the job ran: its metrics.json says why it failed
+        m = json.loads((tmp_path / "metrics.json").read_text())
+        assert m["status"] == "failed" and message in m["error"]
+    else:  # refused before anything ran: nothing written
+        assert not (tmp_path / "metrics.json").exists()
