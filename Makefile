@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint bench-engine clean
+.PHONY: help setup demo test test-fast lint bench-engine table1 clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -38,3 +38,6 @@ bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pip
 
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
+
+table1: $(STAMP) ## Table 1 (largest model that fits) -> reports/table1/ (memory model on the meta device)
+	$(BIN)/python -m gpipe_repro.planner.report --out reports/table1

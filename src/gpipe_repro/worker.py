@@ -50,7 +50,10 @@ def choose_balance(spec: RunSpec, layers: list[torch.nn.Module], sample: Any) ->
         raise UserError(str(err)) from None
 
 
-def _shard(x: torch.Tensor, replica: int, replicas: int) -> torch.Tensor:
+def _shard(x: Any, replica: int, replicas: int) -> Any:
+    """This replica's share of a global batch (a tensor or a tuple of tensors)."""
+    if isinstance(x, tuple):
+        return tuple(_shard(t, replica, replicas) for t in x)
     n = x.shape[0] // replicas
     return x[replica * n : (replica + 1) * n]
 

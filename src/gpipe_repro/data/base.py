@@ -12,13 +12,13 @@ __all__ = ["DataInfo", "Dataset", "TensorDataset"]
 
 @dataclass(frozen=True)
 class DataInfo:
-    kind: Literal["image", "tokens"]
-    shape: tuple[int, ...]  # (C, H, W) for images, (S,) for token sequences
+    kind: Literal["image", "tokens", "pairs"]
+    shape: tuple[int, ...]  # (C, H, W) for images, (S,) for token sequences (and pairs of them)
     classes: int  # number of classes, or the vocabulary size for tokens
 
     @property
     def tokens_per_sample(self) -> int:
-        return self.shape[0] if self.kind == "tokens" else 0
+        return self.shape[0] if self.kind in ("tokens", "pairs") else 0
 
 
 class Dataset:

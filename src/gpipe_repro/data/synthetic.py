@@ -36,10 +36,29 @@ class SyntheticTokens(Dataset):
         return seq[:, :-1], seq[:, 1:]
 
 
+class SyntheticPairs(Dataset):
+    """Source/target token pairs for encoder-decoder models: the target is the reversed source.
+    Input ``(source, target shifted right)``, label ``target``; token 0 is the start token."""
+
+    name = "synthetic_pairs"
+
+    def __init__(self, seq_len: int, vocab: int) -> None:
+        self.info = DataInfo("pairs", (seq_len,), vocab)
+
+    def train_batch(self, step: int, batch_size: int, seed: int):  # type: ignore[override]
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        src = torch.randint(1, self.info.classes, (batch_size, self.info.shape[0]), generator=g)
+        tgt = src.flip(1)
+        tgt_in = torch.cat([torch.zeros_like(tgt[:, :1]), tgt[:, :-1]], dim=1)
+        return (src, tgt_in), tgt
+
+
 def synthetic(kind: str = "image", channels: int = 3, image_size: int = 32, classes: int = 10,
               seq_len: int = 64, vocab: int = 1000, **_: object) -> Dataset:
     if kind == "image":
         return SyntheticImages(channels, image_size, classes)
     if kind == "tokens":
         return SyntheticTokens(seq_len, vocab)
-    raise UserError(f"data.kind={kind!r} is not allowed; allowed: image, tokens")
+    if kind == "pairs":
+        return SyntheticPairs(seq_len, vocab)
+    raise UserError(f"data.kind={kind!r} is not allowed; allowed: image, tokens, pairs")

@@ -239,20 +239,14 @@ class Pipeline:
             x = from_tuple(bufs, self._in_meta[1])
         remat = uses_remat(self.checkpoint, m, self.M)
         rng = save_rng(self.device) if remat else None
-        with rec.span("forward", m):
-            if remat:
-                with torch.no_grad():
-                    y = self.module(x)
-            elif meter is not None:
-                with meter.record(m):
-                    y = self.module(x)
-            else:
-                y = self.module(x)
+        record = meter.record(m) if meter is not None and not remat else contextlib.nullcontext()
+        with rec.span("forward", m), torch.set_grad_enabled(not remat), record:
+            y = self.module(x)
             loss = None
-            if topo.is_last:
-                with torch.set_grad_enabled(not remat):
-                    loss = self.loss_fn(y, self._ts[m]) / self.M
-                self._loss += loss.detach()
+            if topo.is_last:  # the loss's saved tensors (log-softmax of the logits) count too
+                loss = self.loss_fn(y, self._ts[m]) / self.M
+        if loss is not None:
+            self._loss += loss.detach()
         if meter is not None:
             meter.hold(m, as_tuple(x) if remat else (*as_tuple(x), *as_tuple(y)))
         if not topo.is_last:
@@ -270,12 +264,9 @@ class Pipeline:
         topo, rec, meter = self.topo, self.recorder, self.meter
         x, rng, y, loss = self._state.pop(m)
         if rng is not None:  # rematerialise before the gradient arrives (§2.3)
-            with rec.span("recompute", m), restored_rng(rng), recomputing():
-                if meter is not None:
-                    with meter.record(m):
-                        y = self.module(x)
-                else:
-                    y = self.module(x)
+            record = meter.record(m) if meter is not None else contextlib.nullcontext()
+            with rec.span("recompute", m), restored_rng(rng), recomputing(), record:
+                y = self.module(x)
                 if topo.is_last:
                     loss = self.loss_fn(y, self._ts[m]) / self.M
         if topo.is_last:

@@ -16,6 +16,8 @@ from torch import nn
 from ..data.base import DataInfo
 from ..errors import UserError
 from . import toy
+from .amoebanet import amoebanet_layers
+from .transformer import transformer_lm_layers, transformer_mt_layers
 
 __all__ = ["ModelSpec", "MODELS", "get_model"]
 
@@ -38,7 +40,7 @@ class ModelSpec:
     name: str
     build: Callable[..., list[nn.Module]]  # build(info: DataInfo, **params)
     task: Literal["classify", "lm"]
-    data_kind: Literal["image", "tokens"]
+    data_kind: Literal["image", "tokens", "pairs"]
 
     def layers(self, info: DataInfo, params: dict[str, Any]) -> list[nn.Module]:
         if info.kind != self.data_kind:
@@ -46,7 +48,7 @@ class ModelSpec:
                             f"choose a data option with {self.data_kind}")
         try:
             return self.build(info, **params)
-        except TypeError as err:
+        except (TypeError, ValueError) as err:
             raise UserError(f"model={self.name}: {err}") from None
 
     @property
@@ -71,7 +73,33 @@ def _tokennet(info: DataInfo, dim: int = 128, hidden: int = 512, blocks: int = 4
     return toy.tokennet_layers(info.classes, dim, hidden, blocks, dropout)
 
 
+def _amoebanet(genotype: str):
+    def build(info: DataInfo, L: int = 6, D: int = 32, dropout: float = 0.0) -> list[nn.Module]:
+        c, h, w = info.shape
+        if h != w:
+            raise ValueError(f"AmoebaNet needs square images, got {h}x{w}")
+        return amoebanet_layers(genotype, L, D, classes=info.classes, in_channels=c, image_size=h, dropout=dropout)
+
+    return build
+
+
+def _transformer_lm(info: DataInfo, L: int = 4, d: int = 128, H: int = 512, A: int = 4, dropout: float = 0.0,
+                    ffn_init_scale: bool = False, logit_clip: float | None = None) -> list[nn.Module]:
+    return transformer_lm_layers(L, d, H, A, info.classes, dropout=dropout, ffn_init_scale=ffn_init_scale,
+                                 logit_clip=logit_clip)
+
+
+def _transformer_mt(info: DataInfo, L: int = 2, H: int = 512, A: int = 2, d: int = 128, dropout: float = 0.0,
+                    ffn_init_scale: bool = False, logit_clip: float | None = None) -> list[nn.Module]:
+    return transformer_mt_layers(L, H, A, d, info.classes, dropout=dropout, ffn_init_scale=ffn_init_scale,
+                                 logit_clip=logit_clip)
+
+
 MODELS: dict[str, ModelSpec] = {
+    "amoebanet_d": ModelSpec("amoebanet_d", _amoebanet("D"), "classify", "image"),
+    "amoebanet_b": ModelSpec("amoebanet_b", _amoebanet("B"), "classify", "image"),
+    "transformer_lm": ModelSpec("transformer_lm", _transformer_lm, "lm", "tokens"),
+    "transformer_mt": ModelSpec("transformer_mt", _transformer_mt, "lm", "pairs"),
     "mlp": ModelSpec("mlp", _mlp, "classify", "image"),
     "tuplenet": ModelSpec("tuplenet", _tuplenet, "classify", "image"),
     "tokennet": ModelSpec("tokennet", _tokennet, "lm", "tokens"),

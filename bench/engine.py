@@ -1,0 +1,266 @@
+"""Engine benchmark: ours vs torch.distributed.pipelining, K=2 speed-up, K=1 overhead.
+
+    make bench-engine            # writes reports/engine/{results.json, engine.md, engine.png}
+
+One rank per core (2 on this machine), one intra-op thread per rank, a compute-bound model (a stack of
+3x3 convolutions at 64 channels on 16x16 inputs: a micro-batch's compute dominates its weight
+traffic, see ENVIRONMENT.md's micro-batch note). Every number below comes from one invocation; the
+machine is shared, so compare the ratios of one report rather than absolute times across reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gpipe_repro.engine import Pipeline, init_topology, launch, single_process, stage_slice  # noqa: E402
+
+CH, HW, DEPTH, N, CLASSES = 64, 16, 8, 64, 10
+
+
+class Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(CH, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def layers() -> list[nn.Module]:
+    torch.manual_seed(0)
+    stem = nn.Sequential(nn.Conv2d(3, CH, 3, padding=1), nn.ReLU())
+    body = [nn.Sequential(nn.Conv2d(CH, CH, 3, padding=1), nn.ReLU()) for _ in range(DEPTH)]
+    return [stem, *body, Head()]
+
+
+BALANCE = [5, 5]  # stem + 4 convs | 4 convs + head: equal compute
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(N, 3, HW, HW, generator=g), torch.randint(0, CLASSES, (N,), generator=g)
+
+
+def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(out, y)
+
+
+def _timed(step, steps: int, warmup: int) -> list[float]:
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def plain(steps: int, warmup: int) -> list[float]:
+    """A plain PyTorch training step of the whole model, one process, one thread."""
+    torch.set_num_threads(1)
+    model = nn.Sequential(*layers())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = batch()
+
+    def step() -> None:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return _timed(step, steps, warmup)
+
+
+def ours(K: int, M: int, checkpoint: str, steps: int, warmup: int) -> list[float]:
+    torch.set_num_threads(1)
+    topo = init_topology(K) if K > 1 else single_process()
+    mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
+    pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, loss_fn=loss_fn, track_memory=False)
+    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
+    x, y = batch()
+
+    def step() -> None:
+        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
+        opt.step()
+        opt.zero_grad()
+
+    return _timed(step, steps, warmup)
+
+
+class _Remat(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+
+def theirs(K: int, M: int, remat: bool, steps: int, warmup: int) -> list[float]:
+    """torch.distributed.pipelining ScheduleGPipe on the same stages."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    torch.set_num_threads(1)
+    topo = init_topology(K)
+    sub: nn.Module = nn.Sequential(*layers()[stage_slice(BALANCE, topo.stage)])
+    if remat:
+        sub = _Remat(sub)
+    stage = PipelineStage(sub, topo.stage, K, torch.device("cpu"), group=dist.group.WORLD)
+    sched = ScheduleGPipe(stage, n_microbatches=M, loss_fn=loss_fn)
+    opt = torch.optim.SGD(sub.parameters(), lr=0.01)
+    x, y = batch()
+
+    def step() -> None:
+        if topo.is_first:
+            sched.step(x)
+        else:
+            sched.step(target=y, losses=[])
+        opt.step()
+        opt.zero_grad()
+
+    return _timed(step, steps, warmup)
+
+
+def rank_times(fn, K: int, *args) -> float:
+    """Median step time: the slowest rank of each step, median over steps."""
+    per_rank = launch(fn, K, (K, *args), threads=1) if K > 1 else [fn(K, *args)]
+    per_step = [max(ts) for ts in zip(*per_rank)]
+    return statistics.median(per_step)
+
+
+VARIANTS = {  # name -> (function, K, extra args)
+    "ours_K1_s": (ours, 1, ("never",)),
+    "ours_s": (ours, 2, ("never",)),
+    "theirs_s": (theirs, 2, (False,)),
+    "ours_remat_s": (ours, 2, ("always",)),
+    "theirs_remat_s": (theirs, 2, (True,)),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="reports/engine")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the median is reported")
+    ap.add_argument("--M", default="1,2,4,8")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    Ms = [int(m) for m in a.M.split(",")]
+    S, W = a.steps, a.warmup
+    res: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads_per_rank": 1, "torch": torch.__version__,
+                             "python": platform.python_version()},
+                 "model": f"{DEPTH + 1} conv3x3 layers, {CH} channels, {HW}x{HW}, batch {N}, balance {BALANCE}",
+                 "steps": S, "warmup": W, "repeats": a.repeats, "rows": []}
+    # Interleave everything within each repetition so that machine noise hits all variants alike.
+    samples: dict[tuple[int, str], list[float]] = {}
+    base: dict[str, list[float]] = {"plain": [], "k1m1": []}
+    for rep in range(a.repeats):
+        base["plain"].append(statistics.median(plain(S, W)))
+        base["k1m1"].append(statistics.median(ours(1, 1, "never", S, W)))
+        for M in Ms:
+            for name, (fn, K, extra) in VARIANTS.items():
+                samples.setdefault((M, name), []).append(rank_times(fn, K, M, *extra, S, W))
+        print(f"repetition {rep + 1}/{a.repeats} done", flush=True)
+    t_plain, t_k1m1 = statistics.median(base["plain"]), statistics.median(base["k1m1"])
+    res["plain_step_s"], res["ours_K1_M1_step_s"] = t_plain, t_k1m1
+    res["overhead_K1_M1"] = t_k1m1 / t_plain - 1
+    res["samples"] = {"plain": base["plain"], "k1m1": base["k1m1"],
+                      **{f"M{M}_{name}": v for (M, name), v in samples.items()}}
+    for M in Ms:
+        row: dict = {"M": M, **{name: statistics.median(samples[(M, name)]) for name in VARIANTS}}
+        row["ratio"] = row["theirs_s"] / row["ours_s"]
+        row["ratio_remat"] = row["theirs_remat_s"] / row["ours_remat_s"]
+        row["ideal_speedup"] = 2 * M / (M + 1)
+        row["speedup_vs_K1_sameM"] = row["ours_K1_s"] / row["ours_s"]
+        row["speedup_vs_K1_M1"] = t_k1m1 / row["ours_s"]
+        row["share_of_ideal"] = row["speedup_vs_K1_sameM"] / row["ideal_speedup"]
+        res["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    write_markdown(res, out / "engine.md")
+    plot(res, out / "engine.png")
+    print(f"report: {out / 'engine.md'}")
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def write_markdown(res: dict, path: Path) -> None:
+    m = res["machine"]
+    rows = res["rows"]
+    lines = [
+        "# Engine benchmark", "",
+        f"Generated by `make bench-engine` (`bench/engine.py`). Machine: {m['cpu']}, {m['cores']} cores, "
+        f"{m['threads_per_rank']} thread per rank, torch {m['torch']}. Model: {res['model']}. "
+        f"Each time is the median over {res['repeats']} interleaved repetitions of the median of {res['steps']} steps "
+        f"(after {res['warmup']} warm-up steps); a step's time is its slowest rank's. Raw samples: `results.json`.", "",
+        "## Ours vs `torch.distributed.pipelining.ScheduleGPipe` (K = 2, same stages, same M)", "",
+        "| M | ours (ms) | theirs (ms) | ratio theirs/ours (goal ≥ 1.0) | ours remat (ms) | theirs + checkpoint (ms) | ratio remat |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['M']} | {r['ours_s'] * 1e3:.1f} | {r['theirs_s'] * 1e3:.1f} | {r['ratio']:.3f} "
+                     f"{'✓' if r['ratio'] >= 1 else '✗'} | {r['ours_remat_s'] * 1e3:.1f} | "
+                     f"{r['theirs_remat_s'] * 1e3:.1f} | {r['ratio_remat']:.3f} {'✓' if r['ratio_remat'] >= 1 else '✗'} |")
+    lines += ["", "## K = 2 speed-up over K = 1 (one core), against the ideal K·M/(M+K−1) (GPipe §2.3)", "",
+              "| M | K=1 same M (ms) | K=2 (ms) | speed-up | ideal | share of ideal (goal ≥ 85% at M = 8) | speed-up vs K=1, M=1 |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['M']} | {r['ours_K1_s'] * 1e3:.1f} | {r['ours_s'] * 1e3:.1f} | {r['speedup_vs_K1_sameM']:.3f} | "
+                     f"{r['ideal_speedup']:.3f} | {r['share_of_ideal'] * 100:.1f}% | {r['speedup_vs_K1_M1']:.3f} |")
+    ov = res["overhead_K1_M1"]
+    lines += ["", "## K = 1, M = 1 overhead against a plain PyTorch step", "",
+              f"plain step {res['plain_step_s'] * 1e3:.1f} ms, engine K=1 M=1 {res['ours_K1_M1_step_s'] * 1e3:.1f} ms: "
+              f"overhead {ov * 100:+.2f}% (goal ≤ 3%) {'✓' if ov <= 0.03 else '✗'}", ""]
+    path.write_text("\n".join(lines))
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["rows"]
+    Ms = [r["M"] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].plot(Ms, [N / r["ours_s"] for r in rows], "o-", label="ours")
+    ax[0].plot(Ms, [N / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
+    ax[0].plot(Ms, [N / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
+    ax[0].plot(Ms, [N / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint")
+    ax[0].set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 2 throughput")
+    ax[1].plot(Ms, [r["speedup_vs_K1_sameM"] for r in rows], "o-", label="measured")
+    ax[1].plot(Ms, [r["ideal_speedup"] for r in rows], "k:", label="ideal 2M/(M+1)")
+    ax[1].set(xscale="log", xlabel="M", ylabel="speed-up", title="K = 2 over K = 1")
+    for a in ax:
+        a.set_xticks(Ms, [str(m) for m in Ms])
+        a.legend(fontsize=7)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Per-stage memory of a pipelined model, computed on the meta device (nothing is allocated).
+
+The terms mirror what the engine accounts on a real run (``engine.memory``), so the two can be
+compared (tests/planner): per stage,
+
+- state: parameters, gradients and optimiser state. RMSProp keeps one running average, so weights +
+  gradients + state = 12 bytes per fp32 parameter (the paper's figure).
+- activations of one micro-batch: the unique tensors autograd saves for backward while the stage
+  runs forward (the loss's too on the last stage), plus the stage's input (kept for backward or
+  for rematerialisation) and its output (kept until its gradient arrives);
+- how many micro-batches are alive at the peak, from the schedule and the remat mode:
+
+  | schedule, remat | peak activation bytes of stage k |
+  |---|---|
+  | gpipe, never | M · (in + saved + out) |
+  | gpipe, always | M · in + saved (one micro-batch recomputed at a time) |
+  | gpipe, except_last | M · in + saved + out |
+  | 1f1b | the same with M replaced by the micro-batches in flight, min(K - k, M) |
+
+These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..engine.microbatch import Batch, as_tuple
+
+__all__ = ["StageActivation", "measure_stage", "alive_micro_batches", "peak_activation_bytes",
+           "STATE_BYTES_PER_PARAM", "state_bytes"]
+
+# weights (4) + gradients (4) + one optimiser slot (4): RMSProp/SGD-momentum in fp32
+STATE_BYTES_PER_PARAM = {"rmsprop": 12, "sgd": 12, "adam": 16}
+
+
+def state_bytes(params: int, optim: str = "rmsprop") -> int:
+    return params * STATE_BYTES_PER_PARAM[optim]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+@dataclass(frozen=True)
+class StageActivation:
+    """Bytes of one micro-batch on one stage."""
+
+    input: int  # the stage's input tensors (kept for backward / remat)
+    saved: int  # unique tensors saved for backward, input excluded
+    output: int  # output tensors not already counted (kept until their gradient arrives)
+
+    def scaled(self, f: float) -> StageActivation:
+        return StageActivation(round(self.input * f), round(self.saved * f), round(self.output * f))
+
+
+def _key(t: torch.Tensor) -> int:
+    base = t._base if t._base is not None else t
+    return id(base)
+
+
+def measure_stage(layers: Sequence[nn.Module], x: Batch,
+                  loss: Callable[[Batch], torch.Tensor] | None = None) -> tuple[StageActivation, Batch]:
+    """Run ``layers`` forward on (meta) input ``x`` and count what a training step keeps.
+
+    Returns the per-micro-batch bytes and the stage's output (for the next stage's input)."""
+    params = {id(p) for layer in layers for p in layer.parameters()}
+    xs = [t.detach().requires_grad_(t.is_floating_point()) for t in as_tuple(x)]
+    x_in: Batch = tuple(xs) if isinstance(x, tuple) else xs[0]
+    inputs = {_key(t) for t in xs}
+    seen: dict[int, int] = {}
+    keep: list[torch.Tensor] = []  # keep saved tensors alive so ids stay unique
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        k = _key(t)
+        if id(t) in params or k in params or k in inputs or k in seen:
+            return t
+        seen[k] = _nbytes(t._base if t._base is not None else t)
+        keep.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = x_in
+        for layer in layers:
+            y = layer(y)
+        if loss is not None:
+            loss(y)
+    out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
+    act = StageActivation(sum(_nbytes(t) for t in xs), sum(seen.values()), out)
+    ys = tuple(t.detach() for t in as_tuple(y))
+    return act, (ys if isinstance(y, tuple) else ys[0])
+
+
+def alive_micro_batches(schedule: str, K: int, M: int, stage: int) -> int:
+    """Micro-batches whose activations a stage holds at its peak."""
+    return M if schedule == "gpipe" else min(K - stage, M)
+
+
+def peak_activation_bytes(a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int) -> int:
+    n = alive_micro_batches(schedule, K, M, stage)
+    if checkpoint == "never":
+        return n * (a.input + a.saved + a.output)
+    if checkpoint == "always":
+        return n * a.input + a.saved
+    return n * a.input + a.saved + a.output  # except_last: the last micro-batch is kept whole
