@@ -57,3 +57,17 @@ def test_bad_k(K, msg):
 def test_bad_balance(bal, msg):
     with pytest.raises(PartitionError, match=msg):
         check_balance(bal, 4)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_bisection_path_finds_the_same_bottleneck(seed, monkeypatch):
+    import gpipe_repro.engine.partition as part
+
+    rng = np.random.default_rng(seed)
+    costs = rng.integers(1, 50, size=40).astype(float).tolist()
+    K = int(rng.integers(2, 12))
+    exact = max(cell_costs(costs, balance_by_cost(costs, K)))
+    monkeypatch.setattr(part, "DP_LIMIT", 0)
+    fast = balance_by_cost(costs, K)
+    assert len(fast) == K and sum(fast) == 40 and min(fast) >= 1
+    assert max(cell_costs(costs, fast)) == pytest.approx(exact)

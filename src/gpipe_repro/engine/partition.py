@@ -54,11 +54,50 @@ def cell_costs(costs: Sequence[float], balance: Sequence[int]) -> list[float]:
     return out
 
 
+# Above this many DP cell updates ((L+1)^2 * K) the two-pass DP is too slow and memory-hungry; the
+# bottleneck is then found exactly by bisection with a greedy feasibility test, and ties are broken
+# greedily instead of by variance.
+DP_LIMIT = 2e8
+
+
+def _greedy_cells(prefix: np.ndarray, B: float) -> list[int] | None:
+    """Fewest contiguous cells with cost <= B (greedy, longest first cell), or None if a layer > B."""
+    L = len(prefix) - 1
+    bounds, i = [0], 0
+    while i < L:
+        j = int(np.searchsorted(prefix, prefix[i] + B, side="right")) - 1
+        if j <= i:
+            return None
+        bounds.append(j)
+        i = j
+    return [bounds[k + 1] - bounds[k] for k in range(len(bounds) - 1)]
+
+
+def _bisect_partition(prefix: np.ndarray, K: int) -> list[int]:
+    lo, hi = 0.0, float(prefix[-1])
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        cells = _greedy_cells(prefix, mid)
+        if cells is not None and len(cells) <= K:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    cells = _greedy_cells(prefix, hi)
+    assert cells is not None
+    while len(cells) < K:  # split the longest cell: the bottleneck cannot grow
+        i = max(range(len(cells)), key=lambda k: cells[k])
+        cells[i:i + 1] = [cells[i] - cells[i] // 2, cells[i] // 2]
+    return cells
+
+
 def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
     """Exact min-max contiguous partition of ``costs`` into ``K`` non-empty cells.
 
     Returns the number of layers per cell. Ties on the bottleneck are broken by the lowest sum of
-    squared cell costs (equivalently the lowest variance, the total being fixed).
+    squared cell costs (equivalently the lowest variance, the total being fixed); for very long
+    sequences (see ``DP_LIMIT``) the bottleneck stays exact and ties are broken greedily.
     """
     L = len(costs)
     _check_k(K, L)
@@ -66,6 +105,8 @@ def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
     if np.any(~np.isfinite(c)) or np.any(c < 0):
         raise PartitionError("layer costs must be finite and non-negative")
     prefix = np.concatenate([[0.0], np.cumsum(c)])
+    if (L + 1) ** 2 * K > DP_LIMIT:
+        return _bisect_partition(prefix, K)
     # seg[i, j] = cost of layers i..j-1 (valid for i < j); +inf elsewhere.
     seg = prefix[None, :] - prefix[:, None]
     i_idx = np.arange(L + 1)[:, None]

@@ -15,7 +15,8 @@ compared (tests/planner): per stage,
   | gpipe, never | M · (in + saved + out) |
   | gpipe, always | M · in + saved (one micro-batch recomputed at a time) |
   | gpipe, except_last | M · in + saved + out |
-  | 1f1b | the same with M replaced by the micro-batches in flight, min(K - k, M) |
+  | 1f1b | the same with M replaced by the micro-batches in flight, min(K - k, M); with except_last a
+  |      | stage that has warm-up forwards (k < K-1) also holds a second micro-batch's saved tensors |
 
 These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
 """
@@ -105,4 +106,8 @@ def peak_activation_bytes(a: StageActivation, schedule: str, checkpoint: str, K:
         return n * (a.input + a.saved + a.output)
     if checkpoint == "always":
         return n * a.input + a.saved
-    return n * a.input + a.saved + a.output  # except_last: the last micro-batch is kept whole
+    # except_last: the last micro-batch is kept whole. Under 1f1b a stage with warm-up forwards
+    # (k < K-1) runs F(M-1) before the earlier micro-batches' backwards, so a recompute's saved
+    # tensors coexist with the last micro-batch's.
+    overlap = schedule == "1f1b" and M > 1 and K - stage - 1 >= 1
+    return n * a.input + a.saved * (2 if overlap else 1) + a.output
