@@ -4,7 +4,11 @@ import pytest
 import torch
 
 from gpipe_repro.models.amoebanet import amoebanet_layers, amoebanet_param_formula
-from gpipe_repro.models.transformer import lm_param_formula, transformer_lm_layers, transformer_mt_layers
+from gpipe_repro.models.transformer import (
+    lm_param_formula,
+    transformer_lm_layers,
+    transformer_mt_layers,
+)
 
 
 def count(layers):

@@ -8,28 +8,30 @@ from __future__ import annotations
 import argparse
 import csv
 import platform
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from .table1 import COLUMNS, GiB, largest, plan_column
+from .table1 import COLUMNS, Column, GiB, largest, plan_column
 
-FIELDS = ["model", "column", "K", "M", "schedule", "checkpoint", "L", "D", "param_count", "paper_param_count",
+FIELDS = ["model", "column", "K", "M", "batch", "schedule", "checkpoint", "L", "D", "param_count", "paper_param_count",
           "param_memory_bytes", "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes",
           "max_stage_activation_bytes", "max_stage_total_bytes", "budget_bytes", "fits", "balance",
-          "largest_L", "largest_D", "largest_param_count", "largest_max_stage_total_bytes"]
+          "largest_L", "largest_D", "largest_param_count", "largest_max_stage_total_bytes", "note"]
 
 
-def rows() -> list[dict]:
+def rows(columns: list[Column] | None = None) -> list[dict]:
     out = []
-    for c in COLUMNS:
+    for c in columns or COLUMNS:
         t0 = time.perf_counter()
         p = plan_column(c)
         best = largest(c)
         L, D = c.size
         out.append({
-            "model": c.model, "column": c.label, "K": c.K, "M": c.M, "schedule": c.schedule,
+            "model": c.model, "column": c.label, "K": c.K, "M": c.M, "batch": c.batch, "schedule": c.schedule,
             "checkpoint": c.checkpoint, "L": L, "D": D or None,
             "param_count": p.param_count, "paper_param_count": int(c.paper_params),
             "param_memory_bytes": sum(p.state), "paper_param_memory_bytes": int(c.paper_param_mem),
@@ -40,6 +42,7 @@ def rows() -> list[dict]:
             "largest_D": (best[0][1] or None) if best else None,
             "largest_param_count": best[1].param_count if best else None,
             "largest_max_stage_total_bytes": max(best[1].totals) if best else None,
+            "note": p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
         })
         print(f"{c.model:15s} {c.label:13s} planned in {time.perf_counter() - t0:.1f}s", flush=True)
     return out
@@ -73,14 +76,17 @@ def markdown(rs: list[dict]) -> str:
         "are totals); Naive-1 = one accelerator, no remat, M = 1; Pipeline-K = GPipe, remat `always`, "
         "M = 32, fill-drain schedule, exact min–max partition of per-layer memory.", "",
     ]
-    for model, title, unit in [("amoebanet_d", "AmoebaNet-D, 224×224, batch 128", "(L, D)"),
-                               ("transformer_lm", "Transformer-L, batch 32 × 1024 tokens", "L")]:
+    for model, title, unit in [("amoebanet_d", "AmoebaNet-D, 224×224", "(L, D)"),
+                               ("transformer_lm", "Transformer-L, 1024-token sequences", "L")]:
         sub = [r for r in rs if r["model"] == model]
+        if not sub:
+            continue
+        title += f", batch {sub[0]['batch']}, {sub[0]['budget_bytes'] / GiB:g} GiB per accelerator"
         lines += [f"## {title}", "", "| | " + " | ".join(r["column"] for r in sub) + " |",
                   "|---|" + "---|" * len(sub)]
 
         def size(r: dict, L: str = "L", D: str = "D") -> str:
-            return f"({r[L]}, {r[D]})" if model == "amoebanet_d" else str(r[L])
+            return f"({r[L]}, {r[D]})" if r["model"] == "amoebanet_d" else str(r[L])
 
         lines.append(f"| paper's {unit} | " + " | ".join(size(r) for r in sub) + " |")
         lines.append("| parameters: ours (paper, ratio) | " + " | ".join(
@@ -95,7 +101,8 @@ def markdown(rs: list[dict]) -> str:
         lines.append(f"| largest {unit} that fits (ours) | " + " | ".join(
             (size(r, "largest_L", "largest_D") + f", {_count(r['largest_param_count'])}") if r["largest_L"] else "none" for r in sub) + " |")
         lines.append("| M, schedule, remat | " + " | ".join(f"{r['M']}, {r['schedule']}, {r['checkpoint']}" for r in sub) + " |")
-        lines.append("")
+        notes = [f"- {r['column']}: {r['note']}" for r in sub if r["note"]]
+        lines += ["", *notes, ""] if notes else [""]
     lines += ["## Where and why ours differ", "", *why(rs), ""]
     return "\n".join(lines)
 
@@ -154,12 +161,49 @@ def plot(rs: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def columns_from_args(a: argparse.Namespace) -> list[Column]:
+    """The paper's columns, with the budgets, batches and column filter given on the command line."""
+    cols = []
+    for c in COLUMNS:
+        half = "amoebanet" if c.model == "amoebanet_d" else "transformer"
+        budget, batch = getattr(a, f"{half}_budget_gib"), getattr(a, f"{half}_batch")
+        if a.columns and f"{half}:{c.label}" not in a.columns:
+            continue
+        M = c.M if batch is None else min(c.M, batch)
+        cols.append(replace(c, budget=int(budget * GiB) if budget else c.budget, batch=batch or c.batch, M=M))
+    return cols
+
+
+def check_args(a: argparse.Namespace) -> str | None:
+    for half in ("amoebanet", "transformer"):
+        b, n = getattr(a, f"{half}_budget_gib"), getattr(a, f"{half}_batch")
+        if b is not None and b <= 0:
+            return f"--{half}-budget-gib={b} is invalid; allowed: a number of GiB > 0"
+        if n is not None and (n < 1 or n & (n - 1)):
+            return f"--{half}-batch={n} is invalid; allowed: a power of two >= 1 (it is split into M micro-batches)"
+    known = {f"{'amoebanet' if c.model == 'amoebanet_d' else 'transformer'}:{c.label}" for c in COLUMNS}
+    bad = [c for c in a.columns or [] if c not in known]
+    if bad:
+        return f"--columns {bad[0]} is unknown; allowed: {', '.join(sorted(known))}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.planner.report")
     ap.add_argument("--out", default="reports/table1")
-    out = Path(ap.parse_args().out)
+    ap.add_argument("--amoebanet-budget-gib", type=float, default=None, help="memory per accelerator (default 8)")
+    ap.add_argument("--transformer-budget-gib", type=float, default=None, help="memory per accelerator (default 16)")
+    ap.add_argument("--amoebanet-batch", type=int, default=None, help="mini-batch (default 128)")
+    ap.add_argument("--transformer-batch", type=int, default=None, help="mini-batch of 1024-token sequences (default 32)")
+    ap.add_argument("--columns", nargs="*", help="a subset, e.g. transformer:Pipeline-8 amoebanet:Naive-1")
+    a = ap.parse_args(argv)
+    err = check_args(a)
+    if err:
+        print(f"table1: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rs = rows()
+    rs = rows(columns_from_args(a))
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()

@@ -136,7 +136,7 @@ def plan_amoebanet(L: int, D: int, K: int, M: int, checkpoint: str, N: int, budg
     return _finish(K, M, checkpoint, schedule, budget, params, acts, balance, costs, names)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _transformer_pieces(d: int, H: int, A: int, V: int, S: int) -> dict:
     """Per-sequence activation pieces of a Transformer-L stage, measured once on a 2-layer model.
 
