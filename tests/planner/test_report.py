@@ -19,6 +19,9 @@ def test_transformer_columns_report(tmp_path):
     md = (tmp_path / "table1.md").read_text()
     assert "| parameters: ours (paper, ratio) |" in md and "## Where and why ours differ" in md
     assert (tmp_path / "table1.png").stat().st_size > 1000
+    (tmp_path / "table1.md").unlink()
+    main(["--out", str(tmp_path), "--from-csv"])  # the table is a function of the csv
+    assert (tmp_path / "table1.md").read_text() == md
 
 
 def test_a_budget_too_small_names_the_layer(tmp_path):
