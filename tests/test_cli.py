@@ -73,7 +73,7 @@ def test_wandb_offline_run_lands_in_the_job_folder(tmp_path):
 
 
 BAD = [
-    (["model=foo"], 2, "model=foo is not a model config; allowed: mlp"),
+    (["model=foo"], 2, "model=foo is not a model config; allowed: amoebanet_b, amoebanet_d, mlp"),
     (["pipeline.Q=1"], 2, "pipeline.Q"),
     (["pipeline.K=abc"], 1, "pipeline.K='abc' is not an integer"),
     (["pipeline.K=0"], 1, "pipeline.K=0 is invalid; allowed: an integer >= 1"),
