@@ -256,6 +256,7 @@ def plot(res: dict, path: Path) -> None:
     ax[1].set(xscale="log", xlabel="M", ylabel="speed-up", title="K = 2 over K = 1")
     for a in ax:
         a.set_xticks(Ms, [str(m) for m in Ms])
+        a.minorticks_off()
         a.legend(fontsize=7)
         a.grid(alpha=0.3)
     fig.tight_layout()

@@ -108,12 +108,13 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
         axes[0].plot([r["M"] for r in rs], [r["throughput"] for r in rs], "o-", label=f"K={K}")
         axes[1].plot([r["M"] for r in rs], [r["bubble_fraction"] for r in rs], "o-", label=f"K={K} measured")
         axes[1].plot([r["M"] for r in rs], [r["bubble_ideal"] for r in rs], "k:", alpha=0.5)
-    axes[0].set(xlabel="micro-batches M", ylabel="samples / s", title="throughput", xscale="log", xticks=[])
+    axes[0].set(xlabel="micro-batches M", ylabel="samples / s", title="throughput", xscale="log")
     axes[1].set(xlabel="micro-batches M", ylabel="idle share", title="bubble (dotted: (K-1)/(M+K-1))", xscale="log")
     for ax in axes:
         Ms = sorted({r["M"] for r in ok})
         if Ms:
             ax.set_xticks(Ms, [str(m) for m in Ms])
+            ax.minorticks_off()
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
