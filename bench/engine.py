@@ -157,9 +157,15 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the median is reported")
     ap.add_argument("--M", default="1,2,4,8")
+    ap.add_argument("--replot", action="store_true", help="rewrite engine.md and engine.png from OUT/results.json")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.replot:
+        res = json.loads((out / "results.json").read_text())
+        write_markdown(res, out / "engine.md")
+        plot(res, out / "engine.png")
+        return
     Ms = [int(m) for m in a.M.split(",")]
     S, W = a.steps, a.warmup
     res: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads_per_rank": 1, "torch": torch.__version__,
