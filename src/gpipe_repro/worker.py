@@ -8,7 +8,6 @@ task: rank and world size come from the environment. It returns a plain dict (th
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from typing import Any
 
@@ -190,6 +189,3 @@ def _evaluate(spec: RunSpec, pipe: Pipeline, data: Any, model: Any, topo: Any) -
         return None
     return {"accuracy": correct / max(total, 1), "loss": loss_sum / xe.shape[0], "samples": int(xe.shape[0])}
 
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else 0.0

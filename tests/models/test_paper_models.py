@@ -88,7 +88,7 @@ def test_trainability_options():
     plain = transformer_lm_layers(8, d=32, H=64, A=2, V=50)
     torch.manual_seed(0)
     scaled = transformer_lm_layers(8, d=32, H=64, A=2, V=50, ffn_init_scale=True, logit_clip=0.5)
-    ratio = float(plain[1].ffn.fc1.weight.std() / scaled[1].ffn.fc1.weight.std())
+    ratio = float(plain[1].ffn.fc1.weight.detach().std() / scaled[1].ffn.fc1.weight.detach().std())
     assert ratio == pytest.approx(8, rel=1e-4)  # divided by the number of layers
     y = torch.randint(0, 50, (2, 6))
     for layer in scaled:

@@ -33,9 +33,9 @@ def rows(columns: list[Column] | None = None) -> list[dict]:
         out.append({
             "model": c.model, "column": c.label, "K": c.K, "M": c.M, "batch": c.batch, "schedule": c.schedule,
             "checkpoint": c.checkpoint, "L": L, "D": D or None,
-            "param_count": p.param_count, "paper_param_count": int(c.paper_params),
-            "param_memory_bytes": sum(p.state), "paper_param_memory_bytes": int(c.paper_param_mem),
-            "activation_bytes": sum(p.activation), "paper_activation_bytes": int(c.paper_act_mem),
+            "param_count": p.param_count, "paper_param_count": round(c.paper_params),
+            "param_memory_bytes": sum(p.state), "paper_param_memory_bytes": round(c.paper_param_mem),
+            "activation_bytes": sum(p.activation), "paper_activation_bytes": round(c.paper_act_mem),
             "max_stage_activation_bytes": max(p.activation), "max_stage_total_bytes": max(p.totals),
             "budget_bytes": c.budget, "fits": p.fits, "balance": "-".join(map(str, p.balance)),
             "largest_L": best[0][0] if best else None,
