@@ -99,6 +99,22 @@ def ours(K: int, M: int, checkpoint: str, steps: int, warmup: int) -> list[float
     return _timed(step, steps, warmup)
 
 
+def ours_events(K: int, M: int, steps: int, warmup: int) -> list[dict]:
+    """Events of the last step of ours (no remat), for a trace of where the time goes."""
+    torch.set_num_threads(1)
+    topo = init_topology(K)
+    mine = layers()[stage_slice(BALANCE, topo.stage)]
+    pipe = Pipeline(mine, topo, M=M, checkpoint="never", loss_fn=loss_fn, track_memory=False)
+    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
+    x, y = batch()
+    for _ in range(steps + warmup):
+        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
+        opt.step()
+        opt.zero_grad()
+    last = pipe.recorder.step - 1
+    return [e.to_dict() for e in pipe.recorder.events if e.step == last]
+
+
 class _Remat(nn.Module):
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -158,9 +174,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the median is reported")
     ap.add_argument("--M", default="1,2,4,8")
     ap.add_argument("--replot", action="store_true", help="rewrite engine.md and engine.png from OUT/results.json")
+    ap.add_argument("--trace", type=int, metavar="M", help="only write OUT/trace_M{M}.json: ours at K=2, one step")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.trace:
+        from gpipe_repro.engine import Event, chrome_trace
+
+        evs = [Event(**e) for r in launch(ours_events, 2, (2, a.trace, a.steps, a.warmup), threads=1) for e in r]
+        (out / f"trace_M{a.trace}.json").write_text(json.dumps(chrome_trace(evs)))
+        t0 = min(e.start for e in evs)
+        for e in sorted(evs, key=lambda e: e.start):
+            if e.action != "step":
+                print(f"stage {e.stage} {e.action:9s} mb {e.mb:2d} start {(e.start - t0) * 1e3:7.1f} ms  "
+                      f"took {(e.end - e.start) * 1e3:6.1f} ms")
+        return
     if a.replot:
         res = json.loads((out / "results.json").read_text())
         write_markdown(res, out / "engine.md")
