@@ -100,15 +100,13 @@ def app(cfg: DictConfig) -> dict[str, Any]:
             metrics = m
         else:
             metrics = run(spec, out)
-        group = spec.experiment or Path(hc.sweep.dir).name if hc.mode.name == "MULTIRUN" else spec.experiment
+        # wandb group: the experiment, else (in a sweep) the sweep folder's name
+        group = spec.experiment or (Path(hc.sweep.dir).name if hc.mode.name == "MULTIRUN" else None)
         try:
             wb = log_run(spec.logger, out, plain, metrics, group)
-            if wb:
-                metrics_wb = f"  wandb: {wb}"
-            else:
-                metrics_wb = ""
+            wandb_note = f"  wandb: {wb}" if wb else ""
         except Exception as err:  # logging must never lose the run
-            metrics_wb = f"  (wandb failed: {err})"
+            wandb_note = f"  (wandb failed: {err})"
     if metrics["status"] != "ok":
         _failures.append(metrics["error"])
         print(f"gpipe-run: error: {metrics['error']}  [{out / 'metrics.json'}]", file=sys.stderr, flush=True)
@@ -116,7 +114,7 @@ def app(cfg: DictConfig) -> dict[str, Any]:
         ev = metrics.get("eval") or {}
         acc = f"  accuracy {ev['accuracy']:.3f}" if "accuracy" in ev else ""
         print(f"K={metrics['pipeline']['K']} M={metrics['pipeline']['M']}: {metrics['throughput']:.1f} samples/s, "
-              f"bubble {metrics['bubble_fraction']:.3f}{acc}  -> {out}{metrics_wb}", flush=True)
+              f"bubble {metrics['bubble_fraction']:.3f}{acc}  -> {out}{wandb_note}", flush=True)
     return metrics
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .config import RunSpec
-from .data import build_dataset
+from .data import DataInfo, build_dataset
 from .engine import RankError, chrome_trace, launch
 from .errors import UserError
 from .metrics.summary import failed_metrics, summarize
@@ -47,9 +47,10 @@ def _jsonable(o: Any) -> Any:
     return str(o)
 
 
-def finish_run(spec: RunSpec, results: list[dict], out_dir: Path, launcher: str = "local") -> dict[str, Any]:
+def finish_run(spec: RunSpec, results: list[dict], out_dir: Path, launcher: str = "local",
+               info: DataInfo | None = None) -> dict[str, Any]:
     """Merge the ranks' results and write metrics.json, trace.json and timeline.png."""
-    info = build_dataset(spec.data, spec.data_params).info
+    info = info or build_dataset(spec.data, spec.data_params).info
     metrics, events = summarize(spec, results, info.tokens_per_sample)
     metrics["env"]["launcher"] = launcher
     write_json(out_dir / "trace.json", chrome_trace(events))
@@ -61,8 +62,9 @@ def finish_run(spec: RunSpec, results: list[dict], out_dir: Path, launcher: str 
     return metrics
 
 
-def check_model(spec: RunSpec) -> int:
-    """Build the model on the meta device (no memory) and check K and balance against its layers."""
+def check_model(spec: RunSpec) -> DataInfo:
+    """Build the model on the meta device (no memory) and check K and balance against its layers.
+    Returns the dataset's shapes (the dataset itself stays with the ranks)."""
     from .engine.partition import check_balance
     from .models import get_model
 
@@ -76,19 +78,19 @@ def check_model(spec: RunSpec) -> int:
             check_balance(spec.pipeline.balance, n)
         except ValueError as err:
             raise UserError(str(err)) from None
-    return n
+    return info
 
 
 def run(spec: RunSpec, out_dir: Path) -> dict[str, Any]:
     """Run ``spec``; never raises for a failed run: returns (and writes) the failed metrics."""
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        check_model(spec)
+        info = check_model(spec)
         if spec.world_size == 1:
             results = [run_rank(spec)]
         else:
             results = launch(run_rank, spec.world_size, (spec,), threads=spec.train.threads)
-        return finish_run(spec, results, out_dir)
+        return finish_run(spec, results, out_dir, info=info)
     except (UserError, RankError, ValueError) as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         metrics = failed_metrics(spec, msg)
