@@ -65,19 +65,18 @@ def finish_run(spec: RunSpec, results: list[dict], out_dir: Path, launcher: str 
 def check_model(spec: RunSpec) -> DataInfo:
     """Build the model on the meta device (no memory) and check K and balance against its layers.
     Returns the dataset's shapes (the dataset itself stays with the ranks)."""
-    from .engine.partition import check_balance
+    from .engine.partition import check_balance, check_k
     from .models import get_model
 
     info = build_dataset(spec.data, spec.data_params).info
     with torch.device("meta"):
         n = len(get_model(spec.model).layers(info, spec.model_params))
-    if spec.pipeline.K > n:
-        raise UserError(f"pipeline.K={spec.pipeline.K} exceeds the model's {n} layers; allowed: 1..{n}")
-    if spec.pipeline.balance is not None:
-        try:
+    try:
+        check_k(spec.pipeline.K, n)
+        if spec.pipeline.balance is not None:
             check_balance(spec.pipeline.balance, n)
-        except ValueError as err:
-            raise UserError(str(err)) from None
+    except ValueError as err:
+        raise UserError(str(err)) from None
     return info
 
 

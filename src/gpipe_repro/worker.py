@@ -16,10 +16,18 @@ import torch.distributed as dist
 
 from .config import OptimSpec, RunSpec
 from .data import build_dataset
-from .engine import Pipeline, balance_by_cost, check_balance, init_topology, stage_slice
+from .engine import (
+    PartitionError,
+    Pipeline,
+    balance_by_cost,
+    check_balance,
+    init_topology,
+    stage_slice,
+)
 from .engine.cost import layer_costs
 from .engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from .engine.microbatch import split
+from .engine.partition import check_k
 from .errors import UserError
 from .models import get_model
 
@@ -37,15 +45,13 @@ def build_optimizer(params: Any, o: OptimSpec) -> torch.optim.Optimizer:
 
 def choose_balance(spec: RunSpec, layers: list[torch.nn.Module], sample: Any) -> tuple[list[int], list[float]]:
     """The explicit balance, or the exact min-max partition of the chosen per-layer cost."""
-    costs = layer_costs(layers, sample, spec.pipeline.balance_by)
-    if spec.pipeline.balance is not None:
-        try:
-            return check_balance(spec.pipeline.balance, len(layers)), costs
-        except ValueError as err:
-            raise UserError(str(err)) from None
     try:
+        check_k(spec.pipeline.K, len(layers))
+        costs = layer_costs(layers, sample, spec.pipeline.balance_by)
+        if spec.pipeline.balance is not None:
+            return check_balance(spec.pipeline.balance, len(layers)), costs
         return balance_by_cost(costs, spec.pipeline.K), costs
-    except ValueError as err:
+    except PartitionError as err:
         raise UserError(str(err)) from None
 
 
@@ -75,8 +81,6 @@ def _run(spec: RunSpec, topo: Any) -> dict:
     data = build_dataset(spec.data, spec.data_params)
     torch.manual_seed(spec.seed)
     layers = model.layers(data.info, spec.model_params)
-    if K > len(layers):
-        raise UserError(f"pipeline.K={K} exceeds the model's {len(layers)} layers; allowed: 1..{len(layers)}")
     n_rep = spec.train.batch_size // D
     x0, _ = data.train_batch(0, n_rep, spec.seed)
     sample = split(x0, M)[0]

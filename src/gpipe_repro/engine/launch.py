@@ -19,6 +19,9 @@ from typing import Any
 __all__ = ["RankError", "launch", "is_secondary"]
 
 SECONDARY_DELAY_S = 3.0
+# Failures that echo another rank's failure rather than cause one.
+_SECONDARY = ("DistBackendError", "DistNetworkError", "DistError", "Connection closed by peer",
+              "Connection reset by peer", "SIGTERM", "Signals.SIGTERM")
 
 
 class RankError(RuntimeError):
@@ -63,10 +66,6 @@ def _entry(fn: Callable[..., Any], args: tuple, threads: int | None) -> Any:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-_SECONDARY = ("DistBackendError", "DistNetworkError", "DistError", "Connection closed by peer",
-              "Connection reset by peer", "SIGTERM", "Signals.SIGTERM")
 
 
 def _split_failure(failure: Any) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["PartitionError", "balance_by_cost", "check_balance", "cell_costs"]
+__all__ = ["PartitionError", "balance_by_cost", "check_balance", "check_k", "cell_costs"]
 
 
 class PartitionError(ValueError):
@@ -36,7 +36,8 @@ def check_balance(balance: Sequence[int], num_layers: int) -> list[int]:
     return bal
 
 
-def _check_k(K: int, num_layers: int) -> None:
+def check_k(K: int, num_layers: int) -> None:
+    """One-line error unless 1 <= K <= num_layers."""
     if K < 1:
         raise PartitionError(f"pipeline.K={K} is invalid; allowed: an integer >= 1")
     if K > num_layers:
@@ -100,7 +101,7 @@ def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
     sequences (see ``DP_LIMIT``) the bottleneck stays exact and ties are broken greedily.
     """
     L = len(costs)
-    _check_k(K, L)
+    check_k(K, L)
     c = np.asarray(costs, dtype=np.float64)
     if np.any(~np.isfinite(c)) or np.any(c < 0):
         raise PartitionError("layer costs must be finite and non-negative")
