@@ -37,6 +37,7 @@ def test_every_experiment_composes_and_runs_two_steps(name, tmp_path):
 @pytest.mark.parametrize(
     "override,message",
     [({"pipeline": {"checkpoint": "sometimes"}}, "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last, always"),
+     ({"pipeline": {"host_memory": "swap"}}, "pipeline.host_memory='swap' is not allowed; allowed: retain, system"),
      ({"pipeline": {"schedule": "zb"}}, "pipeline.schedule='zb' is not allowed; allowed: gpipe, 1f1b"),
      ({"pipeline": {"replicas": 0}}, "pipeline.replicas=0 is invalid"),
      ({"pipeline": {"replicas": 3}}, "pipeline.replicas=3 does not divide train.batch_size=64"),
@@ -69,3 +70,14 @@ def test_preflight_names_the_group_and_its_options():
 def test_conf_dir_has_every_group():
     for group in ("model", "data", "pipeline", "optim", "logger", "experiment"):
         assert list((Path(CONF_DIR) / group).glob("*.yaml")), group
+
+
+def test_choices_match_the_engine():
+    # config.py avoids importing torch (fast command-line checks), so it repeats the engine's choices.
+    from gpipe_repro import config
+    from gpipe_repro.engine import CHECKPOINT_MODES, SCHEDULES
+    from gpipe_repro.engine.hostmem import HOST_MEMORY_MODES
+
+    assert tuple(config.CHECKPOINTS) == tuple(CHECKPOINT_MODES)
+    assert tuple(config.SCHEDULES) == tuple(SCHEDULES)
+    assert tuple(config.HOST_MEMORY) == tuple(HOST_MEMORY_MODES)

@@ -17,6 +17,7 @@ __all__ = ["RunSpec", "PipelineSpec", "TrainSpec", "OptimSpec", "LoggerSpec", "s
 
 CHECKPOINTS = ("never", "except_last", "always")
 SCHEDULES = ("gpipe", "1f1b")
+HOST_MEMORY = ("retain", "system")
 COSTS = ("params", "flops", "time", "memory")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMS = ("rmsprop", "sgd", "adam")
@@ -34,6 +35,7 @@ class PipelineSpec:
     balance_by: str = "params"
     replicas: int = 1
     timeout_s: float = 300.0
+    host_memory: str = "retain"
 
 
 @dataclass
@@ -157,6 +159,7 @@ def spec_from_config(cfg: Mapping[str, Any], resolve_device: Callable[[str], str
         balance_by=_choice(p, "pipeline", "balance_by", COSTS, "params"),
         replicas=_int(p, "pipeline", "replicas", 1, 1),
         timeout_s=_float(p, "pipeline", "timeout_s", 1.0, 300.0),
+        host_memory=_choice(p, "pipeline", "host_memory", HOST_MEMORY, "retain"),
     )
     if pipe.balance is not None and len(pipe.balance) != pipe.K:
         raise UserError(f"pipeline.balance={pipe.balance} has {len(pipe.balance)} cells but pipeline.K={pipe.K}")

@@ -95,7 +95,7 @@ def _run(spec: RunSpec, topo: Any) -> dict:
     mine = layers[sl]
     del layers
     pipe = Pipeline(mine, topo, M=M, schedule=spec.pipeline.schedule, checkpoint=spec.pipeline.checkpoint,
-                    loss_fn=model.loss_fn)
+                    loss_fn=model.loss_fn, host_memory=spec.pipeline.host_memory)
     opt = build_optimizer(pipe.parameters(), spec.optim)
     dev = topo.device
     if dev.type == "cuda":

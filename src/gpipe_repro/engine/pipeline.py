@@ -29,6 +29,7 @@ from .batchnorm import commit as commit_batchnorm
 from .batchnorm import convert_batchnorm, recomputing
 from .checkpoint import restored_rng, save_rng, uses_remat
 from .events import Recorder
+from .hostmem import apply_host_memory, check_host_memory
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
 from .schedule import Action, stage_actions
@@ -82,16 +83,20 @@ class Pipeline:
         track_memory: bool = True,
         bucket_cap_mb: float = 25.0,
         lookahead: int = 4,
+        host_memory: str = "retain",
     ) -> None:
         if M < 1:
             raise ValueError(f"pipeline.M={M} is invalid; allowed: an integer >= 1")
         uses_remat(checkpoint, 0, M)  # validates the mode
+        check_host_memory(host_memory)
         self.topo = topology
         self.K, self.M = topology.K, M
         self.schedule, self.checkpoint = schedule, checkpoint
         self.actions: list[Action] = stage_actions(schedule, self.K, M, topology.stage)
         self.last_backward = max(i for i, a in enumerate(self.actions) if a.kind == "B")
         self.device = topology.device
+        # CPU activations are host memory: keep freed blocks for the next step (see hostmem).
+        self.host_memory = apply_host_memory(host_memory) if self.device.type == "cpu" else "system (not a CPU rank)"
         self.cell = convert_batchnorm(Cell(layers)).to(self.device)
         self.module: nn.Module = self.cell
         self.ddp: DistributedDataParallel | None = None

@@ -1,0 +1,79 @@
+"""host_memory=retain: a steady-state CPU step stops page-faulting its activations back in.
+
+Allocator settings are process-wide and permanent, so each case runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from torch import nn
+
+from gpipe_repro.engine import Pipeline, single_process
+from gpipe_repro.engine.hostmem import apply_host_memory, check_host_memory
+
+glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt settings are glibc's")
+
+# Two Linear+ReLU layers on a 163840 x 64 batch: each activation is 40 MiB, above glibc's largest
+# dynamic mmap threshold (32 MiB), so with the C library's defaults every one is mapped and unmapped.
+_STEP_FAULTS = textwrap.dedent(
+    """
+    import json, resource, sys, torch
+    from torch import nn
+    from gpipe_repro.engine import Pipeline, single_process
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    layers = [nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(2)]
+    pipe = Pipeline(layers, single_process(), M=1, checkpoint="never", track_memory=False,
+                    loss_fn=lambda y, t: y.pow(2).mean(), host_memory=sys.argv[1])
+    x = torch.randn(163840, 64)
+    faults = []
+    for _ in range(5):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        pipe.train_step(x, None)
+        for p in pipe.parameters():
+            p.grad = None
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+    print(json.dumps({"in_effect": pipe.host_memory, "faults": faults}))
+    """
+)
+
+
+def _run(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _STEP_FAULTS, mode], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@glibc
+def test_retain_removes_steady_state_page_faults():
+    system, retain = _run("system"), _run("retain")
+    assert system["in_effect"] == "system" and retain["in_effect"] == "retain"
+    pages_per_activation = (163840 * 64 * 4) // 4096
+    # With the defaults every step faults all its large activations in again ...
+    assert min(system["faults"][2:]) > 3 * pages_per_activation, system
+    # ... with retain, once warm, a step reuses the memory freed by the one before.
+    assert retain["faults"][-1] < 0.01 * system["faults"][-1], (retain, system)
+    # The first step touches the same memory either way.
+    assert retain["faults"][0] > 0.5 * system["faults"][0]
+
+
+def test_bad_mode_one_line():
+    with pytest.raises(ValueError, match=r"^pipeline.host_memory='swap' is invalid; allowed: retain, system$"):
+        check_host_memory("swap")
+    with pytest.raises(ValueError, match="pipeline.host_memory='swap'"):
+        Pipeline([nn.Linear(2, 2)], single_process(), M=1, loss_fn=lambda y, t: y.sum(), host_memory="swap")
+
+
+def test_system_keeps_an_earlier_retain():
+    # In this (test) process: once retained, asking for "system" reports what is really in effect.
+    first = apply_host_memory("retain")
+    assert apply_host_memory("system") == first
+    if platform.libc_ver()[0] != "glibc":
+        assert first.startswith("system (C library")
+
