@@ -144,7 +144,7 @@ def _run(spec: RunSpec, topo: Any) -> dict:
         "optimizer_bytes": optimizer_bytes(opt, pipe.parameters()),
         "activation_bytes": pipe.peak_activation_bytes, "cuda_peak_bytes": cuda_peak,
         "losses": losses, "step_times": step_times, "events": events, "eval": ev,
-        "threads": torch.get_num_threads(), "device": str(dev),
+        "threads": torch.get_num_threads(), "device": str(dev), "host_memory": pipe.host_memory,
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name(),
     }
 

@@ -32,6 +32,7 @@ def env_info(results: list[dict] | None = None) -> dict[str, Any]:
     if results:
         info["device_names"] = sorted({r["device_name"] for r in results})
         info["threads_per_rank"] = results[0]["threads"]
+        info["host_memory"] = sorted({r["host_memory"] for r in results})  # what each rank has in effect
     return info
 
 
