@@ -69,7 +69,13 @@ def _to(x: Batch, device: torch.device) -> Batch:
 
 
 class Pipeline:
-    """Executes GPipe on one rank. Build one per rank with that rank's layers."""
+    """Executes GPipe on one rank. Build one per rank with that rank's layers.
+
+    ``schedule``: ``gpipe`` | ``1f1b``; ``checkpoint``: ``never`` | ``except_last`` | ``always``;
+    ``track_memory``: saved-tensor accounting (``peak_activation_bytes``); ``lookahead``: how many
+    actions ahead receives are posted; ``host_memory``: ``retain`` (default) makes a CPU rank's malloc
+    keep freed memory between steps, process-wide (see ``hostmem``), ``system`` leaves it alone.
+    """
 
     def __init__(
         self,
