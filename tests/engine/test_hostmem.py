@@ -60,8 +60,6 @@ def test_retain_removes_steady_state_page_faults():
     # ... with retain, once warm, a step reuses the memory freed by the ones before. (glibc may still
     # extend the heap now and then while it settles: the sum over the last five steps is compared.)
     assert sum(retain["faults"][-5:]) < 0.1 * sum(system["faults"][-5:]), (retain, system)
-    # The first step touches the same memory either way.
-    assert retain["faults"][0] > 0.5 * system["faults"][0]
 
 
 def test_bad_mode_one_line():
