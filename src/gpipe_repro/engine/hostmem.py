@@ -13,7 +13,7 @@ engines running the same convolutions differed by it.
 - ``retain``: tell glibc's malloc (``mallopt``) never to trim the heap and never to serve requests
   with ``mmap``, so freed blocks stay mapped and are reused by the next step — the host-side
   counterpart of CUDA's caching allocator. Resident memory stays at its peak rather than dropping
-  between steps, and heap fragmentation can raise that peak: measured max RSS +0-1% on the engine
+  between steps, and heap fragmentation can raise that peak: measured max RSS within ±1.5% on the engine
   benchmark (K = 2, M = 1 and 8), +4% on 40 MiB activations at M = 4, +47% at M = 1 (the worst case
   seen: few, very large blocks). Process-wide and permanent for the process; applied once. Where the
   C library is not glibc (macOS, musl) it does nothing and says so.
