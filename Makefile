@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint bench-engine table1 clean
+.PHONY: help setup demo test test-fast lint bench-engine bench-hostmem table1 clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ lint: $(STAMP) ## ruff
 
 bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pipelining, K=2 speed-up, overhead)
 	$(BIN)/python bench/engine.py --out reports/engine
+
+bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs retain -> reports/engine/hostmem.md
+	$(BIN)/python bench/hostmem.py --out reports/engine
 
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache

@@ -94,19 +94,29 @@ def plain(K: int, steps: int, warmup: int) -> list[tuple[float, int]]:
     return _timed(_plain_step("system"), steps, warmup)
 
 
+def _ours_step(K: int, M: int, checkpoint: str, host_memory: str = "retain"):
+    """This rank's training step through our engine (K = 1: one process, no communication)."""
+    torch.set_num_threads(1)
+    topo = init_topology(K) if K > 1 else single_process()
+    mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
+    pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, loss_fn=loss_fn, track_memory=False,
+                    host_memory=host_memory)
+    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
+    x, y = batch()
+
+    def step() -> None:
+        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
+        opt.step()
+        opt.zero_grad()
+
+    return step, pipe
+
+
 def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, int, int]]:
     """Plain step and engine step (K = 1, M = 1) alternating in one process — same heap, same malloc
     settings (the engine's), order swapped every pair — as (plain s, engine s, plain faults, engine faults)."""
     plain_step = _plain_step("retain")
-    pipe = Pipeline(layers(), single_process(), M=1, checkpoint="never", loss_fn=loss_fn, track_memory=False)
-    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
-    x, y = batch()
-
-    def engine_step() -> None:
-        pipe.train_step(x, y)
-        opt.step()
-        opt.zero_grad()
-
+    engine_step, _ = _ours_step(1, 1, "never")
     out = []
     for i in range(warmup + steps):
         order = (plain_step, engine_step) if i % 2 == 0 else (engine_step, plain_step)
@@ -116,34 +126,15 @@ def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, 
     return out
 
 
-def ours(K: int, M: int, checkpoint: str, steps: int, warmup: int) -> list[float]:
-    torch.set_num_threads(1)
-    topo = init_topology(K) if K > 1 else single_process()
-    mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
-    pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, loss_fn=loss_fn, track_memory=False)
-    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
-    x, y = batch()
-
-    def step() -> None:
-        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
-        opt.step()
-        opt.zero_grad()
-
-    return _timed(step, steps, warmup)
+def ours(K: int, M: int, checkpoint: str, steps: int, warmup: int) -> list[tuple[float, int]]:
+    return _timed(_ours_step(K, M, checkpoint)[0], steps, warmup)
 
 
 def ours_events(K: int, M: int, steps: int, warmup: int) -> list[dict]:
     """Events of the last step of ours (no remat), for a trace of where the time goes."""
-    torch.set_num_threads(1)
-    topo = init_topology(K)
-    mine = layers()[stage_slice(BALANCE, topo.stage)]
-    pipe = Pipeline(mine, topo, M=M, checkpoint="never", loss_fn=loss_fn, track_memory=False)
-    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
-    x, y = batch()
+    step, pipe = _ours_step(K, M, "never")
     for _ in range(steps + warmup):
-        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
-        opt.step()
-        opt.zero_grad()
+        step()
     last = pipe.recorder.step - 1
     return [e.to_dict() for e in pipe.recorder.events if e.step == last]
 
@@ -157,7 +148,7 @@ class _Remat(nn.Module):
         return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
 
 
-def theirs(K: int, M: int, remat: bool, host_memory: str, steps: int, warmup: int) -> list[float]:
+def theirs(K: int, M: int, remat: bool, host_memory: str, steps: int, warmup: int) -> list[tuple[float, int]]:
     """torch.distributed.pipelining ScheduleGPipe on the same stages (``host_memory``: the control)."""
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe

@@ -3,20 +3,20 @@
 Every training step frees and re-allocates the same activations. With glibc's default settings,
 large freed blocks go back to the operating system — blocks above the (dynamic, at most 32 MiB)
 mmap threshold are unmapped on free, and the heap top is trimmed once enough of it is free — so
-the next step takes a page fault on every page of its activations again. On the engine benchmark
-(``bench/engine.py``) that was 12-24 thousand minor faults (~50-100 MB) per rank and step and ~15%
-of the step time; how much a given program suffers depends on its heap layout, which is why two
-engines running the same convolutions differed by it.
+the next step takes a page fault on every page of its activations again. How much a program suffers
+depends on its heap layout, which is why two engines running the same convolutions differed by it.
+``make bench-hostmem`` (reports/engine/hostmem.md) measures faults per step and peak memory with
+each mode; ``make bench-engine`` (reports/engine/engine.md) the step times.
 
 ``HOST_MEMORY_MODES``:
 
 - ``retain``: tell glibc's malloc (``mallopt``) never to trim the heap and never to serve requests
   with ``mmap``, so freed blocks stay mapped and are reused by the next step — the host-side
   counterpart of CUDA's caching allocator. Resident memory stays at its peak rather than dropping
-  between steps, and heap fragmentation can raise that peak: measured max RSS within ±1.5% on the engine
-  benchmark (K = 2, M = 1 and 8), +4% on 40 MiB activations at M = 4, +47% at M = 1 (the worst case
-  seen: few, very large blocks). Process-wide and permanent for the process; applied once. Where the
-  C library is not glibc (macOS, musl) it does nothing and says so.
+  between steps, and heap fragmentation can raise that peak — little on the engine benchmark's model,
+  most with few, very large blocks (40 MiB activations at M = 1: see reports/engine/hostmem.md).
+  Process-wide and permanent for the process; applied once. Where the C library is not glibc (macOS,
+  musl) it does nothing and says so.
 - ``system``: leave the C library's allocator alone.
 
 This module changes allocator settings only; it allocates nothing itself.
