@@ -1,0 +1,83 @@
+"""What the simulator needs to know about a model on a device: per-layer costs and the link.
+
+Costs come from two sources that produce the same records (see ARCHITECTURE.md, "Backends"):
+measured on the present device (``sim.measure``) or derived from a published hardware profile by a
+roofline (``sim.roofline``). Both are functions of the micro-batch size, because per-sample cost is
+not proportional to the micro-batch size (weights are re-read per micro-batch; small operations
+run far from peak).
+
+Units: seconds and bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["LayerCost", "StageCost", "Link", "CostModel", "stage_costs"]
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer, one micro-batch of a given size."""
+
+    forward_s: float  # graph-building forward (also the recompute under remat)
+    forward_nograd_s: float  # forward under no_grad (the first forward of a rematerialised micro-batch)
+    backward_s: float  # backward of that micro-batch through this layer
+    out_bytes: int  # bytes of everything the layer returns (a tuple's tensors summed): the boundary
+    # bytes when a cut follows this layer; its gradient going back has the same size
+    update_s: float = 0.0  # optimiser step for this layer's parameters, once per mini-batch
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline stage (a cell: consecutive layers), one micro-batch."""
+
+    forward_s: float
+    forward_nograd_s: float
+    backward_s: float
+    out_bytes: int  # activations sent to the next stage per micro-batch (0 on the last stage)
+    update_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link between neighbouring stages, one direction.
+
+    A transfer of ``n`` bytes takes ``hops * (latency_s + n / bandwidth_Bps)``; ``hops`` = 2 models
+    device -> host -> device copies over PCIe without a direct path (the paper's Table 3)."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    hops: int = 1
+
+    def time(self, nbytes: int) -> float:
+        return self.hops * (self.latency_s + nbytes / self.bandwidth_Bps)
+
+
+class CostModel(Protocol):
+    """Per-layer costs at any micro-batch size, the link, and the fixed per-micro-batch overhead."""
+
+    link: Link
+    overhead_s: float  # fixed cost per micro-batch and action on every stage (launch, bookkeeping)
+
+    def layer_costs(self, micro_batch: int) -> list[LayerCost]: ...
+
+
+def stage_costs(layers: Sequence[LayerCost], balance: Sequence[int]) -> list[StageCost]:
+    """Sum per-layer costs over the cells of ``balance``; a stage sends its last layer's output."""
+    out: list[StageCost] = []
+    start = 0
+    for k, n in enumerate(balance):
+        cell = layers[start : start + n]
+        last = k == len(balance) - 1
+        out.append(StageCost(
+            forward_s=sum(c.forward_s for c in cell),
+            forward_nograd_s=sum(c.forward_nograd_s for c in cell),
+            backward_s=sum(c.backward_s for c in cell),
+            out_bytes=0 if last else cell[-1].out_bytes,
+            update_s=sum(c.update_s for c in cell),
+        ))
+        start += n
+    return out
