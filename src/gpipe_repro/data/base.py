@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -29,6 +30,21 @@ class Dataset:
 
     def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def batches(self, start_step: int, batch_size: int, seed: int, *, multiple_of: int = 1,
+                need_inputs: bool = True) -> Iterator[tuple[Any, Any]]:
+        """Training mini-batches ``(inputs, targets)`` for steps ``start_step``, ``start_step + 1``, ...
+
+        The sequence depends only on ``seed`` and the step, never on which process asks or where a run
+        resumed (a save's data position is its step). ``multiple_of``: the number of sentences/samples in
+        a batch must divide by it (the engine splits a mini-batch into M equal micro-batches) — datasets
+        with a fixed ``batch_size`` already satisfy it. ``need_inputs=False`` lets a dataset skip loading
+        inputs (the last stage only needs targets) and return ``None`` for them.
+        """
+        step = start_step
+        while True:
+            yield self.train_batch(step, batch_size, seed)
+            step += 1
 
     def eval_set(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None
