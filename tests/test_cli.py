@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["train.steps=4", "train.warmup_steps=1", "train.eval_batch_size=500", "logger=none",
         "model.hidden=64", "model.depth=3"]
-CONTRACT = ["status", "error", "model", "pipeline", "batch_size", "steps", "seed", "device", "world_size",
+CONTRACT = ["status", "source", "error", "model", "pipeline", "batch_size", "steps", "seed", "device", "world_size",
             "losses", "step_time_s", "warmup_steps", "throughput", "bubble_fraction", "stages", "eval", "env"]
 STAGE_KEYS = ["layers", "param_count", "param_bytes", "optimizer_bytes", "activation_bytes",
               "peak_memory_bytes", "memory_source", "busy_s"]
@@ -33,7 +33,7 @@ def test_two_stage_run_writes_complete_metrics(tmp_path):
     m = json.loads((tmp_path / "metrics.json").read_text())
     for key in CONTRACT:
         assert key in m, key
-    assert m["status"] == "ok" and m["error"] is None
+    assert m["status"] == "ok" and m["error"] is None and m["source"] == "measured"
     assert m["pipeline"]["K"] == 2 and m["pipeline"]["M"] == 4 and m["world_size"] == 2
     assert sum(m["pipeline"]["balance"]) == 3 + 2 and len(m["pipeline"]["balance"]) == 2
     assert len(m["losses"]) == 4 and all(isinstance(x, float) for x in m["losses"])
@@ -78,7 +78,7 @@ def test_wandb_offline_run_lands_in_the_job_folder(tmp_path):
 BAD = [
     (["model=foo"], 2, "model=foo is not a model config; allowed: amoebanet_b, amoebanet_d, mlp"),
     (["pipeline.Q=1"], 2, "pipeline.Q"),
-    (["pipeline.K=abc"], 1, "pipeline.K='abc' is not an integer"),
+    (["pipeline.K=abc"], 2, "pipeline.K='abc' is not an integer"),  # a type error: refused before running
     (["pipeline.K=0"], 1, "pipeline.K=0 is invalid; allowed: an integer >= 1"),
     (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
     (["pipeline.K=9"], 1, "pipeline.K=9 exceeds the model's 5 layers; allowed: 1..5"),

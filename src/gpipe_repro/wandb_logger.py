@@ -1,23 +1,39 @@
-"""wandb, offline by default: one run per job, one summary run per sweep.
+"""wandb, offline by default: one live run per job, one summary run per sweep, in one group.
 
-Online mode with no reachable server hangs for minutes, so ``offline`` is the default and the
-README explains ``wandb sync``. Tests run with ``WANDB_MODE=disabled``. Every run is finished
-before the job returns, or later jobs of a multirun would log into it.
+The process that owns a job (``gpipe-run``, or rank 0 under torchrun) owns its wandb run: it follows
+the last stage's ``progress.jsonl`` and logs each step as it arrives (loss, step time, samples/s,
+tokens/s), then adds the timeline as an image, ``trace.json`` and ``metrics.json`` as an artifact and the
+metrics as the summary. A simulated run is logged the same way. Online mode with no reachable server
+hangs for minutes, so ``offline`` is the default (``wandb sync`` uploads later); tests run with
+``WANDB_MODE=disabled``. Every run is finished before the job returns, or later jobs of a multirun
+would log into it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import LoggerSpec
+from .config import LoggerConfig
+from .metrics.contract import RunMetrics
+from .metrics.progress import StepRecord
 
-__all__ = ["log_run", "log_sweep_table"]
+__all__ = ["WandbRun", "log_sweep_table", "wandb_group"]
 
 
-def _mode(spec: LoggerSpec) -> str:
+def _mode(spec: LoggerConfig) -> str:
     return os.environ.get("WANDB_MODE", spec.mode)
+
+
+def _enabled(spec: LoggerConfig) -> bool:
+    return spec.name == "wandb" and _mode(spec) != "disabled"
+
+
+def wandb_group(spec: LoggerConfig, experiment: str | None, sweep_dir: Path | None) -> str | None:
+    """One group for a sweep's jobs and its summary run: the logger's, the experiment, or the sweep folder."""
+    return spec.group or experiment or (sweep_dir.name if sweep_dir is not None else None)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -30,34 +46,61 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def log_run(spec: LoggerSpec, out_dir: Path, config: dict[str, Any], metrics: dict[str, Any],
-            group: str | None) -> str | None:
-    """Log one job; returns the wandb run folder (or None when disabled)."""
-    if spec.name != "wandb" or _mode(spec) == "disabled":
-        return None
-    import wandb
+class WandbRun:
+    """One job's run. ``start`` returns None when logging is off."""
 
-    pipe = metrics.get("pipeline") or {}
-    name = spec.name_format.format(K=pipe.get("K"), M=pipe.get("M"), **{k: v for k, v in pipe.items() if k not in ("K", "M")})
-    run = wandb.init(project=spec.project, group=spec.group or group, name=name, dir=str(out_dir),
-                     mode=_mode(spec), config=config, reinit="finish_previous")
-    try:
-        for i, loss in enumerate(metrics.get("losses") or []):
-            run.log({"loss": loss}, step=i)
-        run.summary.update(_flat({k: v for k, v in metrics.items() if k not in ("losses", "step_times_s", "layer_costs")}))
-        return str(Path(run.dir).parent)
-    finally:
-        run.finish()
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    @classmethod
+    def start(cls, spec: LoggerConfig, out_dir: Path, config: dict[str, Any], group: str | None,
+              names: dict[str, Any]) -> WandbRun | None:
+        if not _enabled(spec):
+            return None
+        import wandb
+
+        run = wandb.init(project=spec.project, group=group, name=spec.name_format.format(**names),
+                         dir=str(out_dir), mode=_mode(spec), config=config, reinit="finish_previous")
+        return cls(run)
+
+    @property
+    def folder(self) -> str:
+        return str(Path(self.run.dir).parent)
+
+    def log_step(self, rec: StepRecord) -> None:
+        row = {"loss": rec.loss, "step_time_s": rec.step_time_s, "samples_per_s": rec.samples_per_s}
+        if rec.tokens_per_s is not None:
+            row["tokens_per_s"] = rec.tokens_per_s
+        self.run.log({k: v for k, v in row.items() if v is not None}, step=rec.step)
+
+    def finish(self, m: RunMetrics, files: Sequence[Path]) -> None:
+        import wandb
+
+        try:
+            d = m.to_dict()
+            self.run.summary.update(_flat({k: v for k, v in d.items() if k not in ("losses", "step_times_s",
+                                                                                   "layer_costs", "stages")}))
+            png = next((f for f in files if f.suffix == ".png"), None)
+            if png is not None:
+                self.run.log({"timeline": wandb.Image(str(png))})
+            data = [f for f in files if f.suffix == ".json"]
+            if data:
+                art = wandb.Artifact(f"run-files-{self.run.id}", type="run-files")
+                for f in data:
+                    art.add_file(str(f))
+                self.run.log_artifact(art)
+        finally:
+            self.run.finish()
 
 
-def log_sweep_table(spec: LoggerSpec, out_dir: Path, columns: list[str], rows: list[list[Any]],
+def log_sweep_table(spec: LoggerConfig, out_dir: Path, columns: list[str], rows: list[list[Any]],
                     group: str | None) -> str | None:
-    if spec.name != "wandb" or _mode(spec) == "disabled":
+    if not _enabled(spec):
         return None
     import wandb
 
-    run = wandb.init(project=spec.project, group=spec.group or group, name="sweep-summary",
-                     job_type="summary", dir=str(out_dir), mode=_mode(spec), reinit="finish_previous")
+    run = wandb.init(project=spec.project, group=group, name="sweep-summary", job_type="summary",
+                     dir=str(out_dir), mode=_mode(spec), reinit="finish_previous")
     try:
         run.log({"results": wandb.Table(columns=columns, data=rows)})
         return str(Path(run.dir).parent)

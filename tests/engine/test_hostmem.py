@@ -63,9 +63,9 @@ def test_retain_removes_steady_state_page_faults():
 
 
 def test_bad_mode_one_line():
-    with pytest.raises(ValueError, match=r"^pipeline.host_memory='swap' is invalid; allowed: retain, system$"):
+    with pytest.raises(ValueError, match=r"^host_memory='swap' is invalid; allowed: retain, system$"):
         check_host_memory("swap")
-    with pytest.raises(ValueError, match="pipeline.host_memory='swap'"):
+    with pytest.raises(ValueError, match="host_memory='swap'"):
         Pipeline([nn.Linear(2, 2)], single_process(), M=1, loss_fn=lambda y, t: y.sum(), host_memory="swap")
 
 

@@ -43,7 +43,7 @@ def test_uneven_amoebanet_like_costs_follow_cost_not_count():
 
 
 @pytest.mark.parametrize(
-    "K,msg", [(0, "pipeline.K=0 is invalid"), (5, "pipeline.K=5 exceeds the model's 4 layers")]
+    "K,msg", [(0, "K=0 is invalid"), (5, "K=5 exceeds the model's 4 layers")]
 )
 def test_bad_k(K, msg):
     with pytest.raises(PartitionError, match=msg):

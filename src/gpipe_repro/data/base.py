@@ -21,6 +21,16 @@ class DataInfo:
     def tokens_per_sample(self) -> int:
         return self.shape[0] if self.kind in ("tokens", "pairs") else 0
 
+    def example(self, n: int, device: torch.device | str = "cpu") -> Any:
+        """An input batch of ``n`` samples with this dataset's shapes (random images, token 1), for
+        costing layers without the data: on ``meta`` it allocates nothing."""
+        if self.kind == "image":
+            if str(device) == "meta":
+                return torch.empty(n, *self.shape, device="meta")
+            return torch.randn(n, *self.shape, generator=torch.Generator().manual_seed(0)).to(device)
+        tokens = torch.ones(n, *self.shape, dtype=torch.long, device=device)
+        return (tokens, tokens.clone()) if self.kind == "pairs" else tokens
+
 
 class Dataset:
     """Seeded, replica-aware mini-batches. ``batch(step)`` is the same on every rank."""

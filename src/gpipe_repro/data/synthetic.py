@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from ..errors import UserError
+from ..config.options import opt
 from .base import DataInfo, Dataset
 
-__all__ = ["SyntheticImages", "SyntheticTokens", "synthetic"]
+__all__ = ["SyntheticConfig", "SyntheticImages", "SyntheticTokens", "SyntheticPairs", "synthetic"]
+
+KINDS = ("image", "tokens", "pairs")
+
+
+@dataclass
+class SyntheticConfig:
+    """Random data with the model's shapes: the default for throughput and memory runs."""
+
+    name: str = "synthetic"
+    kind: str = opt("image", "image (classification), tokens (language model), pairs (translation)", choices=KINDS)
+    channels: int = opt(3, "image channels", min=1)
+    image_size: int = opt(32, "image height and width", min=1)
+    classes: int = opt(10, "image classes", min=1)
+    seq_len: int = opt(64, "tokens per sequence", min=1)
+    vocab: int = opt(1000, "vocabulary size", min=2)
+
+    def info(self) -> DataInfo:
+        if self.kind == "image":
+            return DataInfo("image", (self.channels, self.image_size, self.image_size), self.classes)
+        return DataInfo("tokens" if self.kind == "tokens" else "pairs", (self.seq_len,), self.vocab)
 
 
 class SyntheticImages(Dataset):
@@ -53,12 +75,9 @@ class SyntheticPairs(Dataset):
         return (src, tgt_in), tgt
 
 
-def synthetic(kind: str = "image", channels: int = 3, image_size: int = 32, classes: int = 10,
-              seq_len: int = 64, vocab: int = 1000, **_: object) -> Dataset:
-    if kind == "image":
-        return SyntheticImages(channels, image_size, classes)
-    if kind == "tokens":
-        return SyntheticTokens(seq_len, vocab)
-    if kind == "pairs":
-        return SyntheticPairs(seq_len, vocab)
-    raise UserError(f"data.kind={kind!r} is not allowed; allowed: image, tokens, pairs")
+def synthetic(c: SyntheticConfig) -> Dataset:
+    if c.kind == "image":
+        return SyntheticImages(c.channels, c.image_size, c.classes)
+    if c.kind == "tokens":
+        return SyntheticTokens(c.seq_len, c.vocab)
+    return SyntheticPairs(c.seq_len, c.vocab)

@@ -7,15 +7,17 @@ they are missing, says what was expected where and where to get it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 
 import torch
 
+from ..config.options import opt
 from ..errors import UserError
 from ._torchvision import import_torchvision
 from .base import DataInfo, Dataset
 
-__all__ = ["VISION_SETS", "vision"]
+__all__ = ["VISION_SETS", "VisionConfig", "VISION_CONFIGS", "vision"]
 
 # name -> (torchvision class, expected path under root, classes, where to get it)
 VISION_SETS: dict[str, tuple[str, str, int, str]] = {
@@ -25,6 +27,28 @@ VISION_SETS: dict[str, tuple[str, str, int, str]] = {
     "food101": ("Food101", "food-101", 101, "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/"),
     "stanford_cars": ("StanfordCars", "stanford_cars", 196, "torchvision StanfordCars layout (devkit, cars_train, cars_test)"),
     "fgvc_aircraft": ("FGVCAircraft", "fgvc-aircraft-2013b", 100, "https://www.robots.ox.ac.uk/~vgg/data/fgvc-aircraft/"),
+}
+
+
+@dataclass
+class VisionConfig:
+    """One of the paper's image sets, read from a local folder (no downloads):
+    gpipe-run data=cifar10 data.root=/path/to/datasets (or set GPIPE_DATA_ROOT)."""
+
+    name: str = "cifar10"
+    root: str | None = opt("${oc.env:GPIPE_DATA_ROOT,null}", "folder holding the dataset's torchvision layout")
+    image_size: int = opt(32, "images are resized to image_size x image_size", min=8)
+    cutout: int = opt(0, "cutout square side in pixels (0 = off)", min=0)
+
+    def info(self) -> DataInfo:
+        return DataInfo("image", (3, self.image_size, self.image_size), VISION_SETS[self.name][2])
+
+
+# One config class per set: the option's name is its default.
+VISION_CONFIGS: dict[str, type] = {
+    name: make_dataclass(f"{name.title().replace('_', '')}Config", [("name", str, field(default=name))],
+                         bases=(VisionConfig,))
+    for name in VISION_SETS
 }
 
 
@@ -64,7 +88,7 @@ class VisionDataset(Dataset):
         return torch.stack(xs), torch.tensor(ys)
 
 
-def vision(name: str, root: str | None = None, image_size: int = 32, cutout: int = 0, **_: object) -> Dataset:
-    if not root:
-        raise UserError(f"data.root is not set; {name} is read from a local folder: data.root=/path/to/datasets")
-    return VisionDataset(name, root, image_size, cutout)
+def vision(c: VisionConfig) -> Dataset:
+    if not c.root:
+        raise UserError(f"data.root is not set; {c.name} is read from a local folder: data.root=/path/to/datasets")
+    return VisionDataset(c.name, c.root, c.image_size, c.cutout)

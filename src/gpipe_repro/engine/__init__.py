@@ -2,6 +2,7 @@
 
 from .batchnorm import MicroBatchNorm, convert_batchnorm
 from .checkpoint import CHECKPOINT_MODES
+from .errors import ArgumentError
 from .events import Event, chrome_trace, measured_bubble
 from .launch import RankError, launch
 from .microbatch import join, split
@@ -11,7 +12,7 @@ from .schedule import SCHEDULES, Action, bubble_fraction, render, stage_actions
 from .topology import Topology, init_topology, single_process
 
 __all__ = [
-    "Action", "CHECKPOINT_MODES", "Cell", "Event", "MicroBatchNorm", "PartitionError", "Pipeline",
+    "Action", "ArgumentError", "CHECKPOINT_MODES", "Cell", "Event", "MicroBatchNorm", "PartitionError", "Pipeline",
     "RankError", "SCHEDULES", "Topology", "balance_by_cost", "bubble_fraction", "check_balance",
     "chrome_trace", "convert_batchnorm", "init_topology", "join", "launch", "measured_bubble",
     "render", "single_process", "split", "stage_actions", "stage_slice",

@@ -19,6 +19,8 @@ from typing import Literal
 
 import torch
 
+from .errors import ArgumentError
+
 __all__ = ["CheckpointMode", "CHECKPOINT_MODES", "RngState", "save_rng", "restored_rng", "uses_remat"]
 
 CheckpointMode = Literal["never", "except_last", "always"]
@@ -32,7 +34,7 @@ def uses_remat(mode: str, mb: int, M: int) -> bool:
     keeping its activations costs one micro-batch and saves one recompute.
     """
     if mode not in CHECKPOINT_MODES:
-        raise ValueError(f"pipeline.checkpoint={mode!r} is unknown; allowed: {', '.join(CHECKPOINT_MODES)}")
+        raise ArgumentError("checkpoint", mode, f"is unknown; allowed: {', '.join(CHECKPOINT_MODES)}")
     return mode == "always" or (mode == "except_last" and mb != M - 1)
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .errors import ArgumentError
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple
 
@@ -44,7 +45,7 @@ def layer_costs(layers: Sequence[nn.Module], sample: Batch | None, kind: str, re
     if kind == "params":
         return [float(sum(p.numel() for p in layer.parameters())) for layer in layers]
     if kind not in COST_KINDS:
-        raise ValueError(f"pipeline.balance_by={kind!r} is unknown; allowed: {', '.join(COST_KINDS)}")
+        raise ArgumentError("kind", kind, f"is unknown; allowed: {', '.join(COST_KINDS)}")
     assert sample is not None
     costs: list[float] = []
     x = sample

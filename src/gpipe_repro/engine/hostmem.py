@@ -27,6 +27,8 @@ from __future__ import annotations
 import ctypes
 import platform
 
+from .errors import ArgumentError
+
 __all__ = ["HOST_MEMORY_MODES", "apply_host_memory", "check_host_memory"]
 
 HOST_MEMORY_MODES = ("retain", "system")
@@ -42,7 +44,7 @@ _applied: str | None = None
 
 def check_host_memory(mode: str) -> None:
     if mode not in HOST_MEMORY_MODES:
-        raise ValueError(f"pipeline.host_memory={mode!r} is invalid; allowed: {', '.join(HOST_MEMORY_MODES)}")
+        raise ArgumentError("host_memory", mode, f"is invalid; allowed: {', '.join(HOST_MEMORY_MODES)}")
 
 
 def apply_host_memory(mode: str) -> str:

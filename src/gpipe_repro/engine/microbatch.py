@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .errors import ArgumentError
+
 __all__ = ["Batch", "as_tuple", "from_tuple", "split", "join", "check_micro_batches"]
 
 Batch = torch.Tensor | tuple[torch.Tensor, ...]
@@ -28,13 +30,12 @@ def from_tuple(xs: Sequence[torch.Tensor], was_tuple: bool) -> Batch:
 def check_micro_batches(N: int, M: int) -> None:
     """One-line errors for an impossible split."""
     if M < 1:
-        raise ValueError(f"pipeline.M={M} is invalid; allowed: an integer >= 1")
+        raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
     if M > N:
-        raise ValueError(f"pipeline.M={M} exceeds the mini-batch of {N}; allowed: 1..{N}")
+        raise ArgumentError("M", M, f"exceeds the mini-batch of {N}; allowed: 1..{N}")
     if N % M:
-        raise ValueError(
-            f"pipeline.M={M} does not divide the mini-batch of {N}; "
-            f"allowed: a divisor of {N} (the split must be even)"
+        raise ArgumentError(
+            "M", M, f"does not divide the mini-batch of {N}; allowed: a divisor of {N} (the split must be even)"
         )
 
 

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .errors import ArgumentError
+
 __all__ = ["PartitionError", "balance_by_cost", "check_balance", "check_k", "cell_costs"]
 
 
-class PartitionError(ValueError):
+class PartitionError(ArgumentError):
     """A K, balance or cost list that cannot describe a partition."""
 
 
@@ -24,26 +26,20 @@ def check_balance(balance: Sequence[int], num_layers: int) -> list[int]:
     """Validate an explicit balance (layers per cell) against the layer count."""
     bal = [int(b) for b in balance]
     if not bal:
-        raise PartitionError("pipeline.balance=[] is empty; give the number of layers of each cell")
+        raise PartitionError("balance", bal, "is empty; give the number of layers of each cell")
     if any(b < 1 for b in bal):
-        raise PartitionError(
-            f"pipeline.balance={bal} has a cell with {min(bal)} layers; every cell needs at least 1"
-        )
+        raise PartitionError("balance", bal, f"has a cell with {min(bal)} layers; every cell needs at least 1")
     if sum(bal) != num_layers:
-        raise PartitionError(
-            f"pipeline.balance={bal} sums to {sum(bal)} but the model has {num_layers} layers"
-        )
+        raise PartitionError("balance", bal, f"sums to {sum(bal)} but the model has {num_layers} layers")
     return bal
 
 
 def check_k(K: int, num_layers: int) -> None:
     """One-line error unless 1 <= K <= num_layers."""
     if K < 1:
-        raise PartitionError(f"pipeline.K={K} is invalid; allowed: an integer >= 1")
+        raise PartitionError("K", K, "is invalid; allowed: an integer >= 1")
     if K > num_layers:
-        raise PartitionError(
-            f"pipeline.K={K} exceeds the model's {num_layers} layers; allowed: 1..{num_layers}"
-        )
+        raise PartitionError("K", K, f"exceeds the model's {num_layers} layers; allowed: 1..{num_layers}")
 
 
 def cell_costs(costs: Sequence[float], balance: Sequence[int]) -> list[float]:
@@ -104,7 +100,7 @@ def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
     check_k(K, L)
     c = np.asarray(costs, dtype=np.float64)
     if np.any(~np.isfinite(c)) or np.any(c < 0):
-        raise PartitionError("layer costs must be finite and non-negative")
+        raise PartitionError("costs", list(costs), "must be finite and non-negative")
     prefix = np.concatenate([[0.0], np.cumsum(c)])
     if (L + 1) ** 2 * K > DP_LIMIT:
         return _bisect_partition(prefix, K)

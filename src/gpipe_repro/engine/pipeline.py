@@ -28,6 +28,7 @@ from . import comm
 from .batchnorm import commit as commit_batchnorm
 from .batchnorm import convert_batchnorm, recomputing
 from .checkpoint import restored_rng, save_rng, uses_remat
+from .errors import ArgumentError
 from .events import Recorder
 from .hostmem import apply_host_memory, check_host_memory
 from .memory import ActivationMeter
@@ -92,7 +93,7 @@ class Pipeline:
         host_memory: str = "retain",
     ) -> None:
         if M < 1:
-            raise ValueError(f"pipeline.M={M} is invalid; allowed: an integer >= 1")
+            raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
         uses_remat(checkpoint, 0, M)  # validates the mode
         check_host_memory(host_memory)
         self.topo = topology

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import ArgumentError
+
 __all__ = ["Action", "ScheduleName", "SCHEDULES", "stage_actions", "clock_table", "render", "bubble_fraction"]
 
 ScheduleName = Literal["gpipe", "1f1b"]
@@ -31,7 +33,7 @@ class Action:
 
 def _check(K: int, M: int, stage: int, name: str) -> None:
     if name not in SCHEDULES:
-        raise ValueError(f"pipeline.schedule={name!r} is unknown; allowed: {', '.join(SCHEDULES)}")
+        raise ArgumentError("schedule", name, f"is unknown; allowed: {', '.join(SCHEDULES)}")
     if K < 1 or M < 1 or not 0 <= stage < K:
         raise ValueError(f"invalid schedule arguments K={K}, M={M}, stage={stage}")
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .errors import ArgumentError
+
 __all__ = ["Topology", "init_topology", "single_process", "backend_for"]
 
 
@@ -74,9 +76,9 @@ def init_topology(K: int, replicas: int = 1, device: str = "cpu", timeout_s: flo
     the variables). ``world_size`` must equal K * replicas.
     """
     if K < 1:
-        raise ValueError(f"pipeline.K={K} is invalid; allowed: an integer >= 1")
+        raise ArgumentError("K", K, "is invalid; allowed: an integer >= 1")
     if replicas < 1:
-        raise ValueError(f"pipeline.replicas={replicas} is invalid; allowed: an integer >= 1")
+        raise ArgumentError("replicas", replicas, "is invalid; allowed: an integer >= 1")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world != K * replicas:

@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["COLUMNS", "load_rows", "write_report", "markdown_table", "console_table"]
 
-COLUMNS = ["job", "status", "model", "K", "M", "checkpoint", "schedule", "replicas", "balance",
+COLUMNS = ["job", "status", "source", "model", "K", "M", "checkpoint", "schedule", "replicas", "balance",
            "batch_size", "param_count", "throughput", "normalized_throughput", "step_time_s",
            "bubble_fraction", "bubble_ideal", "max_stage_memory_bytes", "stage_memory_bytes",
            "memory_source", "eval_accuracy", "final_loss", "error"]
@@ -27,7 +27,7 @@ def _row(job: str, m: dict[str, Any]) -> dict[str, Any]:
     ev = m.get("eval") or {}
     losses = m.get("losses") or []
     return {
-        "job": job, "status": m.get("status"), "model": (m.get("model") or {}).get("name"),
+        "job": job, "status": m.get("status"), "source": m.get("source"), "model": (m.get("model") or {}).get("name"),
         "K": pipe.get("K"), "M": pipe.get("M"), "checkpoint": pipe.get("checkpoint"),
         "schedule": pipe.get("schedule"), "replicas": pipe.get("replicas"),
         "balance": "-".join(str(b) for b in pipe.get("balance") or []) or None,

@@ -1,0 +1,104 @@
+"""The run's config schema: one dataclass per section, each option's type, default and doc stated once.
+
+Hydra composes ``conf/config.yaml`` over these (registered in ``config.store``); YAML files only choose
+options and override values. The model, data and optimiser sections are the chosen option's own
+dataclass (``models.MODELS``, ``data.DATASETS``, ``optim.OPTIMIZERS``). After validation
+(``config.validate``) the same objects are the typed run spec the runner and the ranks receive: plain,
+picklable dataclasses — config objects stop at the edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+from ..engine import CHECKPOINT_MODES, SCHEDULES
+from ..engine.cost import COST_KINDS
+from ..engine.hostmem import HOST_MEMORY_MODES
+from .options import opt
+
+__all__ = ["PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "RunConfig", "DEVICES",
+           "LOGGERS", "WANDB_MODES"]
+
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("wandb", "none")
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+@dataclass
+class PipelineConfig:
+    """GPipe itself (paper §2): K cells, M micro-batches, the schedule, rematerialisation."""
+
+    K: int = opt(1, "partitions (cells), one rank each", min=1)
+    M: int = opt(1, "micro-batches per mini-batch; must divide train.batch_size / replicas", min=1)
+    checkpoint: str = opt("except_last", "rematerialisation (paper §2.3; torchgpipe's name)",
+                          choices=CHECKPOINT_MODES)
+    schedule: str = opt("gpipe", "gpipe = fill-drain (the paper's), 1f1b = PipeDream-flush", choices=SCHEDULES)
+    balance: list[int] | None = opt(None, "layers per cell, e.g. [3,5]; null = exact min-max partition by "
+                                    "balance_by", allowed="null or a list of K layer counts, each >= 1")
+    balance_by: str = opt("params", "per-layer cost the partition balances", choices=COST_KINDS)
+    replicas: int = opt(1, "data-parallel copies of the pipeline (world size K * replicas)", min=1)
+    timeout_s: float = opt(300.0, "bound on every wait between ranks", min=1)
+    host_memory: str = opt("retain", "retain: CPU ranks keep freed memory between steps (no page-fault "
+                           "churn); system: leave malloc alone", choices=HOST_MEMORY_MODES)
+
+
+@dataclass
+class TrainConfig:
+    """The training loop."""
+
+    batch_size: int = opt(64, "the mini-batch N (global: split over pipeline.replicas)", min=1)
+    steps: int = opt(50, "optimiser steps", min=1)
+    warmup_steps: int | None = opt(None, "steps excluded from step_time_s; null = min(5, (steps - 1) // 2)",
+                                   min=0, allowed="null or an integer in 0..steps-1")
+    threads: int = opt(1, "torch intra-op threads per rank", min=1)
+    eval: bool = opt(True, "evaluate on the held-out split after training")
+    eval_batch_size: int = opt(256, "evaluation batch (rounded down to a multiple of M)", min=1)
+    progress: bool = opt(True, "a progress bar on the last stage")
+    trace_steps: int = opt(2, "steps kept in trace.json", min=1)
+
+    @property
+    def timed_from(self) -> int:
+        """The first step whose time counts (``warmup_steps``, resolved)."""
+        return self.warmup_steps if self.warmup_steps is not None else min(5, (self.steps - 1) // 2)
+
+
+@dataclass
+class LoggerConfig:
+    """wandb, offline by default (online mode hangs without a network); ``wandb sync`` uploads later."""
+
+    name: str = opt("wandb", "wandb or none", choices=LOGGERS)
+    project: str = opt("gpipe-repro", "wandb project")
+    mode: str = opt("${oc.env:WANDB_MODE,offline}", "offline | online | disabled (env WANDB_MODE wins)",
+                    choices=WANDB_MODES)
+    group: str | None = opt(None, "wandb group; null = the experiment, else the sweep folder")
+    name_format: str = opt("K{K}-M{M}", "run name, formatted with the pipeline's fields")
+
+
+@dataclass
+class SweepConfig:
+    """How ``gpipe-run -m`` treats a sweep folder."""
+
+    skip_done: bool = opt(False, "re-run only the jobs without an ok metrics.json in hydra.sweep.dir")
+
+
+@dataclass
+class RunConfig:
+    """The root: one run (one Hydra job)."""
+
+    model: Any = MISSING
+    data: Any = MISSING
+    optim: Any = MISSING
+    pipeline: PipelineConfig = opt(PipelineConfig())
+    train: TrainConfig = opt(TrainConfig())
+    logger: LoggerConfig = opt(LoggerConfig())
+    sweep: SweepConfig = opt(SweepConfig())
+    seed: int = opt(0, "seeds weights (per layer), data order and dropout", min=0)
+    device: str = opt("auto", "auto = cuda when available, else cpu", choices=DEVICES)
+    experiment_name: str | None = opt(None, "set by conf/experiment/*.yaml; names reports/<experiment_name>/")
+
+    @property
+    def world_size(self) -> int:
+        return self.pipeline.K * self.pipeline.replicas

@@ -1,0 +1,159 @@
+"""The ``metrics.json`` contract: what one run reports, as types.
+
+Every run writes one ``RunMetrics`` (``metrics.writer``), whichever launcher started it and whichever
+backend produced its numbers (``source``: measured by the engine, or simulated). Sweeps, reports and
+wandb read these keys and nothing else. ``docs/metrics.md`` and ``docs/metrics.schema.json`` are
+generated from these classes (``python -m gpipe_repro.metrics.docs``); a test keeps them in step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config.options import opt
+
+__all__ = ["STATUSES", "SOURCES", "StageMetrics", "EvalMetrics", "EnvInfo", "ModelInfo", "PipelineInfo",
+           "RunMetrics", "load_metrics", "to_json"]
+
+STATUSES = ("ok", "failed", "interrupted", "diverged")
+SOURCES = ("measured", "simulated")
+MEMORY_SOURCES = ("accounted", "cuda_allocator", "planned")
+
+
+@dataclass
+class StageMetrics:
+    """One pipeline stage (of replica 0)."""
+
+    stage: int = opt(0, "stage index k (0 = first)")
+    layers: int = opt(0, "layers in this stage's cell")
+    layer_names: list[str] = opt([], "the cell's layer types, in order")
+    param_count: int = opt(0, "parameters of the cell")
+    param_bytes: int = opt(0, "bytes of the cell's parameters")
+    grad_bytes: int = opt(0, "bytes of their gradients")
+    optimizer_bytes: int = opt(0, "bytes of the optimiser's state for them")
+    activation_bytes: int = opt(0, "peak bytes saved for backward plus boundary buffers, over a step")
+    peak_memory_bytes: int = opt(0, "the stage's peak memory: the CUDA allocator's peak where there is one, "
+                                 "else accounted_memory_bytes")
+    accounted_memory_bytes: int = opt(0, "param + grad + optimizer + activation bytes")
+    memory_source: str = opt("accounted", "what peak_memory_bytes is", choices=MEMORY_SOURCES)
+    busy_s: float = opt(0.0, "median seconds per step computing (forward, backward, recompute)")
+
+
+@dataclass
+class EvalMetrics:
+    """Evaluation on the held-out split after training (through the pipeline, running statistics)."""
+
+    accuracy: float | None = opt(None, "share of correct predictions (tokens for sequence models)")
+    loss: float | None = opt(None, "mean loss per sample")
+    samples: int = opt(0, "samples evaluated")
+    bleu: float | None = opt(None, "corpus BLEU (translation)")
+    bleu_signature: str | None = opt(None, "sacrebleu's signature of the BLEU score")
+
+
+@dataclass
+class EnvInfo:
+    """Where the numbers came from."""
+
+    torch: str = opt("", "torch version")
+    python: str = opt("", "Python version")
+    host: str = opt("", "host name")
+    git_commit: str | None = opt(None, "the project's commit")
+    device_names: list[str] = opt([], "the devices the ranks ran on (CPU model or CUDA device names)")
+    threads_per_rank: int | None = opt(None, "torch intra-op threads per rank")
+    host_memory: list[str] = opt([], "each rank's host allocator setting in effect")
+    launcher: str = opt("local", "local, torchrun, submitit or sim")
+
+
+@dataclass
+class ModelInfo:
+    name: str = opt("", "the model option (model=...)")
+    param_count: int | None = opt(None, "parameters of the whole model")
+    config: dict[str, Any] = opt({}, "the model's options")
+
+
+@dataclass
+class PipelineInfo:
+    K: int = opt(1, "partitions")
+    M: int = opt(1, "micro-batches")
+    checkpoint: str = opt("except_last", "rematerialisation mode")
+    schedule: str = opt("gpipe", "schedule")
+    balance: list[int] | None = opt(None, "layers per stage as run (null when the run failed before partitioning)")
+    balance_by: str = opt("params", "the per-layer cost the partition balanced")
+    replicas: int = opt(1, "data-parallel replicas")
+
+
+@dataclass
+class RunMetrics:
+    """One run (one Hydra job). Written also when the run fails or is interrupted."""
+
+    status: str = opt("ok", "ok, failed, interrupted (SIGINT/SIGTERM; what was measured so far is kept) "
+                      "or diverged (the loss became non-finite or exploded)", choices=STATUSES)
+    source: str = opt("measured", "measured by the engine, or simulated", choices=SOURCES)
+    error: str | None = opt(None, "one-line message when status is not ok")
+    model: ModelInfo | None = opt(None, "the model")
+    data: dict[str, Any] | None = opt(None, "the dataset's options")
+    pipeline: PipelineInfo | None = opt(None, "the pipeline as run")
+    optim: dict[str, Any] | None = opt(None, "the optimiser's options")
+    batch_size: int | None = opt(None, "the mini-batch N")
+    steps: int | None = opt(None, "optimiser steps asked for")
+    warmup_steps: int | None = opt(None, "steps excluded from step_time_s")
+    seed: int | None = opt(None, "the run's seed")
+    device: str | None = opt(None, "cpu or cuda")
+    world_size: int | None = opt(None, "ranks: K * replicas")
+    experiment: str | None = opt(None, "the experiment (conf/experiment/<name>.yaml)")
+    losses: list[float | None] = opt([], "the loss of every optimiser step run, full precision "
+                                     "(null where it was not finite)")
+    step_time_s: float | None = opt(None, "median step time over the timed steps (slowest rank per step)")
+    step_times_s: list[float] = opt([], "every step's time (slowest rank)")
+    throughput: float | None = opt(None, "samples per second, from step_time_s")
+    tokens_per_s: float | None = opt(None, "tokens per second (sequence models)")
+    bubble_fraction: float | None = opt(None, "measured share of stage time idle inside a step")
+    bubble_ideal: float | None = opt(None, "(K-1)/(M+K-1), GPipe §2.3")
+    stages: list[StageMetrics] = opt([], "one per stage")
+    layer_costs: list[float] = opt([], "the per-layer costs the partition used")
+    eval: EvalMetrics | None = opt(None, "evaluation after training, when it ran")
+    hardware: dict[str, Any] | None = opt(None, "the hardware profile of a simulated run")
+    env: EnvInfo = opt(EnvInfo(), "the environment")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["losses"] = [x if x is not None and math.isfinite(x) else None for x in self.losses]
+        return d
+
+
+def to_json(m: RunMetrics) -> str:
+    return json.dumps(m.to_dict(), indent=2, allow_nan=False, default=str)
+
+
+def _build(cls: Any, d: Any) -> Any:
+    from dataclasses import fields, is_dataclass
+
+    if d is None:
+        return None
+    kw = {}
+    for f in fields(cls):
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        t = str(f.type)
+        sub = {"StageMetrics": StageMetrics, "EvalMetrics": EvalMetrics, "EnvInfo": EnvInfo,
+               "ModelInfo": ModelInfo, "PipelineInfo": PipelineInfo}
+        for name, c in sub.items():
+            if t.startswith(name):
+                v = _build(c, v)
+            elif t == f"list[{name}]":
+                v = [_build(c, x) for x in v]
+        kw[f.name] = v
+    unknown = set(d) - {f.name for f in fields(cls)}
+    if unknown and is_dataclass(cls):
+        raise ValueError(f"unknown {cls.__name__} keys: {', '.join(sorted(unknown))}")
+    return cls(**kw)
+
+
+def load_metrics(path: Path) -> RunMetrics:
+    """Read a metrics.json back into its type (raises ValueError for a file that breaks the contract)."""
+    return _build(RunMetrics, json.loads(Path(path).read_text()))

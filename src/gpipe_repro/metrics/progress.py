@@ -1,0 +1,95 @@
+"""The live record of a run: one JSON line per optimiser step, written by the last stage as it goes.
+
+``progress.jsonl`` in the run's folder is how a run's numbers leave the ranks while it runs: the
+process that owns the run (``gpipe-run``, or rank 0 under torchrun) follows it to log to wandb live
+(``Follower``), and when a run is interrupted or a rank dies, the steps it finished are still there
+(``read_progress``) for the ``interrupted`` metrics.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["StepRecord", "ProgressWriter", "Follower", "read_progress", "PROGRESS_FILE"]
+
+PROGRESS_FILE = "progress.jsonl"
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: float | None  # None where the loss was not finite
+    step_time_s: float  # this stage's wall time for the step, batch draw included
+    samples_per_s: float
+    tokens_per_s: float | None = None
+
+
+class ProgressWriter:
+    """Appends records; each line is flushed so a follower (or a post-mortem) sees it at once."""
+
+    def __init__(self, path: Path, *, start_fresh: bool = True) -> None:
+        self.path = path
+        if start_fresh and path.exists():
+            path.unlink()
+
+    def write(self, rec: StepRecord) -> None:
+        d = asdict(rec)
+        if d["loss"] is not None and not math.isfinite(d["loss"]):
+            d["loss"] = None
+        with self.path.open("a") as f:
+            f.write(json.dumps(d) + "\n")
+
+
+def read_progress(path: Path) -> list[StepRecord]:
+    """Every complete line (a torn last line from a killed writer is skipped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(StepRecord(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return out
+
+
+class Follower:
+    """Calls ``on_record`` for each new line of ``path`` from a background thread, until ``stop``."""
+
+    def __init__(self, path: Path, on_record: Callable[[StepRecord], Any], interval_s: float = 0.2) -> None:
+        self.path, self.on_record, self.interval_s = path, on_record, interval_s
+        self._seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="progress-follower", daemon=True)
+
+    def __enter__(self) -> Follower:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _poll(self) -> None:
+        recs = read_progress(self.path)
+        for rec in recs[self._seen:]:
+            try:
+                self.on_record(rec)
+            except Exception:  # noqa: BLE001 - a logging failure must never stop the run
+                pass
+        self._seen = max(self._seen, len(recs))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._poll()
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._poll()  # what arrived since the last poll

@@ -1,0 +1,91 @@
+"""Optimisers by name: each option's config (the ``optim.*`` keys) and how to build it for a stage.
+
+Every stage builds its own optimiser over its own parameters; since the engine leaves every stage's
+gradients equal to the full mini-batch's, one step per stage is GPipe's synchronous update (§2.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .config.options import opt
+from .errors import UserError
+
+__all__ = ["RMSpropConfig", "SGDConfig", "AdamConfig", "OptimSpec", "OPTIMIZERS", "build_optimizer"]
+
+
+@dataclass
+class RMSpropConfig:
+    """The paper's optimiser (weights + grads + one running average: 12 bytes per parameter)."""
+
+    name: str = "rmsprop"
+    lr: float = opt(1e-3, "learning rate", min=0)
+    alpha: float = opt(0.9, "decay of the running average of squared gradients", min=0, max=1)
+    eps: float = opt(1e-8, "added to the denominator", min=0)
+    momentum: float = opt(0.0, "momentum", min=0)
+    weight_decay: float = opt(0.0, "L2 penalty", min=0)
+
+
+@dataclass
+class SGDConfig:
+    """Stochastic gradient descent with momentum."""
+
+    name: str = "sgd"
+    lr: float = opt(0.05, "learning rate", min=0)
+    momentum: float = opt(0.9, "momentum", min=0)
+    weight_decay: float = opt(0.0, "L2 penalty", min=0)
+
+
+@dataclass
+class AdamConfig:
+    """Adam."""
+
+    name: str = "adam"
+    lr: float = opt(1e-3, "learning rate", min=0)
+    betas: list[float] = opt([0.9, 0.999], "decay rates of the two moment estimates",
+                             allowed="two numbers [beta1, beta2], each in [0, 1)")
+    eps: float = opt(1e-8, "added to the denominator", min=0)
+    weight_decay: float = opt(0.0, "L2 penalty", min=0)
+
+
+def _rmsprop(params: Iterable[Any], c: RMSpropConfig) -> torch.optim.Optimizer:
+    return torch.optim.RMSprop(params, lr=c.lr, alpha=c.alpha, eps=c.eps, momentum=c.momentum,
+                               weight_decay=c.weight_decay)
+
+
+def _sgd(params: Iterable[Any], c: SGDConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay)
+
+
+def _adam(params: Iterable[Any], c: AdamConfig) -> torch.optim.Optimizer:
+    b1, b2 = c.betas
+    return torch.optim.Adam(params, lr=c.lr, betas=(b1, b2), eps=c.eps, weight_decay=c.weight_decay)
+
+
+def _check_betas(c: AdamConfig) -> None:
+    b = list(c.betas)
+    if len(b) != 2 or not all(0.0 <= float(v) < 1.0 for v in b):
+        raise UserError(f"optim.betas={b} is invalid; allowed: two numbers [beta1, beta2], each in [0, 1)")
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    name: str
+    config: type
+    build: Callable[[Iterable[Any], Any], torch.optim.Optimizer]
+    check: Callable[[Any], None] | None = None  # checks beyond each field's own bounds
+
+
+OPTIMIZERS: dict[str, OptimSpec] = {
+    "rmsprop": OptimSpec("rmsprop", RMSpropConfig, _rmsprop),
+    "sgd": OptimSpec("sgd", SGDConfig, _sgd),
+    "adam": OptimSpec("adam", AdamConfig, _adam, _check_betas),
+}
+
+
+def build_optimizer(params: Iterable[Any], cfg: Any) -> torch.optim.Optimizer:
+    return OPTIMIZERS[cfg.name].build(params, cfg)

@@ -1,0 +1,309 @@
+"""One rank of one run: build this stage, train it, report what it measured.
+
+The same function runs in ``gpipe-run``'s own process (K = 1), in the ranks ``gpipe-run`` starts, under
+``torchrun`` and as a SLURM task: rank and world size come from the environment (``init_topology``).
+It reads straight through — build, train, report — and returns a ``RankResult``; the runner merges the
+ranks' results into ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .config import RunConfig
+from .config.validate import engine_error
+from .data import DataInfo, Dataset, get_data
+from .engine import (
+    ArgumentError,
+    Pipeline,
+    Topology,
+    balance_by_cost,
+    check_balance,
+    init_topology,
+    stage_slice,
+)
+from .engine.cost import layer_costs
+from .engine.memory import grad_bytes, optimizer_bytes, param_bytes
+from .errors import UserError
+from .metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
+from .models import ModelSpec, get_model, materialize
+from .optim import build_optimizer
+
+__all__ = ["Plan", "RankContext", "RankResult", "run_rank", "plan_model", "DIVERGED"]
+
+# Events of this many last steps feed the measured bubble (a median over them); trace.json keeps
+# train.trace_steps of them.
+BUBBLE_STEPS = 8
+DIVERGED = "the loss diverged"
+
+
+@dataclass
+class Plan:
+    """The model as a plan: its layers on the meta device (no memory) and the data's shapes."""
+
+    model: ModelSpec
+    info: DataInfo
+    layers: list[nn.Module]
+
+
+def plan_model(spec: RunConfig) -> Plan:
+    """Build the model on ``meta`` and check K and balance against its layers (UserError)."""
+    model = get_model(spec.model.name)
+    info = spec.data.info()
+    with torch.device("meta"):
+        layers = model.layers(info, spec.model)
+    from .engine.partition import check_k
+
+    try:
+        check_k(spec.pipeline.K, len(layers))
+        if spec.pipeline.balance is not None:
+            check_balance(spec.pipeline.balance, len(layers))
+    except ArgumentError as err:
+        raise engine_error(err) from None
+    return Plan(model, info, layers)
+
+
+@dataclass
+class RankContext:
+    """What a rank gets besides the spec: where the run's folder is, and (in-process) the plan."""
+
+    out_dir: Path | None = None
+    plan: Plan | None = None
+    gather: bool = False  # torchrun/SLURM: rank 0 gathers every rank's result
+
+
+@dataclass
+class RankResult:
+    rank: int
+    stage: int
+    replica: int
+    balance: list[int]
+    costs: list[float]
+    layer_names: list[str]
+    param_count: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+    cuda_peak_bytes: int | None
+    losses: list[float]
+    step_times: list[float]
+    events: list[dict[str, Any]]
+    eval: dict[str, Any] | None
+    threads: int
+    device_name: str
+    host_memory: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_rank(spec: RunConfig, ctx: RankContext) -> Any:
+    """Run one rank. With ``ctx.gather`` rank 0 returns every rank's result (others None)."""
+    torch.set_num_threads(spec.train.threads)
+    topo = init_topology(spec.pipeline.K, spec.pipeline.replicas, spec.device, spec.pipeline.timeout_s)
+    stage = _build(spec, topo, ctx.plan or plan_model(spec))
+    losses, step_times = _train(spec, topo, stage, ctx.out_dir)
+    result = _report(spec, topo, stage, losses, step_times)
+    if ctx.gather and topo.distributed:
+        out: list[Any] | None = [None] * topo.world_size if topo.rank == 0 else None
+        dist.gather_object(result, out, dst=0)
+        return out
+    return [result] if ctx.gather else result
+
+
+# ------------------------------------------------------------------------------------------ build
+@dataclass
+class _Stage:
+    plan: Plan
+    pipe: Pipeline
+    opt: torch.optim.Optimizer
+    data: Dataset | None
+    balance: list[int]
+    costs: list[float]
+    names: list[str]
+
+
+def _balance(spec: RunConfig, topo: Topology, plan: Plan) -> tuple[list[int], list[float]]:
+    """The explicit balance, or the exact min-max partition of the chosen per-layer cost."""
+    p = spec.pipeline
+    mb = spec.train.batch_size // p.replicas // p.M
+    try:
+        if p.balance_by in ("params", "flops"):  # countable on the meta layers: no memory, same on every rank
+            costs = layer_costs(plan.layers, plan.info.example(mb, "meta"), p.balance_by)
+        elif topo.rank == 0:  # measured on real copies; rank 0 decides, everyone follows
+            real = materialize([_copy(m) for m in plan.layers], spec.seed)
+            costs = layer_costs(real, plan.info.example(mb), p.balance_by)
+        else:
+            costs = []
+        if topo.distributed and p.balance_by not in ("params", "flops"):
+            box: list[Any] = [costs]
+            dist.broadcast_object_list(box, src=0)
+            costs = box[0]
+        balance = list(p.balance) if p.balance is not None else balance_by_cost(costs, p.K)
+    except ArgumentError as err:
+        raise engine_error(err) from None
+    return balance, costs
+
+
+def _copy(m: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(m)
+
+
+def _build(spec: RunConfig, topo: Topology, plan: Plan) -> _Stage:
+    balance, costs = _balance(spec, topo, plan)
+    sl = stage_slice(balance, topo.stage)
+    # Only this stage's layers get memory; each is initialised from its global index, so the
+    # weights (and the losses) are the same whatever K is.
+    mine = materialize(plan.layers[sl], spec.seed, first_index=sl.start)
+    pipe = Pipeline(mine, topo, M=spec.pipeline.M, schedule=spec.pipeline.schedule,
+                    checkpoint=spec.pipeline.checkpoint, loss_fn=plan.model.loss_fn,
+                    host_memory=spec.pipeline.host_memory)
+    opt = build_optimizer(pipe.parameters(), spec.optim)
+    # Only the first stage needs inputs and only the last needs targets: nobody else loads data.
+    data = get_data(spec.data.name).build(spec.data) if topo.is_first or topo.is_last else None
+    torch.manual_seed(spec.seed)  # the dropout streams
+    return _Stage(plan, pipe, opt, data, balance, costs, [type(m).__name__ for m in mine])
+
+
+# ------------------------------------------------------------------------------------------ train
+def _shard(x: Any, replica: int, replicas: int) -> Any:
+    """This replica's share of a global batch (a tensor or a tuple of tensors)."""
+    if x is None or replicas == 1:
+        return x
+    if isinstance(x, tuple):
+        return tuple(_shard(t, replica, replicas) for t in x)
+    n = x.shape[0] // replicas
+    return x[replica * n : (replica + 1) * n]
+
+
+def _train(spec: RunConfig, topo: Topology, st: _Stage, out_dir: Path | None) -> tuple[list[float], list[float]]:
+    t, p = spec.train, spec.pipeline
+    reporter = topo.is_last and topo.replica == 0  # the rank that knows the loss speaks for the run
+    progress = ProgressWriter(out_dir / PROGRESS_FILE) if reporter and out_dir is not None else None
+    bar = _progress_bar(spec) if reporter else None
+    batches = (st.data.batches(0, t.batch_size, spec.seed, multiple_of=p.M * p.replicas,
+                               need_inputs=topo.is_first)
+               if st.data is not None else None)
+    tokens = st.plan.info.tokens_per_sample
+    losses: list[float] = []
+    step_times: list[float] = []
+    for step in range(t.steps):
+        # The timer covers drawing the batch: on the first and last stages it is part of a step's cost.
+        t0 = time.perf_counter()
+        x, y = next(batches) if batches is not None else (None, None)
+        loss = st.pipe.train_step(_shard(x, topo.replica, p.replicas) if topo.is_first else None,
+                                  _shard(y, topo.replica, p.replicas) if topo.is_last else None)
+        st.opt.step()
+        # Keep the .grad tensors allocated: the engine accumulates into them over the M micro-batches
+        # of the next step, and DDP's reducer holds views of them in its buckets.
+        st.opt.zero_grad(set_to_none=False)
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        if loss is None:
+            continue
+        losses.append(loss)
+        if progress is not None:
+            progress.write(StepRecord(step, loss, dt, t.batch_size / dt, t.batch_size * tokens / dt if tokens else None))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}")
+        if not math.isfinite(loss) or (len(losses) > 1 and loss > 1e4 * max(abs(losses[0]), 1.0)):
+            # Ends the run (the other ranks are stopped by the launcher); reported as diverged.
+            raise UserError(f"{DIVERGED} at step {step}: loss {loss:.4g} (first {losses[0]:.4g}); "
+                            f"lower optim.lr={spec.optim.lr}")
+    if bar is not None:
+        bar.close()
+    return losses, step_times
+
+
+def _progress_bar(spec: RunConfig) -> Any:
+    if not spec.train.progress or spec.train.steps < 2 or os.environ.get("GPIPE_PROGRESS", "1") == "0":
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=spec.train.steps, desc=f"K={spec.pipeline.K} M={spec.pipeline.M}", unit="step", leave=False)
+
+
+# ------------------------------------------------------------------------------------------ report
+def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], step_times: list[float]) -> RankResult:
+    ev = _evaluate(spec, topo, st) if spec.train.eval else None
+    keep_from = max(spec.train.timed_from, spec.train.steps - max(spec.train.trace_steps, BUBBLE_STEPS))
+    dev = topo.device
+    pipe = st.pipe
+    return RankResult(
+        rank=topo.rank, stage=topo.stage, replica=topo.replica, balance=st.balance, costs=st.costs,
+        layer_names=st.names, param_count=sum(p.numel() for p in pipe.parameters()),
+        param_bytes=param_bytes(pipe.cell), grad_bytes=grad_bytes(pipe.cell),
+        optimizer_bytes=optimizer_bytes(st.opt, pipe.parameters()),
+        activation_bytes=pipe.peak_activation_bytes,
+        cuda_peak_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
+        losses=losses, step_times=step_times,
+        events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from], eval=ev,
+        threads=torch.get_num_threads(), host_memory=pipe.host_memory,
+        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
+    )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+@torch.no_grad()
+def _evaluate(spec: RunConfig, topo: Topology, st: _Stage) -> dict[str, Any] | None:
+    """Accuracy and loss on the evaluation split, through the pipeline (running BN statistics).
+
+    Every replica evaluates the whole split; the last batch is padded to a multiple of M and the
+    padding is ignored. Only the first stage has the inputs, so it tells the others how many there are."""
+    es = st.data.eval_set() if st.data is not None else None
+    n_eval = [0 if es is None else int(es[0][0].shape[0] if isinstance(es[0], tuple) else es[0].shape[0])]
+    if topo.distributed:
+        dist.broadcast_object_list(n_eval, src=0)
+    if n_eval[0] == 0:
+        return None
+    M = spec.pipeline.M
+    B = max(M, spec.train.eval_batch_size // M * M)
+    correct = total = 0
+    loss_sum = 0.0
+    for i in range(0, n_eval[0], B):
+        n = min(B, n_eval[0] - i)
+        xb = _pad(_rows(es[0], i, i + n), (-n) % M) if topo.is_first and es is not None else None
+        out = st.pipe.forward(xb)
+        if topo.is_last and es is not None:
+            yb = es[1][i : i + n]
+            logits = out[:n].float().cpu()  # type: ignore[index,union-attr]
+            c, t_ = st.plan.model.correct(logits, yb)
+            correct, total = correct + c, total + t_
+            loss_sum += float(st.plan.model.loss_fn(logits, yb)) * n
+    if not topo.is_last:
+        return None
+    return {"accuracy": correct / max(total, 1), "loss": loss_sum / n_eval[0], "samples": n_eval[0]}
+
+
+def _rows(x: Any, a: int, b: int) -> Any:
+    return tuple(t[a:b] for t in x) if isinstance(x, tuple) else x[a:b]
+
+
+def _pad(x: Any, pad: int) -> Any:
+    if not pad:
+        return x
+    if isinstance(x, tuple):
+        return tuple(_pad(t, pad) for t in x)
+    return torch.cat([x, x[:1].expand(pad, *x.shape[1:])])

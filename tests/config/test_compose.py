@@ -1,0 +1,86 @@
+"""The command line before anything runs, every experiment's whole sweep, and the option reference."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose as hydra_compose
+from omegaconf import OmegaConf
+
+from gpipe_repro.config.compose import CONF_DIR, _hydra, compose, preflight, to_spec
+from gpipe_repro.config.docs import markdown
+from gpipe_repro.rank import plan_model
+from gpipe_repro.runner import run
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [(["data=imagenet"], "data=imagenet is not a data config; allowed: "),
+     (["pipeline.nope=1"], "pipeline.nope is not a config key"),
+     (["pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
+     (["+pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
+     (["+pipeline.k=2"], "pipeline.k is not a config key; did you mean pipeline.K?"),
+     (["pipeline.K=abc"], "pipeline.K='abc' is not an integer; allowed: an integer >= 1"),
+     (["-m", "pipeline.K=1,abc"], "pipeline.K='abc' is not an integer"),
+     (["optim=adam", "optim.betas=abc"], "optim.betas='abc' is not a list"),
+     (["optim.betas=[0.9,0.99]"], "optim.betas is not a key of optim=rmsprop; optim=adam has it"),
+     (["model=tuplenet", "model.chanels=3"], "model.chanels is not a key of model=tuplenet; did you mean model.channels?"),
+     (["train.eval=maybe"], "train.eval='maybe' is not a boolean"),
+     (["hydra/launcher=nonexistent"], "hydra/launcher=nonexistent is not a hydra/launcher config; allowed: basic"),
+     (["pipeline.K=[1"], "")],
+)
+def test_preflight_names_the_mistake_in_one_line(argv, message):
+    err = preflight(argv)
+    assert err is not None and message in err and "\n" not in err
+
+
+def test_preflight_accepts_good_command_lines():
+    assert preflight(["pipeline.K=2", "model=tuplenet"]) is None
+    assert preflight(["-m", "pipeline.K=1,2", "pipeline.M=1,2", "pipeline=1f1b"]) is None
+    assert preflight(["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2"]) is None
+
+
+def _sweep(name: str) -> list[list[str]]:
+    """The jobs an experiment declares: the cartesian product of its hydra.sweeper.params."""
+    with _hydra():
+        cfg = hydra_compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params) or {}
+    axes = [[f"{k}={v.strip()}" for v in str(vals).split(",")] for k, vals in params.items()]
+    return [[f"experiment={name}", *job] for job in itertools.product(*axes)] if axes else [[f"experiment={name}"]]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_job_of_every_experiment_composes_and_validates(name):
+    jobs = _sweep(name)
+    assert jobs
+    for job in jobs:
+        spec = compose(job, cuda_available=False)
+        assert spec.experiment_name == name
+        plan_model(spec)  # K and balance against the model's layers, on the meta device
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_runs_two_steps(name, tmp_path):
+    spec = compose([f"experiment={name}", "logger=none", "train.steps=2", "train.warmup_steps=1",
+                    "train.progress=false", "train.eval=false", "pipeline.K=1"], cuda_available=False)
+    m = run(spec, tmp_path)
+    assert m.status == "ok", m.error
+    assert len(m.losses) == 2
+
+
+def test_to_spec_gives_typed_sections():
+    with _hydra():
+        cfg = hydra_compose("config", overrides=["model=amoebanet_d", "pipeline=1f1b"])
+    spec = to_spec(cfg, cuda_available=False)
+    assert type(spec.model).__name__ == "AmoebaNetDConfig" and spec.model.L == 6
+    assert spec.pipeline.schedule == "1f1b" and spec.device == "cpu"
+
+
+def test_option_reference_is_generated_from_the_schema():
+    assert (ROOT / "docs" / "config.md").read_text() == markdown(), \
+        "docs/config.md is stale: python -m gpipe_repro.config.docs --out docs"

@@ -1,0 +1,47 @@
+"""The metrics.json contract: types, the generated JSON Schema and page, strict reading back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpipe_repro.config.compose import compose
+from gpipe_repro.metrics.contract import RunMetrics, StageMetrics, load_metrics, to_json
+from gpipe_repro.metrics.schema import json_schema, markdown, validate
+from gpipe_repro.metrics.summary import base_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_published_schema_and_page_are_generated_from_the_types():
+    assert json.loads((ROOT / "docs" / "metrics.schema.json").read_text()) == json_schema(), \
+        "docs/metrics.schema.json is stale: python -m gpipe_repro.metrics.schema --out docs"
+    assert (ROOT / "docs" / "metrics.md").read_text() == markdown()
+
+
+def test_a_run_before_it_runs_fits_the_schema_and_reads_back(tmp_path):
+    m = base_metrics(compose(["pipeline.K=2", "pipeline.M=4"], cuda_available=False))
+    m.losses = [2.3, float("nan"), 2.1]
+    m.stages = [StageMetrics(stage=0, layers=3)]
+    doc = json.loads(to_json(m))
+    validate(doc, json_schema())
+    assert doc["losses"] == [2.3, None, 2.1]  # not finite -> null: valid JSON
+    (tmp_path / "metrics.json").write_text(to_json(m))
+    back = load_metrics(tmp_path / "metrics.json")
+    assert back.pipeline.K == 2 and back.stages[0].layers == 3 and back.model.name == "mlp"
+
+
+def test_the_schema_rejects_what_breaks_the_contract():
+    doc = json.loads(to_json(RunMetrics()))
+    for bad, where in [({**doc, "status": "fine"}, "status"), ({**doc, "extra": 1}, "unexpected extra"),
+                       ({**doc, "losses": ["x"]}, "losses[0]"), ({k: v for k, v in doc.items() if k != "env"}, "env")]:
+        with pytest.raises(ValueError, match=where.replace("[", r"\[").replace("]", r"\]")):
+            validate(bad, json_schema())
+
+
+def test_reading_back_rejects_unknown_keys(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({"status": "ok", "surprise": 1}))
+    with pytest.raises(ValueError, match="unknown RunMetrics keys: surprise"):
+        load_metrics(tmp_path / "metrics.json")
