@@ -22,9 +22,11 @@ def test_1f1b_picture():
 
 
 def test_stage_0_ends_after_the_fill_drain_length():
-    # Stage 0 runs the last backward, B0, ending at (M + K - 1) * (F + B) units for both schedules.
+    # Stage 0 runs the step's last backward (B0 in gpipe, B(M-1) in 1f1b), ending at
+    # (M + K - 1) * (F + B) units for both schedules.
     for name in ("gpipe", "1f1b"):
         for K, M in [(1, 3), (2, 2), (4, 3), (5, 8)]:
             row = render(name, K, M).splitlines()[0].removeprefix("stage 0: ")
-            assert row.endswith("B0  B0")
+            last = "B0" if name == "gpipe" else f"B{M - 1}"
+            assert row.endswith(f"{last:<4}{last}")
             assert len(row) == 4 * (M + K - 1) * 3 - 2  # the last 4-character cell loses its padding
