@@ -29,4 +29,5 @@ def test_stage_0_ends_after_the_fill_drain_length():
             row = render(name, K, M).splitlines()[0].removeprefix("stage 0: ")
             last = "B0" if name == "gpipe" else f"B{M - 1}"
             assert row.endswith(f"{last:<4}{last}")
-            assert len(row) == 4 * (M + K - 1) * 3 - 2  # the last 4-character cell loses its padding
+            # 4 characters per unit; the last cell loses its 2 trailing spaces
+            assert len(row) == 4 * (M + K - 1) * 3 - 2

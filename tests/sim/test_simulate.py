@@ -14,8 +14,13 @@ FREE = Link(latency_s=0.0, bandwidth_Bps=math.inf)
 
 
 def stage(f, b, out=0, nograd=None, update=0.0):
-    return StageCost(forward_s=f, forward_nograd_s=f if nograd is None else nograd, backward_s=b,
-                     out_bytes=out, update_s=update)
+    return StageCost(
+        forward_s=f,
+        forward_nograd_s=f if nograd is None else nograd,
+        backward_s=b,
+        out_bytes=out,
+        update_s=update,
+    )
 
 
 def test_balanced_fill_drain_is_closed_form():
@@ -62,17 +67,24 @@ def _check_order(r, K, M, name, checkpoint, link, stages):
             comp[key] = e
     for k in range(K):
         order = [e for e in r.events if e.stage == k and e.action in ("forward", "backward")]
-        assert [Action("F" if e.action == "forward" else "B", e.mb) for e in order] == \
-            stage_actions(name, K, M, k)
+        assert [
+            Action("F" if e.action == "forward" else "B", e.mb) for e in order
+        ] == stage_actions(name, K, M, k)
         assert all(a.end <= b.start + 1e-12 for a, b in zip(order, order[1:]))
         for m in range(M):
             assert ((k, "recompute", m) in comp) == uses_remat(checkpoint, m, M)
             f, b = comp[(k, "forward", m)], comp[(k, "backward", m)]
             assert f.end <= b.start
             if k > 0:  # the activation left stage k-1 after its forward and crossed the link
-                assert f.start >= comp[(k - 1, "forward", m)].end + link.time(stages[k - 1].out_bytes) - 1e-12
+                assert (
+                    f.start
+                    >= comp[(k - 1, "forward", m)].end + link.time(stages[k - 1].out_bytes) - 1e-12
+                )
             if k < K - 1:
-                assert b.start >= comp[(k + 1, "backward", m)].end + link.time(stages[k].out_bytes) - 1e-12
+                assert (
+                    b.start
+                    >= comp[(k + 1, "backward", m)].end + link.time(stages[k].out_bytes) - 1e-12
+                )
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
@@ -110,8 +122,9 @@ def test_remat_adds_exactly_the_recompute():
     never = simulate(K, M, "gpipe", "never", stages, FREE)
     for mode, n in (("always", M), ("except_last", M - 1)):
         r = simulate(K, M, "gpipe", mode, stages, FREE)
-        assert [a - b for a, b in zip(r.busy_s, never.busy_s)] == \
-            pytest.approx([n * s.forward_s for s in stages])
+        assert [a - b for a, b in zip(r.busy_s, never.busy_s)] == pytest.approx(
+            [n * s.forward_s for s in stages]
+        )
 
 
 def test_remat_forward_uses_the_nograd_cost():
@@ -145,8 +158,9 @@ def test_transfers_add_latency_and_bytes_on_the_critical_path(busy):
 def test_one_transfer_per_direction_at_a_time():
     # Slow link, fast compute, overlapped sends: activations queue on the link k -> k+1.
     link = Link(latency_s=1.0, bandwidth_Bps=math.inf)
-    r = simulate(2, 3, "gpipe", "never", [stage(0.1, 0.1, out=1), stage(0.1, 0.1)], link,
-                 sender_busy=False)
+    r = simulate(
+        2, 3, "gpipe", "never", [stage(0.1, 0.1, out=1), stage(0.1, 0.1)], link, sender_busy=False
+    )
     arrivals = [e.end for e in r.events if e.stage == 1 and e.action == "wait"][:3]
     assert arrivals == pytest.approx([1.1, 2.1, 3.1])
 
@@ -173,10 +187,10 @@ def test_events_are_engine_events_and_make_an_engine_trace():
     link = Link(latency_s=0.001, bandwidth_Bps=1e6)
     r = simulate(3, 4, "1f1b", "except_last", [stage(1.0, 2.0, out=100)] * 3, link)
     assert all(isinstance(e, Event) for e in r.events)
-    assert {f.name for f in dataclasses.fields(r.events[0])} == \
-        {"action", "mb", "start", "end", "stage", "replica", "step"}
-    assert {e.action for e in r.events} == \
-        {"forward", "backward", "recompute", "send", "wait", "step", "update"}
+    fields = {f.name for f in dataclasses.fields(r.events[0])}
+    assert fields == {"action", "mb", "start", "end", "stage", "replica", "step"}
+    actions = {e.action for e in r.events}
+    assert actions == {"forward", "backward", "recompute", "send", "wait", "step", "update"}
     trace = chrome_trace(r.events)
     spans = [t for t in trace["traceEvents"] if t["ph"] == "X"]
     assert len(spans) == len(r.events)
