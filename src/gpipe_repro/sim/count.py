@@ -154,7 +154,7 @@ def _like(
 def count_layers(
     layers: Sequence[nn.Module],
     sample: Batch,
-    loss_fn: Callable[[Batch], torch.Tensor] | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
     memo: bool = True,
 ) -> list[LayerCount]:
     """Count every layer at the batch of ``sample`` (meta tensors; dim 0 is the batch).
