@@ -1,4 +1,5 @@
 import dataclasses
+import importlib
 import math
 
 import pytest
@@ -6,9 +7,11 @@ import pytest
 from gpipe_repro.engine.checkpoint import uses_remat
 from gpipe_repro.engine.events import Event, chrome_trace
 from gpipe_repro.engine.schedule import Action, bubble_fraction, stage_actions
-from gpipe_repro.sim import simulate as sim_module
 from gpipe_repro.sim.costs import Link, StageCost
 from gpipe_repro.sim.simulate import ScheduleDeadlock, simulate
+
+# the module, not the function of the same name that gpipe_repro.sim re-exports
+sim_module = importlib.import_module("gpipe_repro.sim.simulate")
 
 FREE = Link(latency_s=0.0, bandwidth_Bps=math.inf)
 
