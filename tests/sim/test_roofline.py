@@ -132,6 +132,8 @@ def test_bad_profiles_are_named():
         profile(precision="fp8")
     with pytest.raises(HardwareError, match="efficiency_curve"):
         profile(efficiency_curve=[[1e9, 0.5], [1e8, 0.6]])
+    with pytest.raises(HardwareError, match="send_occupies_sender='yes' is invalid"):
+        profile(send_occupies_sender="yes")
     with pytest.raises(HardwareError, match="unknown field"):
         profile(colour="green")
     with pytest.raises(HardwareError, match="hardware='tpu_v9'.*allowed: a100"):

@@ -70,6 +70,11 @@ class HardwareProfile:
             raise HardwareError(
                 f"hardware.memory_bytes={self.memory_bytes!r} is invalid; allowed: an integer > 0"
             )
+        if not isinstance(self.send_occupies_sender, bool):
+            raise HardwareError(
+                f"hardware.send_occupies_sender={self.send_occupies_sender!r} is invalid; "
+                "allowed: true, false"
+            )
         pts = self.efficiency_curve
         ok = (
             len(pts) >= 1
