@@ -1,0 +1,202 @@
+"""A discrete-event simulation of one training step of the engine, from per-stage costs.
+
+Each stage executes exactly the engine's action list (``engine.schedule.stage_actions``) with the
+engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``train_step``):
+
+- F(k, m): wait for micro-batch m's activation from stage k-1, forward (``forward_nograd_s`` when m is
+  rematerialised, else ``forward_s``), then send the output to stage k+1 without blocking (isend).
+- B(k, m): under remat, first recompute the cell (``forward_s``) *without* waiting for the gradient
+  (GPipe §2.3: the recompute overlaps the next stage's backward); then wait for m's gradient from
+  stage k+1 (not on the last stage), backward, and send the input gradient to stage k-1.
+- Every transfer runs on its own directed link (k -> k+1 for activations, k -> k-1 for gradients),
+  one transfer in flight per direction, in issue order: it starts at max(issued, link free) and takes
+  ``link.time(bytes)``. Each directed link has a single sender, so issue order is that stage's order.
+- A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
+- At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then runs
+  its optimiser step (``update_s``).
+
+Whether a send occupies its sender is a switch, ``sender_busy``: gloo on CPU copies the tensor into
+the socket in the calling thread, so the stage cannot compute meanwhile (default, the configuration
+the engine runs and is validated on here); nccl on CUDA (and a TPU's DMA) overlaps the transfer with
+compute (pass ``False``). The result carries ``engine.events.Event`` records, so the bubble is
+computed by ``engine.events.measured_bubble`` and ``engine.events.chrome_trace`` writes the same
+``trace.json`` format as a measured run.
+
+Because each directed link has one sender and each stage runs its actions in order, every start time
+is the max of already-known end times (a max-plus system): stages can be advanced in any order
+whenever their next dependency is known, and a full pass without progress is a deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..engine.checkpoint import uses_remat
+from ..engine.events import Event, measured_bubble
+from ..engine.schedule import Action, stage_actions
+from .costs import Link, StageCost
+
+__all__ = ["SimResult", "ScheduleDeadlock", "simulate", "peak_in_flight"]
+
+
+class ScheduleDeadlock(RuntimeError):
+    """A schedule stopped progressing: some stage waits for something no stage will produce."""
+
+
+@dataclass
+class SimResult:
+    """One simulated training step (times in seconds from the step's start)."""
+
+    step_s: float  # the latest stage end, optimiser step included
+    busy_s: list[float]  # per stage: forward + backward + recompute
+    bubble_fraction: float  # engine.events.measured_bubble on the simulated events
+    peak_in_flight: list[int]  # per stage: micro-batches forwarded whose backward has not finished
+    events: list[Event] = field(repr=False)
+    span_s: float = 0.0  # first to last computation (the span measured_bubble uses)
+    stage_end_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Stage:
+    k: int
+    actions: list[Action]
+    pos: int = 0
+    free: float = 0.0  # when the stage's thread is next free
+    last_send_end: float = 0.0
+
+
+def peak_in_flight(actions: Sequence[Action]) -> int:
+    """Most micro-batches whose forward has started and whose backward has not finished."""
+    alive = peak = 0
+    for a in actions:
+        alive += 1 if a.kind == "F" else -1
+        peak = max(peak, alive)
+    return peak
+
+
+def _check(K: int, M: int, stages: Sequence[StageCost], overhead_s: float) -> None:
+    if len(stages) != K:
+        raise ValueError(f"stages has {len(stages)} entries; allowed: exactly K={K}, one per stage")
+    if overhead_s < 0:
+        raise ValueError(f"overhead_s={overhead_s} is invalid; allowed: a number >= 0")
+    for k, s in enumerate(stages):
+        for name in ("forward_s", "forward_nograd_s", "backward_s", "update_s", "out_bytes"):
+            v = getattr(s, name)
+            if not v >= 0:  # also rejects NaN
+                raise ValueError(f"stages[{k}].{name}={v} is invalid; allowed: a number >= 0")
+
+
+def simulate(
+    K: int,
+    M: int,
+    schedule: str,
+    checkpoint: str,
+    stages: Sequence[StageCost],
+    link: Link,
+    overhead_s: float = 0.0,
+    *,
+    sender_busy: bool = True,
+) -> SimResult:
+    """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
+
+    ``stages[k]`` holds stage k's costs per micro-batch; ``stages[k].out_bytes`` is both the
+    activation sent to k+1 and the gradient sent back from k+1. ``sender_busy``: a send occupies the
+    sending stage for its transfer (gloo on CPU, the default) or overlaps with compute (nccl).
+    """
+    uses_remat(checkpoint, 0, M)  # validates the mode
+    acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
+    _check(K, M, stages, overhead_s)
+    st = [_Stage(k, acts[k]) for k in range(K)]
+    events: list[Event] = []
+    # arrival time of micro-batch m's activation at stage k ("F", k, m) / gradient ("B", k, m)
+    arrival: dict[tuple[str, int, int], float] = {}
+    link_free: dict[tuple[int, int], float] = {}
+
+    def ev(action: str, mb: int, start: float, end: float, k: int) -> None:
+        events.append(Event(action, mb, start, end, stage=k))
+
+    def send(s: _Stage, dst: int, nbytes: int, mb: int, key: tuple[str, int, int]) -> None:
+        ready = s.free
+        start = max(ready, link_free.get((s.k, dst), 0.0))
+        end = start + link.time(nbytes)
+        link_free[(s.k, dst)] = end
+        arrival[key] = end
+        s.last_send_end = max(s.last_send_end, end)
+        if sender_busy:  # the sending thread copies the data: busy until the transfer ends
+            ev("send", mb, ready, end, s.k)
+            s.free = end
+        else:  # an isend that returns at once; the link carries it in the background
+            ev("send", mb, ready, ready, s.k)
+
+    def wait(s: _Stage, mb: int, key: tuple[str, int, int]) -> None:
+        t = max(s.free, arrival[key])
+        ev("wait", mb, s.free, t, s.k)
+        s.free = t
+
+    def step(s: _Stage) -> bool:
+        """Run stage s's next action if its input is there; False when it must wait."""
+        k, a = s.k, s.actions[s.pos]
+        remat = uses_remat(checkpoint, a.mb, M)
+        cost = stages[k]
+        if a.kind == "F":
+            key = ("F", k, a.mb)
+            if k > 0 and key not in arrival:
+                return False
+            if k > 0:
+                wait(s, a.mb, key)
+            dur = (cost.forward_nograd_s if remat else cost.forward_s) + overhead_s
+            ev("forward", a.mb, s.free, s.free + dur, k)
+            s.free += dur
+            if k < K - 1:
+                send(s, k + 1, cost.out_bytes, a.mb, ("F", k + 1, a.mb))
+        else:
+            key = ("B", k, a.mb)
+            if k < K - 1 and key not in arrival:
+                return False  # the recompute's timing does not depend on when we get here
+            if remat:  # recompute before the gradient arrives (§2.3)
+                ev("recompute", a.mb, s.free, s.free + cost.forward_s, k)
+                s.free += cost.forward_s
+            if k < K - 1:
+                wait(s, a.mb, key)
+            dur = cost.backward_s + overhead_s
+            ev("backward", a.mb, s.free, s.free + dur, k)
+            s.free += dur
+            if k > 0:
+                send(s, k - 1, stages[k - 1].out_bytes, a.mb, ("B", k - 1, a.mb))
+        s.pos += 1
+        return True
+
+    remaining = sum(len(a) for a in acts)
+    while remaining:
+        progressed = False
+        for s in st:
+            while s.pos < len(s.actions) and step(s):
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            s = next(s for s in st if s.pos < len(s.actions))
+            a = s.actions[s.pos]
+            src = f"stage {s.k - 1}" if a.kind == "F" else f"stage {s.k + 1}"
+            raise ScheduleDeadlock(
+                f"schedule {schedule!r} deadlocks at K={K}, M={M}: stage {s.k} is blocked at {a} "
+                f"(action {s.pos} of {len(s.actions)}), waiting for micro-batch {a.mb} from {src}"
+            )
+
+    ends = []
+    for s in st:
+        done = max(s.free, s.last_send_end)
+        ev("send", -1, s.free, done, s.k)  # the engine's final wait for outstanding sends
+        ev("step", -1, 0.0, done, s.k)
+        ev("update", -1, done, done + stages[s.k].update_s, s.k)
+        ends.append(done + stages[s.k].update_s)
+    span, bubble, busy = measured_bubble(events, K)
+    return SimResult(
+        step_s=max(ends),
+        busy_s=busy,
+        bubble_fraction=bubble,
+        peak_in_flight=[peak_in_flight(a) for a in acts],
+        events=events,
+        span_s=span,
+        stage_end_s=ends,
+    )
