@@ -187,4 +187,5 @@ def test_emulated_step_time_at_K2_M1_is_the_sum_of_the_sleeps(emulated_runs):
     predicted = sum(c.forward_s + c.backward_s for c in TIMED)
     spans = sorted(measured_bubble([e for e in events if e.step == s], 2)[0] for s in range(1, 4))
     span = spans[1]  # median of the steps after the first (which includes the shape handshake)
+    print(f"K=2 M=1 emulated step {span * 1e3:.1f} ms, sum of sleeps {predicted * 1e3:.1f} ms")
     assert predicted <= span <= 1.10 * predicted + 0.015

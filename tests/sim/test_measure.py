@@ -179,5 +179,20 @@ def test_measure_overhead_compares_real_steps_with_the_profile():
             M * sum(c.forward_s + c.backward_s for c in prof.costs[16 // M])
         )
     assert fit.overhead_s >= 0
+    remat = measure_overhead(
+        layers,
+        sample_fn,
+        16,
+        (2,),
+        loss_fn=F.cross_entropy,
+        profile=prof,
+        repeats=1,
+        checkpoint="always",
+    )
+    ((M, _, predicted),) = remat.points  # every micro-batch also runs its no-grad first pass
+    cell = prof.costs[8]
+    assert predicted == pytest.approx(
+        2 * sum(c.forward_nograd_s + c.forward_s + c.backward_s for c in cell)
+    )
     with pytest.raises(ValueError, match="lacks micro-batch sizes"):
         measure_overhead(layers, sample_fn, 16, (8,), loss_fn=F.cross_entropy, profile=prof)

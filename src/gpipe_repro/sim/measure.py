@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..engine import Pipeline, single_process
+from ..engine.checkpoint import uses_remat
 from .costs import LayerCost, Link
 from .link import LinkProfile, fit_link, measure_link
 from .profile import LayerProfile, SampleFn, profile_layers
@@ -116,10 +117,11 @@ def measure_overhead(
 
     For each M a real ``engine.Pipeline`` on ``single_process`` runs steps of the mini-batch of
     ``N`` (``sample_fn(N)``) with ``checkpoint="never"`` unless ``pipeline_kwargs`` say otherwise;
-    the median step time minus ``M *`` the profiled forward + backward of every layer at micro-batch
-    ``N/M`` is the residual: splitting, bookkeeping, event recording, accumulation. A least-squares
-    line through the residuals against the number of actions ``2M`` gives ``overhead_s`` (its
-    slope, clamped at 0) and ``fixed_s`` (its intercept: per-step costs such as the loss sum and
+    the median step time minus the profiled forward + backward of every layer at micro-batch ``N/M``
+    for each of the M micro-batches (plus the no-grad pass for a rematerialised one) is the
+    residual: splitting, bookkeeping, event recording, accumulation. A least-squares line through
+    the residuals against the number of actions ``2M`` gives ``overhead_s`` (its slope, clamped at
+    0) and ``fixed_s`` (its intercept: per-step costs such as the loss sum and
     the BatchNorm commit). ``profile`` must hold the sizes ``N/M``; by default they are profiled
     (and cached). Keep it cheap: a small model and a few M.
     """
@@ -153,7 +155,10 @@ def measure_overhead(
                 torch.cuda.synchronize(device)
             if r >= warmup:
                 times.append(time.perf_counter() - t0)
-        predicted = M * sum(c.forward_s + c.backward_s for c in profile.costs[N // M])
+        cell = profile.costs[N // M]
+        plain = sum(c.forward_s + c.backward_s for c in cell)
+        remat = sum(c.forward_nograd_s for c in cell) + plain  # no-grad pass, recompute, backward
+        predicted = sum(remat if uses_remat(kw["checkpoint"], m, M) else plain for m in range(M))
         points.append((M, statistics.median(times), predicted))
     actions = np.array([2.0 * M for M, _, _ in points])
     resid = np.array([m - p for _, m, p in points])

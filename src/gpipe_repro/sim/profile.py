@@ -221,7 +221,9 @@ def profile_layers(
 
     ``sample_fn(n)`` returns one micro-batch of ``n`` model inputs and its targets (the targets are
     used only by ``loss_fn``, which must return the mean loss over the micro-batch). With
-    ``use_cache`` a stored profile for the same key is loaded instead of measuring (see ``cache``).
+    ``use_cache`` a stored profile for the same key is loaded instead of measuring (see ``cache``);
+    the key names the loss and optimiser functions by their qualified names, so two different
+    lambdas look alike: pass ``use_cache=False`` or named functions when that matters.
     """
     sizes = _check(micro_batches, repeats, warmup, stat)
     dev = torch.device(device)
