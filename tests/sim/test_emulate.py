@@ -63,6 +63,18 @@ def test_emulated_outputs_have_the_real_shapes(name):
             assert isinstance(fake, tuple) == isinstance(real, tuple)
 
 
+def test_layers_built_on_the_meta_device_give_the_same_emulation():
+    # A paper-size model can be emulated without allocating it: only its structure is used.
+    x = torch.randn(2, 3, 16, 16)
+    real = emulated_layers(amoebanet_layers("D", 3, 8, classes=10), x, [_cost(0.0)] * 9)
+    with torch.device("meta"):
+        meta_layers = amoebanet_layers("D", 3, 8, classes=10)
+    meta = emulated_layers(meta_layers, x, [_cost(0.0)] * 9)
+    assert [(e.in_specs, e.out_specs, e.out_tuple) for e in meta] == [
+        (e.in_specs, e.out_specs, e.out_tuple) for e in real
+    ]
+
+
 def test_integer_outputs_pass_through_and_wrong_inputs_are_refused():
     tok = torch.randint(0, 20, (3, 5))
     (em,) = emulated_layers([KeepTokens()], tok, [_cost(0.0)])

@@ -176,7 +176,7 @@ def _shapes_of(layer: nn.Module, x: Batch) -> Batch:
 
 def emulated_layers(
     layers: Sequence[nn.Module], sample: Batch, costs: Sequence[LayerCost]
-) -> list[nn.Module]:
+) -> list[EmulatedLayer]:
     """One ``EmulatedLayer`` per layer, for micro-batches shaped like ``sample`` (real or meta
     tensors); ``costs[i]`` is layer i's cost at that micro-batch size. The layers may live on the
     meta device: only their structure is used."""
@@ -185,7 +185,7 @@ def emulated_layers(
             f"emulated_layers: {len(costs)} costs for {len(layers)} layers; allowed: one each"
         )
     x = _meta(sample)
-    out: list[nn.Module] = []
+    out: list[EmulatedLayer] = []
     for i, (layer, cost) in enumerate(zip(layers, costs)):
         y = _shapes_of(layer, x)
         out.append(
