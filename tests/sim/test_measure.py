@@ -157,6 +157,7 @@ def test_fit_link_recovers_latency_and_bandwidth_and_stays_positive():
     assert noisy.latency_s > 0 and noisy.bandwidth_Bps > 0
 
 
+@pytest.mark.slow
 def test_measure_link_on_two_real_ranks():
     # 8 MiB takes ~2-3 ms at gloo's few GB/s, 1 KiB ~40 us (up to ~2 ms when other processes
     # share the cores, which stretches both).
