@@ -1,0 +1,144 @@
+"""The link between neighbouring stages, measured: latency and bandwidth of a real point-to-point
+transfer over the engine's own backend (gloo on CPU, nccl on CUDA).
+
+Two ranks, started with ``engine.launch``, play ping-pong: rank 0 sends ``n`` bytes, rank 1 sends
+them back; the one-way time is half the round trip (the median over ``repeats``, after ``warmup``
+untimed round trips). The points are fitted by ``t(n) = latency + n / bandwidth`` — weighted least
+squares on relative residuals, so the small messages that fix the latency count as much as the
+large ones that fix the bandwidth. A measured round trip includes both ranks' Python and backend
+overheads, as every transfer in the engine does.
+
+Results are cached like the layer profiles (see ``cache``), keyed by device, torch version, backend,
+sizes and repeat counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import cache
+from .costs import Link
+
+__all__ = ["LinkProfile", "measure_link", "fit_link"]
+
+DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    link: Link
+    points: list[tuple[int, float]]  # (bytes, median one-way seconds)
+    source: str = "measured"  # "measured" or "cache"
+
+
+def fit_link(points: Sequence[tuple[int, float]]) -> Link:
+    """Least-squares fit of ``t = latency + n / bandwidth`` with relative weights.
+
+    Noise can drive the fitted intercept or slope to zero or below; the latency then falls back to
+    the smallest one-way time, and the bandwidth to the largest message's bytes over its time above
+    that latency, so both stay positive."""
+    n = np.array([p[0] for p in points], dtype=float)
+    t = np.array([p[1] for p in points], dtype=float)
+    if len(points) >= 2 and len(set(n.tolist())) >= 2:
+        slope, latency = np.polyfit(n, t, 1, w=1.0 / t)
+    else:
+        slope, latency = 0.0, float(t.min())
+    if latency <= 0:
+        latency = float(t[np.argmin(n)])
+    if slope <= 0:
+        i = int(np.argmax(n))
+        slope = max(float(t[i]) - latency, 1e-12) / n[i]
+    return Link(latency_s=float(latency), bandwidth_Bps=float(1.0 / slope))
+
+
+def _ping_pong(
+    sizes: list[int], repeats: int, warmup: int, device: str, timeout_s: float
+) -> list[tuple[int, float]] | None:
+    """One rank of the measurement (module level, so spawned ranks can import it)."""
+    import torch.distributed as dist
+
+    from ..engine.topology import init_topology
+
+    topo = init_topology(2, device=device, timeout_s=timeout_s)
+    dev = topo.device
+    peer = 1 - topo.rank
+    points = []
+    for n in sizes:
+        buf = torch.zeros(n, dtype=torch.uint8, device=dev)
+        rtts = []
+        for r in range(warmup + repeats):
+            if topo.rank == 0:
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                t0 = time.perf_counter()
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                if r >= warmup:
+                    rtts.append(time.perf_counter() - t0)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+        if topo.rank == 0:
+            points.append((n, statistics.median(rtts) / 2))
+    dist.barrier()
+    return points if topo.rank == 0 else None
+
+
+def measure_link(
+    sizes_bytes: Sequence[int] = DEFAULT_SIZES,
+    *,
+    device: str = "cpu",
+    repeats: int = 20,
+    warmup: int = 3,
+    use_cache: bool = True,
+    timeout_s: float = 60.0,
+) -> LinkProfile:
+    """Measure one-way transfer time between two local ranks at each size and fit a ``Link``."""
+    sizes = sorted({int(n) for n in sizes_bytes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes_bytes={list(sizes_bytes)} is invalid; allowed: integers >= 1")
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} is invalid; allowed: an integer >= 1")
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.device_count() < 2:
+        raise ValueError(
+            f"measure_link(device={device!r}) needs 2 CUDA devices (nccl cannot pair two "
+            f"ranks on one), found {torch.cuda.device_count()}"
+        )
+    key = {
+        "device": cache.device_name(dev),
+        "device_type": dev.type,
+        "torch": torch.__version__,
+        "backend": "nccl" if dev.type == "cuda" else "gloo",
+        "sizes": sizes,
+        "repeats": repeats,
+        "warmup": warmup,
+    }
+    if use_cache and (stored := cache.load("link", key)) is not None:
+        try:
+            pts = [(int(n), float(t)) for n, t in stored["points"]]
+            return LinkProfile(
+                Link(float(stored["latency_s"]), float(stored["bandwidth_Bps"])), pts, "cache"
+            )
+        except (KeyError, TypeError, ValueError):
+            pass  # corrupt content: measure again
+    from ..engine.launch import launch
+
+    res = launch(_ping_pong, 2, (sizes, repeats, warmup, dev.type, timeout_s), threads=1)
+    points = [(int(n), float(t)) for n, t in res[0]]
+    link = fit_link(points)
+    if use_cache:
+        cache.save(
+            "link",
+            key,
+            {"latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps, "points": points},
+        )
+    return LinkProfile(link, points)

@@ -1,0 +1,199 @@
+"""Measured per-layer costs, their interpolation and cache, the link and the engine overhead."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpipe_repro.models.amoebanet import Pool
+from gpipe_repro.sim import cache, profile
+from gpipe_repro.sim.costs import LayerCost, Link
+from gpipe_repro.sim.measure import (
+    LayerProfile,
+    MeasuredCosts,
+    fit_link,
+    interpolate,
+    measure_link,
+    measure_overhead,
+    profile_layers,
+)
+
+WIDTH = 256
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
+    torch.set_num_threads(1)
+
+
+def linear_stack(depth: int = 3, width: int = WIDTH) -> list[nn.Module]:
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)]
+
+
+def sample_fn(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(n, WIDTH, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def test_profile_is_positive_and_per_sample_cost_falls_with_micro_batch_size():
+    layers = linear_stack() + [nn.Linear(WIDTH, 10)]
+    prof = profile_layers(
+        layers, sample_fn, [1, 32], repeats=5, loss_fn=F.cross_entropy, use_cache=False
+    )
+    assert prof.sizes == [1, 32] and prof.source == "measured"
+    for n in prof.sizes:
+        for c in prof.costs[n]:
+            assert (
+                c.forward_s > 0 and c.forward_nograd_s > 0 and c.backward_s > 0 and c.update_s > 0
+            )
+        assert [c.out_bytes for c in prof.costs[n]] == [n * WIDTH * 4] * 3 + [n * 10 * 4]
+    # ENVIRONMENT.md: cost is not proportional to the micro-batch size (weights re-read per call,
+    # fixed per-call overheads), so one sample costs more alone than inside a micro-batch of 32.
+    per_sample = {n: sum(c.forward_s + c.backward_s for c in prof.costs[n]) / n for n in prof.sizes}
+    assert per_sample[1] >= per_sample[32]
+
+
+def test_identical_layers_are_measured_once_and_share_their_record():
+    torch.manual_seed(0)
+    layers = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Dropout(0.1)) for _ in range(4)]
+    layers.append(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Dropout(0.2)))  # same weights' shapes
+    prof = profile_layers(layers, sample_fn, [4, 8], repeats=2, use_cache=False)
+    # layer 0 (its input is data: no input gradient), one record for layers 1-3, and layer 4,
+    # whose dropout rate makes it a different structure.
+    assert prof.distinct == 3
+    for n in prof.sizes:
+        c = prof.costs[n]
+        assert c[1] == c[2] == c[3]
+        assert c[4] != c[1] and c[0] != c[1]
+
+
+def test_structure_tells_layers_with_equal_parameters_apart():
+    assert cache.structure(Pool("max", 3, 1)) != cache.structure(Pool("avg", 3, 1))
+    assert cache.structure(Pool("max", 3, 1)) == cache.structure(Pool("max", 3, 1))
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    assert cache.structure(a) == cache.structure(b)  # weights' values do not matter
+    assert cache.structure(a) != cache.structure(nn.Linear(4, 5))
+
+
+def _profile_by_hand() -> LayerProfile:
+    def lc(f: float, b: float, nbytes: int) -> LayerCost:
+        return LayerCost(
+            forward_s=f, forward_nograd_s=f / 2, backward_s=b, out_bytes=nbytes, update_s=0.5
+        )
+
+    return LayerProfile(
+        [2, 8, 16],
+        {
+            2: [lc(1.0, 4.0, 200), lc(3.0, 1.0, 20)],
+            8: [lc(2.0, 7.0, 800), lc(1.0, 1.0, 80)],
+            16: [lc(4.0, 9.0, 1600), lc(0.5, 1.0, 160)],
+        },
+    )
+
+
+def test_interpolation_is_exact_at_measured_sizes_and_linear_between_and_beyond():
+    prof = _profile_by_hand()
+    costs = MeasuredCosts(prof, Link(1e-4, 1e9))
+    for n in prof.sizes:
+        assert costs.layer_costs(n) == prof.costs[n]
+    mid = costs.layer_costs(5)  # halfway between 2 and 8
+    assert mid[0].forward_s == pytest.approx(1.5) and mid[0].backward_s == pytest.approx(5.5)
+    assert mid[0].out_bytes == 500 and mid[0].update_s == pytest.approx(0.5)
+    assert mid[1].forward_s == pytest.approx(2.0) and mid[1].forward_nograd_s == pytest.approx(1.0)
+    big = costs.layer_costs(32)  # beyond: the line through sizes 8 and 16
+    assert big[0].forward_s == pytest.approx(8.0) and big[0].out_bytes == 3200
+    assert big[1].forward_s == 0.0  # 1.0 -> 0.5 extrapolates below zero: clamped
+    small = costs.layer_costs(1)  # below: the line through sizes 2 and 8
+    assert small[0].backward_s == pytest.approx(3.5)
+    assert interpolate([4], [2.5], 100) == 2.5
+    with pytest.raises(ValueError, match="micro_batch=0"):
+        costs.layer_costs(0)
+
+
+def test_second_call_loads_the_cache_and_a_corrupt_cache_is_measured_again(monkeypatch):
+    layers = linear_stack(2)
+    first = profile_layers(layers, sample_fn, [2, 4], repeats=2)
+    assert first.source == "measured"
+    calls = []
+    real = profile._measure
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(profile, "_measure", counting)
+    second = profile_layers(layers, sample_fn, [4, 2], repeats=2)
+    assert calls == [] and second.source == "cache"
+    assert second.costs == first.costs and second.sizes == first.sizes
+    # Another thread count is another key: measured again.
+    torch.set_num_threads(2)
+    profile_layers(layers, sample_fn, [2, 4], repeats=2)
+    torch.set_num_threads(1)
+    assert len(calls) == 1
+    (path,) = [
+        p
+        for p in cache.cache_dir().glob("layers-*.json")
+        if json.loads(p.read_text())["key"]["threads"] == 1
+    ]
+    path.write_text("{ not json")
+    third = profile_layers(layers, sample_fn, [2, 4], repeats=2)
+    assert len(calls) == 2 and third.source == "measured"
+    assert json.loads(path.read_text())["format"] == cache.FORMAT  # rewritten
+
+
+def test_fit_link_recovers_latency_and_bandwidth_and_stays_positive():
+    link = Link(50e-6, 2e9)
+    pts = [(n, link.time(n)) for n in (1 << 10, 1 << 16, 1 << 20, 1 << 23)]
+    fit = fit_link(pts)
+    assert fit.latency_s == pytest.approx(50e-6, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(2e9, rel=1e-6)
+    noisy = fit_link([(1000, 1e-4), (2000, 0.5e-4)])  # slope < 0: falls back, stays positive
+    assert noisy.latency_s > 0 and noisy.bandwidth_Bps > 0
+
+
+@pytest.mark.slow
+def test_measure_link_on_two_real_ranks():
+    # 8 MiB takes ~2-3 ms at gloo's few GB/s, 1 KiB ~40 us (up to ~2 ms when other processes
+    # share the cores, which stretches both).
+    prof = measure_link([1 << 10, 1 << 23], repeats=5, warmup=1, use_cache=False)
+    assert prof.link.latency_s > 0 and prof.link.bandwidth_Bps > 0
+    (small, t_small), (big, t_big) = prof.points
+    assert small < big and t_big > t_small
+
+
+def test_measure_overhead_compares_real_steps_with_the_profile():
+    layers = linear_stack(2) + [nn.Linear(WIDTH, 10)]
+    prof = profile_layers(layers, sample_fn, [4, 8, 16], repeats=2, loss_fn=F.cross_entropy)
+    fit = measure_overhead(
+        layers, sample_fn, 16, (1, 2, 4), loss_fn=F.cross_entropy, profile=prof, repeats=2
+    )
+    assert [M for M, _, _ in fit.points] == [1, 2, 4]
+    for M, measured, predicted in fit.points:
+        assert measured > 0
+        assert predicted == pytest.approx(
+            M * sum(c.forward_s + c.backward_s for c in prof.costs[16 // M])
+        )
+    assert fit.overhead_s >= 0
+    remat = measure_overhead(
+        layers,
+        sample_fn,
+        16,
+        (2,),
+        loss_fn=F.cross_entropy,
+        profile=prof,
+        repeats=1,
+        checkpoint="always",
+    )
+    ((M, _, predicted),) = remat.points  # every micro-batch also runs its no-grad first pass
+    cell = prof.costs[8]
+    assert predicted == pytest.approx(
+        2 * sum(c.forward_nograd_s + c.forward_s + c.backward_s for c in cell)
+    )
+    with pytest.raises(ValueError, match="lacks micro-batch sizes"):
+        measure_overhead(layers, sample_fn, 16, (8,), loss_fn=F.cross_entropy, profile=prof)
