@@ -1,4 +1,5 @@
-"""Datasets by name: synthetic shapes, real digits shipped in packages, torchvision sets from a root."""
+"""Datasets by name: synthetic shapes, real digits shipped in packages, Fashion-MNIST from Debian, and
+torchvision sets from a root. Image builders import torchvision only when called."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 from ..errors import UserError
 from .base import DataInfo, Dataset
-from .digits import digits, mnist
+from .digits import digits, digits_images, mnist, mnist_images
+from .fashion_mnist import fashion_mnist
 from .synthetic import synthetic
 from .vision import VISION_SETS, vision
 
@@ -18,6 +20,9 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "synthetic": synthetic,
     "mnist": mnist,
     "digits": digits,
+    "fashion_mnist": fashion_mnist,
+    "mnist_images": mnist_images,
+    "digits_images": digits_images,
     **{name: partial(vision, name) for name in VISION_SETS},
 }
 

