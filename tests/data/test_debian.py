@@ -46,7 +46,9 @@ def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _downloads(tmp_path: Path) -> int:
-    return sum(line.startswith("download") for line in (tmp_path / "calls.log").read_text().splitlines())
+    return sum(
+        line.startswith("download") for line in (tmp_path / "calls.log").read_text().splitlines()
+    )
 
 
 def test_extracts_then_second_call_does_not_fetch(fake_tools: Path, tmp_path: Path):
@@ -57,7 +59,9 @@ def test_extracts_then_second_call_does_not_fetch(fake_tools: Path, tmp_path: Pa
     assert (root / MARKER).is_file()
     assert fetch_package("dataset-fake", cache=cache) == root
     assert _downloads(tmp_path) == 1
-    assert [p.name for p in (cache / "debian").iterdir() if not p.name.endswith(".lock")] == ["dataset-fake"]
+    assert [p.name for p in (cache / "debian").iterdir() if not p.name.endswith(".lock")] == [
+        "dataset-fake"
+    ]
 
 
 def test_cache_from_environment(fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -66,14 +70,17 @@ def test_cache_from_environment(fake_tools: Path, tmp_path: Path, monkeypatch: p
     assert fetch_package("dataset-fake").parent.parent == tmp_path / "env-cache"
 
 
-def test_failed_extract_leaves_nothing_that_looks_complete(fake_tools: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch):
+def test_failed_extract_leaves_nothing_that_looks_complete(
+    fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     cache = tmp_path / "cache"
     monkeypatch.setenv("FAKE_DPKG", "fail")
     with pytest.raises(UserError, match=r"`dpkg -x dataset-fake_1.0-1_all.deb` failed \(exit 2\)"):
         fetch_package("dataset-fake", cache=cache)
     assert not (cache / "debian" / "dataset-fake").exists()
-    assert [p.name for p in (cache / "debian").iterdir()] == [".dataset-fake.lock"]  # temp folder gone
+    assert [p.name for p in (cache / "debian").iterdir()] == [
+        ".dataset-fake.lock"
+    ]  # temp folder gone
     monkeypatch.setenv("FAKE_DPKG", "ok")
     assert (fetch_package("dataset-fake", cache=cache) / MARKER).is_file()
 
@@ -85,11 +92,17 @@ def test_stale_folder_without_marker_is_replaced(fake_tools: Path, tmp_path: Pat
     assert not (root / "half").exists() and (root / MARKER).is_file()
 
 
-def test_concurrent_callers_fetch_once(fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_concurrent_callers_fetch_once(
+    fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("FAKE_SLEEP", "0.5")
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(fetch_package("dataset-fake", cache=tmp_path)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(fetch_package("dataset-fake", cache=tmp_path))
+        )
+        for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -109,8 +122,9 @@ def test_missing_apt_get_says_how_to_provide_the_data(fake_tools: Path, tmp_path
     assert msg.endswith("or set data.root=/path/with/the idx files")
 
 
-def test_unknown_package_says_to_run_apt_get_update(fake_tools: Path, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch):
+def test_unknown_package_says_to_run_apt_get_update(
+    fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("FAKE_APT", "missing")
     with pytest.raises(UserError) as err:
         fetch_package("dataset-fake", cache=tmp_path)
@@ -120,14 +134,19 @@ def test_unknown_package_says_to_run_apt_get_update(fake_tools: Path, tmp_path: 
     assert not (tmp_path / "debian" / "dataset-fake").exists()
 
 
-def test_other_apt_failure_shows_apts_error_line(fake_tools: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch):
+def test_other_apt_failure_shows_apts_error_line(
+    fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("FAKE_APT", "network")
-    with pytest.raises(UserError, match=r"failed \(exit 100\): E: Failed to fetch .*Temporary failure"):
+    with pytest.raises(
+        UserError, match=r"failed \(exit 100\): E: Failed to fetch .*Temporary failure"
+    ):
         fetch_package("dataset-fake", cache=tmp_path)
 
 
-def test_subprocess_timeout_is_bounded(fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_subprocess_timeout_is_bounded(
+    fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("FAKE_SLEEP", "5")
     with pytest.raises(UserError, match="did not finish within 1 s"):
         fetch_package("dataset-fake", cache=tmp_path, timeout_s=1)

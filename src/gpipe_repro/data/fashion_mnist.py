@@ -26,16 +26,51 @@ from .debian import fetch_package
 if TYPE_CHECKING:
     from .loader import ImageDataset
 
-__all__ = ["CLASS_NAMES", "PACKAGE", "fashion_mnist", "find_idx_dir", "load_fashion_mnist", "read_idx"]
+__all__ = [
+    "CLASS_NAMES",
+    "PACKAGE",
+    "fashion_mnist",
+    "find_idx_dir",
+    "load_fashion_mnist",
+    "read_idx",
+]
 
 PACKAGE = "dataset-fashion-mnist"
-CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
-               "Bag", "Ankle boot"]
-FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-ROOT_LAYOUTS = ("", "FashionMNIST/raw", "fashion-mnist", "fashion_mnist", "usr/share/datasets/fashion-mnist")
-OPTIONS = ("root", "cache", "classes", "per_class", "subset_seed", "image_size", "flip", "cutout",
-           "workers", "worker_timeout_s")
+CLASS_NAMES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
+FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+ROOT_LAYOUTS = (
+    "",
+    "FashionMNIST/raw",
+    "fashion-mnist",
+    "fashion_mnist",
+    "usr/share/datasets/fashion-mnist",
+)
+OPTIONS = (
+    "root",
+    "cache",
+    "classes",
+    "per_class",
+    "subset_seed",
+    "image_size",
+    "flip",
+    "cutout",
+    "workers",
+    "worker_timeout_s",
+)
 
 
 def read_idx(path: Path) -> torch.Tensor:
@@ -45,17 +80,23 @@ def read_idx(path: Path) -> torch.Tensor:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as err:
-            raise UserError(f"{path} is a damaged gzip file ({err}); fetch or copy it again") from None
+            raise UserError(
+                f"{path} is a damaged gzip file ({err}); fetch or copy it again"
+            ) from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise UserError(f"{path} is not an idx file of unsigned bytes (header {raw[:4].hex()}, "
-                        "expected 0000 08 NN)")
+        raise UserError(
+            f"{path} is not an idx file of unsigned bytes (header {raw[:4].hex()}, "
+            "expected 0000 08 NN)"
+        )
     ndim, offset = raw[3], 4 + 4 * raw[3]
     if len(raw) < offset:
         raise UserError(f"{path}: idx header announces {ndim} dimensions but the file ends first")
     dims = struct.unpack(f">{ndim}I", raw[4:offset])
     if len(raw) - offset != math.prod(dims):
-        raise UserError(f"{path}: idx header says shape {dims} ({math.prod(dims)} bytes) but the file "
-                        f"holds {len(raw) - offset}")
+        raise UserError(
+            f"{path}: idx header says shape {dims} ({math.prod(dims)} bytes) but the file "
+            f"holds {len(raw) - offset}"
+        )
     return torch.from_numpy(np.frombuffer(raw, np.uint8, offset=offset).reshape(dims).copy())
 
 
@@ -79,25 +120,32 @@ def find_idx_dir(root: Path) -> Path | None:
 
 
 def _from_package(cache: str | None) -> Path:
-    tree = fetch_package(PACKAGE, cache=cache, hint="set data.root=/path/with/the/Fashion-MNIST idx files")
+    tree = fetch_package(
+        PACKAGE, cache=cache, hint="set data.root=/path/with/the/Fashion-MNIST idx files"
+    )
     for hit in sorted(tree.rglob("train-images-idx3-ubyte*")):
         if _complete(hit.parent):
             return hit.parent
-    raise UserError(f"the Debian package {PACKAGE} extracted to {tree} holds no complete set of idx "
-                    f"files; remove {tree} to fetch it again, or set data.root=/path/with/the/idx files")
+    raise UserError(
+        f"the Debian package {PACKAGE} extracted to {tree} holds no complete set of idx "
+        f"files; remove {tree} to fetch it again, or set data.root=/path/with/the/idx files"
+    )
 
 
-def load_fashion_mnist(root: str | Path | None = None, cache: str | None = None
-                       ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], Path]:
+def load_fashion_mnist(
+    root: str | Path | None = None, cache: str | None = None
+) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], Path]:
     """``{"train": (images, labels), "test": ...}`` (uint8 ``(N, 1, 28, 28)``, int64) and their folder."""
     if root:
         base = Path(root).expanduser()
         folder = find_idx_dir(base)
         if folder is None:
             where = ", ".join(str(base / s) if s else str(base) for s in ROOT_LAYOUTS[:3])
-            raise UserError(f"data.root={str(root)!r}: fashion_mnist not found; expected "
-                            f"{FILES['train'][0]}[.gz] and the other 3 idx files in {where} (or unset "
-                            f"data.root to fetch Debian's {PACKAGE})")
+            raise UserError(
+                f"data.root={str(root)!r}: fashion_mnist not found; expected "
+                f"{FILES['train'][0]}[.gz] and the other 3 idx files in {where} (or unset "
+                f"data.root to fetch Debian's {PACKAGE})"
+            )
     else:
         folder = _from_package(cache)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -106,18 +154,31 @@ def load_fashion_mnist(root: str | Path | None = None, cache: str | None = None
         assert images_path is not None and labels_path is not None  # _complete checked them
         images, labels = read_idx(images_path), read_idx(labels_path)
         if images.dim() != 3 or labels.dim() != 1 or images.shape[0] != labels.shape[0]:
-            raise UserError(f"{images_path} {tuple(images.shape)} and {labels_path} "
-                            f"{tuple(labels.shape)} are not N images with N labels")
+            raise UserError(
+                f"{images_path} {tuple(images.shape)} and {labels_path} "
+                f"{tuple(labels.shape)} are not N images with N labels"
+            )
         if labels.numel() and int(labels.max()) >= len(CLASS_NAMES):
-            raise UserError(f"{labels_path} has label {int(labels.max())}; Fashion-MNIST has 10 classes")
+            raise UserError(
+                f"{labels_path} has label {int(labels.max())}; Fashion-MNIST has 10 classes"
+            )
         out[split] = images.unsqueeze(1), labels.long()
     return out, folder
 
 
-def fashion_mnist(root: str | None = None, cache: str | None = None, classes: list[int] | None = None,
-                  per_class: int | None = None, subset_seed: int = 0, image_size: int = 28,
-                  flip: bool = True, cutout: int = 8, workers: int = 0, worker_timeout_s: float = 120.0,
-                  **unknown: Any) -> ImageDataset:
+def fashion_mnist(
+    root: str | None = None,
+    cache: str | None = None,
+    classes: list[int] | None = None,
+    per_class: int | None = None,
+    subset_seed: int = 0,
+    image_size: int = 28,
+    flip: bool = True,
+    cutout: int = 8,
+    workers: int = 0,
+    worker_timeout_s: float = 120.0,
+    **unknown: Any,
+) -> ImageDataset:
     """Fashion-MNIST as an image dataset with the transfer recipe (flip + cutout) and class subsets.
 
     E.g. pre-train with ``classes=[0,1,2,3,4]``, fine-tune with ``classes=[5,6,7,8,9],
@@ -127,7 +188,18 @@ def fashion_mnist(root: str | None = None, cache: str | None = None, classes: li
 
     check_unknown("fashion_mnist", unknown, OPTIONS)
     splits, folder = load_fashion_mnist(root, cache)
-    return from_tensors("fashion_mnist", splits["train"], splits["test"], len(CLASS_NAMES),
-                        classes=classes, per_class=per_class, subset_seed=subset_seed,
-                        image_size=image_size, flip=flip, cutout=cutout, workers=workers,
-                        worker_timeout_s=worker_timeout_s, extra={"files": str(folder)})
+    return from_tensors(
+        "fashion_mnist",
+        splits["train"],
+        splits["test"],
+        len(CLASS_NAMES),
+        classes=classes,
+        per_class=per_class,
+        subset_seed=subset_seed,
+        image_size=image_size,
+        flip=flip,
+        cutout=cutout,
+        workers=workers,
+        worker_timeout_s=worker_timeout_s,
+        extra={"files": str(folder)},
+    )

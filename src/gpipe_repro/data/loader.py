@@ -26,8 +26,15 @@ from .augment import apply_seeded, channel_stats, derive_seed, eval_transform, t
 from .base import DataInfo, Dataset
 from .subset import check_classes, check_per_class, select
 
-__all__ = ["EpochBatchSampler", "ImageDataset", "Split", "check_options", "check_unknown",
-           "epoch_permutation", "from_tensors"]
+__all__ = [
+    "EpochBatchSampler",
+    "ImageDataset",
+    "Split",
+    "check_options",
+    "check_unknown",
+    "epoch_permutation",
+    "from_tensors",
+]
 
 Key = tuple[int, int, int]  # (seed, epoch, index into the split)
 
@@ -56,14 +63,19 @@ class EpochBatchSampler(Sampler[list[Key]]):
 
     def __init__(self, n: int, batch_size: int, seed: int, start_step: int = 0) -> None:
         if batch_size < 1 or batch_size > n:
-            raise UserError(f"batch_size={batch_size} must be between 1 and the {n} training images")
+            raise UserError(
+                f"batch_size={batch_size} must be between 1 and the {n} training images"
+            )
         self.n, self.batch_size, self.seed, self.start_step = n, batch_size, seed, start_step
         self.steps_per_epoch = n // batch_size
 
     def keys(self, step: int, perm: torch.Tensor | None = None) -> list[Key]:
         epoch, b = divmod(step, self.steps_per_epoch)
         perm = epoch_permutation(self.n, self.seed, epoch) if perm is None else perm
-        return [(self.seed, epoch, int(j)) for j in perm[b * self.batch_size : (b + 1) * self.batch_size]]
+        return [
+            (self.seed, epoch, int(j))
+            for j in perm[b * self.batch_size : (b + 1) * self.batch_size]
+        ]
 
     def __iter__(self) -> Iterator[list[Key]]:
         step, cached = self.start_step, (-1, torch.empty(0))
@@ -91,43 +103,76 @@ class _Samples(TorchDataset):
             x = apply_seeded(self.train_tf, image, derive_seed(seed, epoch, j))
         else:
             j = key
-            x = self.eval_tf(self.split.source[int(self.split.indices[j])]).as_subclass(torch.Tensor)
+            x = self.eval_tf(self.split.source[int(self.split.indices[j])]).as_subclass(
+                torch.Tensor
+            )
         return x, int(self.split.labels[j])
 
 
-def check_options(image_size: int, flip: bool, cutout: int, workers: int, worker_timeout_s: float) -> None:
+def check_options(
+    image_size: int, flip: bool, cutout: int, workers: int, worker_timeout_s: float
+) -> None:
     """One-line errors for the loader's options, named as the config exposes them."""
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
         raise UserError(f"data.image_size={image_size!r} must be a positive integer (pixels)")
     if not isinstance(flip, bool):
         raise UserError(f"data.flip={flip!r} must be true or false")
     if isinstance(cutout, bool) or not isinstance(cutout, int) or not 0 <= cutout <= image_size:
-        raise UserError(f"data.cutout={cutout!r} must be an integer from 0 (off) to "
-                        f"data.image_size={image_size} (the square's side in pixels)")
+        raise UserError(
+            f"data.cutout={cutout!r} must be an integer from 0 (off) to "
+            f"data.image_size={image_size} (the square's side in pixels)"
+        )
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise UserError(f"data.workers={workers!r} must be an integer >= 0 (0: load in the training process)")
+        raise UserError(
+            f"data.workers={workers!r} must be an integer >= 0 (0: load in the training process)"
+        )
     if not isinstance(worker_timeout_s, (int, float)) or worker_timeout_s <= 0:
-        raise UserError(f"data.worker_timeout_s={worker_timeout_s!r} must be a positive number of seconds")
+        raise UserError(
+            f"data.worker_timeout_s={worker_timeout_s!r} must be a positive number of seconds"
+        )
 
 
 def check_unknown(dataset: str, unknown: dict[str, Any], allowed: Sequence[str]) -> None:
     if unknown:
         key = sorted(unknown)[0]
-        raise UserError(f"data.{key} is not an option of data={dataset}; allowed: {', '.join(allowed)}")
+        raise UserError(
+            f"data.{key} is not an option of data={dataset}; allowed: {', '.join(allowed)}"
+        )
 
 
 class ImageDataset(Dataset):
     """A train and a test :class:`Split` with the transfer recipe's transforms (see ``augment``)."""
 
-    def __init__(self, name: str, train: Split, test: Split, *, classes: int, channels: int,
-                 image_size: int, mean: Sequence[float], std: Sequence[float], flip: bool, cutout: int,
-                 native: tuple[int, int] | None = None, workers: int = 0,
-                 worker_timeout_s: float = 120.0, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        train: Split,
+        test: Split,
+        *,
+        classes: int,
+        channels: int,
+        image_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        flip: bool,
+        cutout: int,
+        native: tuple[int, int] | None = None,
+        workers: int = 0,
+        worker_timeout_s: float = 120.0,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         check_options(image_size, flip, cutout, workers, worker_timeout_s)
         self.name, self.train, self.test = name, train, test
         self.info = DataInfo("image", (channels, image_size, image_size), classes)
-        self.flip, self.cutout, self.workers, self.worker_timeout_s = flip, cutout, workers, worker_timeout_s
-        tr = train_transform(image_size, mean=mean, std=std, flip=flip, cutout=cutout, native=native)
+        self.flip, self.cutout, self.workers, self.worker_timeout_s = (
+            flip,
+            cutout,
+            workers,
+            worker_timeout_s,
+        )
+        tr = train_transform(
+            image_size, mean=mean, std=std, flip=flip, cutout=cutout, native=native
+        )
         ev = eval_transform(image_size, mean=mean, std=std, native=native)
         self.train_samples, self.test_samples = _Samples(train, tr, ev), _Samples(test, tr, ev)
         self._eval_loaders: dict[int, DataLoader] = {}
@@ -138,22 +183,42 @@ class ImageDataset(Dataset):
 
     def _loader(self, samples: _Samples, batch_sampler: Any) -> DataLoader:
         w = self.workers
-        return DataLoader(samples, batch_sampler=batch_sampler, num_workers=w, persistent_workers=w > 0,
-                          timeout=self.worker_timeout_s if w > 0 else 0, prefetch_factor=2 if w else None)
+        # Its own generator: the DataLoader draws a base seed per iterator, which would otherwise
+        # advance the training process's global RNG. Our samples never use it (seeded per key).
+        return DataLoader(
+            samples,
+            batch_sampler=batch_sampler,
+            num_workers=w,
+            persistent_workers=w > 0,
+            timeout=self.worker_timeout_s if w > 0 else 0,
+            prefetch_factor=2 if w else None,
+            generator=torch.Generator().manual_seed(0),
+        )
 
-    def batches(self, start_step: int, batch_size: int, seed: int, *, multiple_of: int = 1,
-                need_inputs: bool = True) -> Iterator[tuple[Any, Any]]:
+    def batches(
+        self,
+        start_step: int,
+        batch_size: int,
+        seed: int,
+        *,
+        multiple_of: int = 1,
+        need_inputs: bool = True,
+    ) -> Iterator[tuple[Any, Any]]:
         if start_step < 0:
             raise ValueError(f"start_step={start_step} must be >= 0")
         if multiple_of < 1 or batch_size % multiple_of:
-            raise UserError(f"batch_size={batch_size} is not a multiple of {multiple_of} (micro-batches)")
+            raise UserError(
+                f"batch_size={batch_size} is not a multiple of {multiple_of} (micro-batches)"
+            )
         sampler = EpochBatchSampler(len(self.train), batch_size, seed, start_step)
         if not need_inputs:
             labels = self.train.labels
             return ((None, labels[torch.tensor([k[2] for k in keys])]) for keys in sampler)
         return iter(self._loader(self.train_samples, sampler))
 
-    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def train_batch(
+        self, step: int, batch_size: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch of ``step``, computed in this process (the stream's batch, without workers)."""
         keys = EpochBatchSampler(len(self.train), batch_size, seed).keys(step)
         xs, ys = zip(*(self.train_samples[k] for k in keys))
@@ -162,7 +227,9 @@ class ImageDataset(Dataset):
     def eval_batches(self, batch_size: int = 256) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The test split in order, unaugmented; the DataLoader (and its workers) is kept for reuse."""
         if batch_size not in self._eval_loaders:
-            sampler = BatchSampler(SequentialSampler(range(len(self.test))), batch_size, drop_last=False)
+            sampler = BatchSampler(
+                SequentialSampler(range(len(self.test))), batch_size, drop_last=False
+            )
             self._eval_loaders[batch_size] = self._loader(self.test_samples, sampler)
         return iter(self._eval_loaders[batch_size])
 
@@ -171,14 +238,33 @@ class ImageDataset(Dataset):
         return torch.cat(xs), torch.cat(ys)
 
     def describe(self) -> dict:
-        return {**super().describe(), "train_size": len(self.train), "eval_size": len(self.test),
-                "flip": self.flip, "cutout": self.cutout, "workers": self.workers, **self.extra}
+        return {
+            **super().describe(),
+            "train_size": len(self.train),
+            "eval_size": len(self.test),
+            "flip": self.flip,
+            "cutout": self.cutout,
+            "workers": self.workers,
+            **self.extra,
+        }
 
 
-def from_tensors(name: str, train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                 num_classes: int, *, classes: list[int] | None, per_class: int | None, subset_seed: int,
-                 image_size: int, flip: bool, cutout: int, workers: int, worker_timeout_s: float,
-                 extra: dict[str, Any] | None = None) -> ImageDataset:
+def from_tensors(
+    name: str,
+    train: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+    num_classes: int,
+    *,
+    classes: list[int] | None,
+    per_class: int | None,
+    subset_seed: int,
+    image_size: int,
+    flip: bool,
+    cutout: int,
+    workers: int,
+    worker_timeout_s: float,
+    extra: dict[str, Any] | None = None,
+) -> ImageDataset:
     """An :class:`ImageDataset` from uint8 images ``(N, C, H, W)`` and labels held in memory.
 
     ``classes``/``per_class`` select and relabel (see ``subset``); the normalisation uses the mean and
@@ -192,10 +278,25 @@ def from_tensors(name: str, train: tuple[torch.Tensor, torch.Tensor], test: tupl
         raise UserError(f"data.subset_seed={subset_seed!r} must be an integer")
     mean, std = channel_stats(x_tr)
     tr, te = select(y_tr, chosen, per, subset_seed), select(y_te, chosen)
-    info = {"classes_selected": chosen if classes is not None else None, "per_class": per,
-            "subset_seed": subset_seed, **(extra or {})}
-    return ImageDataset(name, Split(x_tr, tr.indices, tr.labels), Split(x_te, te.indices, te.labels),
-                        classes=len(chosen), channels=int(x_tr.shape[1]), image_size=image_size,
-                        mean=mean, std=std, flip=flip, cutout=cutout,
-                        native=(int(x_tr.shape[2]), int(x_tr.shape[3])), workers=workers,
-                        worker_timeout_s=worker_timeout_s, extra=info)
+    info = {
+        "classes_selected": chosen if classes is not None else None,
+        "per_class": per,
+        "subset_seed": subset_seed,
+        **(extra or {}),
+    }
+    return ImageDataset(
+        name,
+        Split(x_tr, tr.indices, tr.labels),
+        Split(x_te, te.indices, te.labels),
+        classes=len(chosen),
+        channels=int(x_tr.shape[1]),
+        image_size=image_size,
+        mean=mean,
+        std=std,
+        flip=flip,
+        cutout=cutout,
+        native=(int(x_tr.shape[2]), int(x_tr.shape[3])),
+        workers=workers,
+        worker_timeout_s=worker_timeout_s,
+        extra=info,
+    )

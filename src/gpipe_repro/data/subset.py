@@ -35,8 +35,10 @@ def check_classes(classes: Sequence[int] | None, num_classes: int) -> list[int]:
     out: list[int] = []
     for c in classes:
         if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_classes:
-            raise UserError(f"data.classes={list(classes)!r}: {c!r} is not a class; allowed: "
-                            f"integers 0..{num_classes - 1}")
+            raise UserError(
+                f"data.classes={list(classes)!r}: {c!r} is not a class; allowed: "
+                f"integers 0..{num_classes - 1}"
+            )
         if c in out:
             raise UserError(f"data.classes={list(classes)!r} lists class {c} twice")
         out.append(c)
@@ -49,12 +51,15 @@ def check_per_class(per_class: int | None) -> int | None:
     if per_class is None:
         return None
     if isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < 1:
-        raise UserError(f"data.per_class={per_class!r} must be a positive integer or null (all images)")
+        raise UserError(
+            f"data.per_class={per_class!r} must be a positive integer or null (all images)"
+        )
     return per_class
 
 
-def select(labels: torch.Tensor, classes: list[int], per_class: int | None = None,
-           subset_seed: int = 0) -> Selection:
+def select(
+    labels: torch.Tensor, classes: list[int], per_class: int | None = None, subset_seed: int = 0
+) -> Selection:
     """The images of ``classes`` (relabelled by position in ``classes``), ``per_class`` of each if set."""
     labels = labels.long()
     new = torch.full((int(labels.max()) + 1 if labels.numel() else 1,), -1, dtype=torch.long)
@@ -65,8 +70,10 @@ def select(labels: torch.Tensor, classes: list[int], per_class: int | None = Non
         idx = torch.nonzero(labels == c).flatten()
         if per_class is not None:
             if per_class > idx.numel():
-                raise UserError(f"data.per_class={per_class} exceeds the {idx.numel()} training images "
-                                f"of class {c}")
+                raise UserError(
+                    f"data.per_class={per_class} exceeds the {idx.numel()} training images "
+                    f"of class {c}"
+                )
             g = torch.Generator().manual_seed(subset_seed * 1_000_003 + c)
             idx = idx[torch.randperm(idx.numel(), generator=g)[:per_class]]
         keep.append(idx)

@@ -22,18 +22,57 @@ __all__ = ["VISION_SETS", "vision"]
 
 # name -> (torchvision class, expected path under root, classes, where to get it)
 VISION_SETS: dict[str, tuple[str, str, int, str]] = {
-    "cifar10": ("CIFAR10", "cifar-10-batches-py", 10, "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
-    "cifar100": ("CIFAR100", "cifar-100-python", 100, "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
-    "oxford_pets": ("OxfordIIITPet", "oxford-iiit-pet", 37, "https://www.robots.ox.ac.uk/~vgg/data/pets/"),
-    "food101": ("Food101", "food-101", 101, "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/"),
-    "stanford_cars": ("StanfordCars", "stanford_cars", 196, "torchvision StanfordCars layout (devkit, cars_train, cars_test)"),
-    "fgvc_aircraft": ("FGVCAircraft", "fgvc-aircraft-2013b", 100, "https://www.robots.ox.ac.uk/~vgg/data/fgvc-aircraft/"),
+    "cifar10": (
+        "CIFAR10",
+        "cifar-10-batches-py",
+        10,
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+    ),
+    "cifar100": (
+        "CIFAR100",
+        "cifar-100-python",
+        100,
+        "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+    ),
+    "oxford_pets": (
+        "OxfordIIITPet",
+        "oxford-iiit-pet",
+        37,
+        "https://www.robots.ox.ac.uk/~vgg/data/pets/",
+    ),
+    "food101": (
+        "Food101",
+        "food-101",
+        101,
+        "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/",
+    ),
+    "stanford_cars": (
+        "StanfordCars",
+        "stanford_cars",
+        196,
+        "torchvision StanfordCars layout (devkit, cars_train, cars_test)",
+    ),
+    "fgvc_aircraft": (
+        "FGVCAircraft",
+        "fgvc-aircraft-2013b",
+        100,
+        "https://www.robots.ox.ac.uk/~vgg/data/fgvc-aircraft/",
+    ),
 }
 
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # transfer from ImageNet
-OPTIONS = ("root", "classes", "per_class", "subset_seed", "image_size", "flip", "cutout", "workers",
-           "worker_timeout_s")
+OPTIONS = (
+    "root",
+    "classes",
+    "per_class",
+    "subset_seed",
+    "image_size",
+    "flip",
+    "cutout",
+    "workers",
+    "worker_timeout_s",
+)
 
 
 class _Images:
@@ -53,7 +92,8 @@ def _source(ds: Any) -> tuple[Any, torch.Tensor, tuple[int, int] | None]:
     """``(images, labels, native size)`` of a torchvision dataset, labels read without decoding images."""
     if hasattr(ds, "data") and hasattr(ds, "targets"):  # CIFAR: uint8 (N, H, W, C) in memory
         images = torch.from_numpy(ds.data).permute(0, 3, 1, 2)
-        return images, torch.as_tensor(ds.targets, dtype=torch.long), tuple(images.shape[2:])
+        native = (int(images.shape[2]), int(images.shape[3]))
+        return images, torch.as_tensor(ds.targets, dtype=torch.long), native
     if hasattr(ds, "_labels"):  # OxfordIIITPet, Food101, FGVCAircraft
         labels = list(ds._labels)
     elif hasattr(ds, "_samples"):  # StanfordCars: (path, label) pairs
@@ -63,16 +103,30 @@ def _source(ds: Any) -> tuple[Any, torch.Tensor, tuple[int, int] | None]:
     return _Images(ds), torch.as_tensor(labels, dtype=torch.long), None
 
 
-def vision(name: str, root: str | None = None, image_size: int = 32, cutout: int = 0, flip: bool = True,
-           classes: list[int] | None = None, per_class: int | None = None, subset_seed: int = 0,
-           workers: int = 0, worker_timeout_s: float = 120.0, **unknown: Any) -> Dataset:
+def vision(
+    name: str,
+    root: str | None = None,
+    image_size: int = 32,
+    cutout: int = 0,
+    flip: bool = True,
+    classes: list[int] | None = None,
+    per_class: int | None = None,
+    subset_seed: int = 0,
+    workers: int = 0,
+    worker_timeout_s: float = 120.0,
+    **unknown: Any,
+) -> Dataset:
     """One of :data:`VISION_SETS` from ``root`` through the augmenting image loader (``loader``)."""
     if not root:
-        raise UserError(f"data.root is not set; {name} is read from a local folder: data.root=/path/to/datasets")
+        raise UserError(
+            f"data.root is not set; {name} is read from a local folder: data.root=/path/to/datasets"
+        )
     cls_name, sub, num_classes, url = VISION_SETS[name]
     path = Path(root).expanduser() / sub
     if not path.exists():
-        raise UserError(f"data.root={root!r}: {name} not found; expected {path} (get it from {url})")
+        raise UserError(
+            f"data.root={root!r}: {name} not found; expected {path} (get it from {url})"
+        )
     tv = import_torchvision()
     from .loader import ImageDataset, Split, check_unknown
     from .subset import check_classes, check_per_class, select
@@ -80,8 +134,11 @@ def vision(name: str, root: str | None = None, image_size: int = 32, cutout: int
     check_unknown(name, unknown, OPTIONS)
     chosen, per = check_classes(classes, num_classes), check_per_class(per_class)
     cls = getattr(tv.datasets, cls_name)
-    kw_train, kw_test = ({"train": True}, {"train": False}) if name.startswith("cifar") else \
-        ({"split": "trainval" if name == "oxford_pets" else "train"}, {"split": "test"})
+    kw_train, kw_test = (
+        ({"train": True}, {"train": False})
+        if name.startswith("cifar")
+        else ({"split": "trainval" if name == "oxford_pets" else "train"}, {"split": "test"})
+    )
     try:
         train_ds = cls(str(Path(root).expanduser()), **kw_train)
         test_ds = cls(str(Path(root).expanduser()), **kw_test)
@@ -89,9 +146,19 @@ def vision(name: str, root: str | None = None, image_size: int = 32, cutout: int
         raise UserError(f"data.root={root!r}: {name} is incomplete under {path}: {err}") from None
     (x_tr, y_tr, native), (x_te, y_te, _) = _source(train_ds), _source(test_ds)
     tr, te = select(y_tr, chosen, per, subset_seed), select(y_te, chosen)
-    return ImageDataset(name, Split(x_tr, tr.indices, tr.labels), Split(x_te, te.indices, te.labels),
-                        classes=len(chosen), channels=3, image_size=image_size, mean=IMAGENET_MEAN,
-                        std=IMAGENET_STD, flip=flip, cutout=cutout, native=native, workers=workers,
-                        worker_timeout_s=worker_timeout_s,
-                        extra={"classes_selected": chosen if classes is not None else None,
-                               "per_class": per})
+    return ImageDataset(
+        name,
+        Split(x_tr, tr.indices, tr.labels),
+        Split(x_te, te.indices, te.labels),
+        classes=len(chosen),
+        channels=3,
+        image_size=image_size,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        flip=flip,
+        cutout=cutout,
+        native=native,
+        workers=workers,
+        worker_timeout_s=worker_timeout_s,
+        extra={"classes_selected": chosen if classes is not None else None, "per_class": per},
+    )
