@@ -164,12 +164,8 @@ class ImageDataset(Dataset):
         check_options(image_size, flip, cutout, workers, worker_timeout_s)
         self.name, self.train, self.test = name, train, test
         self.info = DataInfo("image", (channels, image_size, image_size), classes)
-        self.flip, self.cutout, self.workers, self.worker_timeout_s = (
-            flip,
-            cutout,
-            workers,
-            worker_timeout_s,
-        )
+        self.flip, self.cutout = flip, cutout
+        self.workers, self.worker_timeout_s = workers, worker_timeout_s
         tr = train_transform(
             image_size, mean=mean, std=std, flip=flip, cutout=cutout, native=native
         )
