@@ -1,8 +1,9 @@
-"""Datasets by name: synthetic shapes, real digits shipped in packages, torchvision sets from a root.
+"""Datasets by name: synthetic shapes, real digits shipped in packages, Fashion-MNIST from Debian's
+archive, and torchvision sets from a root.
 
 Each option is a spec: its config dataclass (the ``data.*`` keys, with ``info()``: the shapes, known
 without loading anything) and its builder. A process builds a dataset once, and only where data is
-needed (the first and last stages).
+needed (the first and last stages). Image builders import torchvision only when called.
 """
 
 from __future__ import annotations
@@ -13,11 +14,21 @@ from typing import Any
 
 from ..errors import UserError
 from .base import DataInfo, Dataset
-from .digits import DigitsConfig, MNISTConfig, digits, mnist
+from .digits import (
+    DigitsConfig,
+    DigitsImagesConfig,
+    MNISTConfig,
+    MNISTImagesConfig,
+    digits,
+    digits_images,
+    mnist,
+    mnist_images,
+)
+from .fashion_mnist import FashionMNISTConfig, fashion_mnist
 from .synthetic import SyntheticConfig, synthetic
 from .vision import VISION_CONFIGS, vision
 
-__all__ = ["DATASETS", "DataInfo", "DataSpec", "Dataset", "get_data"]
+__all__ = ["DATASETS", "DataInfo", "DataSpec", "Dataset", "get_data", "build_dataset"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,9 @@ DATASETS: dict[str, DataSpec] = {
     "synthetic": DataSpec("synthetic", SyntheticConfig, synthetic),
     "mnist": DataSpec("mnist", MNISTConfig, mnist),
     "digits": DataSpec("digits", DigitsConfig, digits),
+    "fashion_mnist": DataSpec("fashion_mnist", FashionMNISTConfig, fashion_mnist),
+    "mnist_images": DataSpec("mnist_images", MNISTImagesConfig, mnist_images),
+    "digits_images": DataSpec("digits_images", DigitsImagesConfig, digits_images),
     **{name: DataSpec(name, cls, vision) for name, cls in VISION_CONFIGS.items()},
 }
 
@@ -39,3 +53,20 @@ def get_data(name: str) -> DataSpec:
     if name not in DATASETS:
         raise UserError(f"data.name={name!r} is unknown; allowed: {', '.join(sorted(DATASETS))}")
     return DATASETS[name]
+
+
+def build_dataset(name: str, options: dict[str, Any] | None = None) -> Dataset:
+    """Build dataset ``name`` with ``options`` (its ``data.*`` keys) outside a composed config: checked
+    like a config would be (unknown keys and bounds, one line). For scripts and tests."""
+    from dataclasses import fields
+
+    from ..config.validate import check_fields
+
+    spec = get_data(name)
+    allowed = [f.name for f in fields(spec.config) if f.name != "name"]
+    for key in options or {}:
+        if key not in allowed:
+            raise UserError(f"data.{key} is not an option of data={name}; allowed: {', '.join(allowed)}")
+    cfg = spec.config(**(options or {}))
+    check_fields(cfg, "data")
+    return spec.build(cfg)

@@ -59,6 +59,15 @@ class Dataset:
     def eval_set(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None
 
+    def eval_batches(self, batch_size: int = 256) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The evaluation split in order, ``batch_size`` samples at a time (none if there is no split).
+        Image datasets stream it through a DataLoader instead of holding it in memory."""
+        es = self.eval_set()
+        if es is None:
+            return
+        for i in range(0, es[0].shape[0], batch_size):
+            yield es[0][i : i + batch_size], es[1][i : i + batch_size]
+
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.info.kind, "shape": list(self.info.shape),
                 "classes": self.info.classes}
