@@ -67,12 +67,34 @@ def test_multirun_gathers_every_job_failed_ones_too(tmp_path):
     assert (tmp_path / "results.png").stat().st_size > 1000
 
 
-def test_wandb_offline_run_lands_in_the_job_folder(tmp_path):
-    r = gpipe_run("pipeline.K=1", *[a for a in FAST if a != "logger=none"], "logger=wandb",
-                  f"hydra.run.dir={tmp_path}", env={"WANDB_MODE": "offline"})
+def _records(run_dir: Path) -> list[dict]:
+    """The records of an offline wandb run, read back with wandb's own reader."""
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    r = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
+                       capture_output=True, text=True, timeout=120)
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_wandb_offline_run_has_a_live_history_and_the_timeline(tmp_path):
+    steps = 40
+    r = gpipe_run("pipeline.K=1", *[a for a in FAST if a not in ("logger=none", "train.steps=4")], "logger=wandb",
+                  f"train.steps={steps}", f"hydra.run.dir={tmp_path}", env={"WANDB_MODE": "offline"})
     assert r.returncode == 0, r.stderr
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    assert len(runs) == 1
+    recs = _records(runs[0])
+    history = [x["history"]["item"] for x in recs if x["type"] == "history"]
+    steps_logged = [h for h in history if "loss" in h]
+    assert [h["_step"] for h in steps_logged] == list(range(steps))
+    assert {"loss", "step_time_s", "samples_per_s"} <= set(steps_logged[0])
+    # live: logged as the run went, not back-filled at the end — the first step's record was written
+    # while later steps were still running
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    first, last = steps_logged[0]["_timestamp"], steps_logged[-1]["_timestamp"]
+    assert last - first > 0.3 * sum(m["step_times_s"][1:]), (first, last)
+    assert any(k.startswith("timeline.") for h in history for k in h)  # the timeline image
+    assert list(runs[0].glob("files/media/images/timeline_*.png"))
+    assert any(x["type"] == "artifact" for x in recs)  # trace.json + metrics.json
 
 
 BAD = [

@@ -270,35 +270,33 @@ def cpu_name() -> str:
 def _evaluate(spec: RunConfig, topo: Topology, st: _Stage) -> dict[str, Any] | None:
     """Accuracy and loss on the evaluation split, through the pipeline (running BN statistics).
 
-    Every replica evaluates the whole split; the last batch is padded to a multiple of M and the
-    padding is ignored. Only the first stage has the inputs, so it tells the others how many there are."""
-    es = st.data.eval_set() if st.data is not None else None
-    n_eval = [0 if es is None else int(es[0][0].shape[0] if isinstance(es[0], tuple) else es[0].shape[0])]
-    if topo.distributed:
-        dist.broadcast_object_list(n_eval, src=0)
-    if n_eval[0] == 0:
-        return None
+    The split streams batch by batch (``Dataset.eval_batches``) on the first stage (inputs) and the
+    last (labels); each batch is padded to a multiple of M and the padding ignored. Only the first
+    stage knows how many samples come next, so it tells every rank before each batch (0: done).
+    Every replica evaluates the whole split."""
     M = spec.pipeline.M
     B = max(M, spec.train.eval_batch_size // M * M)
-    correct = total = 0
+    batches = st.data.eval_batches(B) if st.data is not None else iter(())
+    correct = total = samples = 0
     loss_sum = 0.0
-    for i in range(0, n_eval[0], B):
-        n = min(B, n_eval[0] - i)
-        xb = _pad(_rows(es[0], i, i + n), (-n) % M) if topo.is_first and es is not None else None
-        out = st.pipe.forward(xb)
-        if topo.is_last and es is not None:
-            yb = es[1][i : i + n]
+    while True:
+        xb, yb = next(batches, (None, None))
+        box = [0 if yb is None else int(yb.shape[0])]
+        if topo.distributed:
+            dist.broadcast_object_list(box, src=0)
+        n = box[0]
+        if n == 0:
+            break
+        out = st.pipe.forward(_pad(xb, (-n) % M) if topo.is_first else None)
+        if topo.is_last:
+            assert yb is not None and out is not None
             logits = out[:n].float().cpu()  # type: ignore[index,union-attr]
             c, t_ = st.plan.model.correct(logits, yb)
-            correct, total = correct + c, total + t_
+            correct, total, samples = correct + c, total + t_, samples + n
             loss_sum += float(st.plan.model.loss_fn(logits, yb)) * n
-    if not topo.is_last:
+    if not topo.is_last or samples == 0:
         return None
-    return {"accuracy": correct / max(total, 1), "loss": loss_sum / n_eval[0], "samples": n_eval[0]}
-
-
-def _rows(x: Any, a: int, b: int) -> Any:
-    return tuple(t[a:b] for t in x) if isinstance(x, tuple) else x[a:b]
+    return {"accuracy": correct / max(total, 1), "loss": loss_sum / samples, "samples": samples}
 
 
 def _pad(x: Any, pad: int) -> Any:

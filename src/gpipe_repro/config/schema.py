@@ -19,10 +19,11 @@ from ..engine.cost import COST_KINDS
 from ..engine.hostmem import HOST_MEMORY_MODES
 from .options import opt
 
-__all__ = ["PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "RunConfig", "DEVICES",
+__all__ = ["BACKENDS", "PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "RunConfig", "DEVICES",
            "LOGGERS", "WANDB_MODES"]
 
 DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("engine", "sim")
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -91,12 +92,16 @@ class RunConfig:
     model: Any = MISSING
     data: Any = MISSING
     optim: Any = MISSING
+    hardware: Any = opt(None, "the device a simulated run is timed on: a published profile "
+                        "(conf/hardware/*.yaml) or measured (this device, cached)")
     pipeline: PipelineConfig = opt(PipelineConfig())
     train: TrainConfig = opt(TrainConfig())
     logger: LoggerConfig = opt(LoggerConfig())
     sweep: SweepConfig = opt(SweepConfig())
     seed: int = opt(0, "seeds weights (per layer), data order and dropout", min=0)
     device: str = opt("auto", "auto = cuda when available, else cpu", choices=DEVICES)
+    backend: str = opt("engine", "engine = run the pipeline and measure; sim = simulate it on the hardware "
+                       "profile (nothing allocated)", choices=BACKENDS)
     experiment_name: str | None = opt(None, "set by conf/experiment/*.yaml; names reports/<experiment_name>/")
 
     @property

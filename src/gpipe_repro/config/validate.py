@@ -89,7 +89,19 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
         raise UserError(f"pipeline.M={p.M} does not divide train.batch_size={t.batch_size}"
                         + (f" / {p.replicas} replicas" if p.replicas > 1 else "")
                         + f"; allowed: a divisor of {per_replica}")
-    return replace(cfg, device=resolve_device(cfg.device, cuda_available))
+    device = resolve_device(cfg.device, cuda_available)
+    if cfg.backend == "sim":
+        from ..runner.simulated import hardware_profile
+
+        hardware_profile(cfg.hardware)  # one line when the profile is invalid
+    elif device == "cuda" and cuda_available is None:
+        import torch
+
+        n = torch.cuda.device_count()
+        if cfg.world_size > n:
+            raise UserError(f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks but this host has {n} CUDA "
+                            f"device(s); one rank per device: lower pipeline.K, or simulate with backend=sim")
+    return replace(cfg, device=device)
 
 
 def resolve_device(device: str, cuda_available: bool | None = None) -> str:

@@ -65,8 +65,11 @@ class Dataset:
         es = self.eval_set()
         if es is None:
             return
-        for i in range(0, es[0].shape[0], batch_size):
-            yield es[0][i : i + batch_size], es[1][i : i + batch_size]
+        x, y = es
+        n = x[0].shape[0] if isinstance(x, tuple) else x.shape[0]
+        for i in range(0, n, batch_size):
+            xi = tuple(t[i : i + batch_size] for t in x) if isinstance(x, tuple) else x[i : i + batch_size]
+            yield xi, y[i : i + batch_size]
 
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.info.kind, "shape": list(self.info.shape),

@@ -30,6 +30,7 @@ from ..metrics.writer import OutputError, write_metrics, write_run
 from ..rank import DIVERGED, Plan, RankContext, plan_model, run_rank
 from ..wandb_logger import WandbRun
 from .local import launch_local
+from .simulated import simulate_run
 
 __all__ = ["run", "LAUNCHERS"]
 
@@ -41,7 +42,11 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
     torchrun/SLURM job: rank 0 speaks for the run)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
     if owner:
-        (out / PROGRESS_FILE).unlink(missing_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / PROGRESS_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass  # reported when the run's files are written
     if not owner:
         _run_as_other_rank(spec, out)
         return None
@@ -51,8 +56,11 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
         plan = plan_model(spec)
         wb = _start_wandb(spec, out, group)
         with Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)):
-            results = _results(spec, plan, out, launcher)
-        m, events = summarize(spec, results, plan.info.tokens_per_sample, launcher)
+            if spec.backend == "sim":
+                m, events = simulate_run(spec, plan, out)
+            else:
+                results = _results(spec, plan, out, launcher)
+                m, events = summarize(spec, results, plan.info.tokens_per_sample, launcher)
         files = write_run(out, m, events)
     except KeyboardInterrupt:
         m = _stopped(spec, out, launcher, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")

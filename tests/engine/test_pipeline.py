@@ -23,6 +23,15 @@ def run_grid(K, configs, replicas=1):
     return [[rank[i] for rank in per_rank] for i in range(len(configs))]
 
 
+def test_two_stages_four_micro_batches_with_remat_equal_single_process():
+    """The fast-set exactness case (K=2, M=4, remat): the whole grid below is marked slow."""
+    ref = w.reference_step()
+    configs = [dict(M=4, checkpoint="always", schedule="gpipe", balance=BALANCE[2])]
+    (res,) = run_grid(2, configs)
+    assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5
+    assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("K", [1, 2, 4])
 def test_gradients_and_update_equal_single_process(K):

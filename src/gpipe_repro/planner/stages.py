@@ -1,0 +1,99 @@
+"""Per-stage memory of any model's flat layer list, planned on the meta device (nothing allocated).
+
+The Table 1 planner (``planner.table1``) specialises this for the paper's two models; the simulated
+backend uses it for every model: a stage's state (weights, gradients, optimiser slots) and its peak
+activations under the schedule and remat mode (``planner.memory``), the largest layer alone (GPipe
+§6: a single layer must fit on one accelerator), and the largest micro-batch that fits a budget —
+activations are linear in the micro-batch, the state is not, so that last one is a closed form.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..engine.microbatch import Batch
+from .memory import StageActivation, measure_stage, peak_activation_bytes, state_bytes
+
+__all__ = ["StagePlan", "plan_stages", "layer_memory"]
+
+MEASURE_BATCH = 2  # samples the meta pass runs at; everything scales linearly from there
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    state: int  # bytes of weights + gradients + optimiser state
+    activation: int  # peak activation bytes at the planned micro-batch
+    per_sample: float  # activation bytes per sample of micro-batch (the linear part)
+    fixed_activation: int  # activation bytes that do not scale (none today; kept for clarity)
+
+    @property
+    def total(self) -> int:
+        return self.state + self.activation
+
+
+def _params(layers: Sequence[nn.Module]) -> int:
+    return sum(p.numel() for layer in layers for p in layer.parameters())
+
+
+class _Measured:
+    """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range."""
+
+    def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor]) -> None:
+        self.layers, self.loss = list(layers), loss
+        self.inputs: list[Batch] = []
+        x = sample
+        for layer in self.layers:  # the input of every layer, once
+            self.inputs.append(x)
+            _, x = measure_stage([layer], x)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per planned model
+    def stage(self, start: int, end: int) -> StageActivation:
+        last = end == len(self.layers)
+        a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None)
+        return a
+
+
+_MEASURED: dict[object, _Measured] = {}
+
+
+def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable) -> _Measured:
+    """One measurement per model (``key``) in this process: a sweep over K and M measures it once."""
+    if key not in _MEASURED:
+        _MEASURED[key] = _Measured(layers, sample, loss)
+    return _MEASURED[key]
+
+
+def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
+    return sample_fn(MEASURE_BATCH, "meta")
+
+
+def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch], loss: Callable[[Batch], torch.Tensor],
+                balance: Sequence[int], *, K: int, M: int, micro_batch: int, schedule: str, checkpoint: str,
+                optim: str = "rmsprop", key: object = None) -> list[StagePlan]:
+    """Every stage's state and peak activations; ``key`` names the model for memoisation."""
+    meas = _measured(key, layers, _example(sample_fn), loss) if key is not None else \
+        _Measured(layers, _example(sample_fn), loss)
+    out, start = [], 0
+    for k, b in enumerate(balance):
+        a = meas.stage(start, start + b)
+        unit = a.scaled(1 / MEASURE_BATCH)
+        per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k)
+        opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
+        out.append(StagePlan(state_bytes(_params(layers[start:start + b]), opt),
+                             round(per * micro_batch), float(per), 0))
+        start += b
+    return out
+
+
+def layer_memory(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch],
+                 loss: Callable[[Batch], torch.Tensor], *, M: int, micro_batch: int, schedule: str,
+                 checkpoint: str, optim: str = "rmsprop", key: object = None) -> list[int]:
+    """Each layer alone on an accelerator (K = L would give): state + peak activations, bytes."""
+    return [p.total for p in plan_stages(layers, sample_fn, loss, [1] * len(layers), K=len(layers), M=M,
+                                         micro_batch=micro_batch, schedule=schedule, checkpoint=checkpoint,
+                                         optim=optim, key=key)]
