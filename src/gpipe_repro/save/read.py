@@ -92,12 +92,11 @@ def _optimizer_targets(
     index: Mapping[str, tuple[list[int], torch.dtype]], keys: Iterable[str]
 ) -> dict[str, torch.Tensor]:
     """Empty CPU tensors for every saved optimiser-state entry of these parameter keys."""
+    wanted = set(keys)
     out: dict[str, torch.Tensor] = {}
-    for key in keys:
-        prefix = f"{OPTIM_PREFIX}{key}."
-        for k, (shape, dtype) in index.items():
-            if k.startswith(prefix) and "." not in k[len(prefix) :]:
-                out[k] = torch.empty(shape, dtype=dtype)
+    for k, (shape, dtype) in index.items():  # optim.<param key>.<state name>
+        if k.startswith(OPTIM_PREFIX) and k[len(OPTIM_PREFIX) :].rpartition(".")[0] in wanted:
+            out[k] = torch.empty(shape, dtype=dtype)
     return out
 
 

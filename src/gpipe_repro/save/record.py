@@ -9,6 +9,7 @@ the model, then its config, then the number of layers, then a tensor's shape.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -31,9 +32,11 @@ def describe_model(
             params[f"layers.{i}.{n}"] = list(p.shape)
         for n, b in layer.named_buffers():
             buffers[f"layers.{i}.{n}"] = list(b.shape)
+    # As JSON from the start, so the record in memory equals the record read back from a save.
+    plain = json.loads(json.dumps({k: jsonable(v) for k, v in config.items()}, default=str))
     return {
         "name": name,
-        "config": {k: jsonable(v) for k, v in config.items()},
+        "config": plain,
         "layers": len(layers),
         "param_count": sum(_numel(s) for s in params.values()),
         "parameters": params,

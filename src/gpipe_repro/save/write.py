@@ -89,6 +89,11 @@ def save(
     delete all but the ``keep`` newest saves. Returns the save's folder.
     """
     topo = topology or single_process()
+    if topo.distributed and not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            f"save(): the topology has {topo.world_size} ranks but no process group is initialised; "
+            "call init_topology first"
+        )
     if step < 0:
         raise ValueError(f"step={step} is invalid; allowed: an integer >= 0")
     if len(balance) != topo.K or any(b < 1 for b in balance):
