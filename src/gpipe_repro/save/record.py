@@ -1,0 +1,119 @@
+"""What a save is of: a ``describe`` record of the model, and the one-line checks against it.
+
+The record holds the model's name, its config dict (as the caller builds the model from it), the
+number of layers, and every parameter's and buffer's global key and shape. It is built from the
+*whole* flat layer list (on the meta device it costs nothing), so every rank can check a save
+against the run before reading a byte of tensor data, and the message names what differs first:
+the model, then its config, then the number of layers, then a tensor's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from .errors import SaveError
+from .keys import jsonable
+
+__all__ = ["describe_model", "check_model", "check_shapes", "flat_config"]
+
+
+def describe_model(
+    name: str, config: Mapping[str, Any], layers: Sequence[nn.Module]
+) -> dict[str, Any]:
+    """The record of a model built as ``layers`` (the full flat list) from ``config``."""
+    params: dict[str, list[int]] = {}
+    buffers: dict[str, list[int]] = {}
+    for i, layer in enumerate(layers):
+        for n, p in layer.named_parameters():
+            params[f"layers.{i}.{n}"] = list(p.shape)
+        for n, b in layer.named_buffers():
+            buffers[f"layers.{i}.{n}"] = list(b.shape)
+    # As JSON from the start, so the record in memory equals the record read back from a save.
+    plain = json.loads(json.dumps({k: jsonable(v) for k, v in config.items()}, default=str))
+    return {
+        "name": name,
+        "config": plain,
+        "layers": len(layers),
+        "param_count": sum(_numel(s) for s in params.values()),
+        "parameters": params,
+        "buffers": buffers,
+    }
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "model.") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"model.a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out.update(flat_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _settings(cfg: dict[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{k}={cfg[k]}" if k in cfg else f"no {k}" for k in keys)
+
+
+def check_model(
+    saved: Mapping[str, Any], here: Mapping[str, Any], *, config: bool = True, shapes: bool = True
+) -> None:
+    """Raise :class:`SaveError` naming the first difference between two ``describe`` records.
+
+    ``config=False`` (transfer learning) compares the name only, then the shapes the caller loads.
+    """
+    if saved["name"] != here["name"]:
+        raise SaveError(f"the save is of {saved['name']}, this run's model is {here['name']}")
+    if config:
+        a, b = flat_config(saved["config"]), flat_config(here["config"])
+        diff = sorted(k for k in a.keys() | b.keys() if a.get(k, _MISSING) != b.get(k, _MISSING))
+        if diff:
+            raise SaveError(
+                f"the save is of {saved['name']} with {_settings(a, diff)}, "
+                f"this run has {_settings(b, diff)}"
+            )
+        if saved["layers"] != here["layers"]:
+            raise SaveError(
+                f"the save's model has {saved['layers']} layers, this run's has {here['layers']}"
+            )
+    if shapes:
+        check_shapes(
+            {**saved["parameters"], **saved["buffers"]},
+            {**here["parameters"], **here["buffers"]},
+            here["parameters"],
+        )
+
+
+_MISSING = object()
+
+
+def check_shapes(
+    saved: Mapping[str, Sequence[int]],
+    here: Mapping[str, Sequence[int]],
+    params: Collection[str] | None = None,
+) -> None:
+    """Every key of ``here`` exists in ``saved`` with the same shape, else one line naming it."""
+    for key, shape in here.items():
+        kind = "parameter" if params is None or key in params else "buffer"
+        if key not in saved:
+            raise SaveError(f"{kind} {key} is not in the save (it holds {_span(saved)})")
+        if list(saved[key]) != list(shape):
+            raise SaveError(
+                f"{kind} {key} has shape {list(saved[key])} in the save and {list(shape)} here"
+            )
+
+
+def _span(keys: Mapping[str, Any]) -> str:
+    idx = sorted({int(k.split(".")[1]) for k in keys if k.startswith("layers.")})
+    return f"layers {idx[0]}..{idx[-1]}" if idx else "no layers"
