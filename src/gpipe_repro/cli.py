@@ -25,7 +25,7 @@ from .config.store import register
 from .errors import UserError
 from .metrics.contract import ModelInfo, PipelineInfo, RunMetrics
 from .metrics.writer import OutputError, write_metrics
-from .runner import run
+from .runner import STOP, run
 from .runner.cluster import task_env
 from .wandb_logger import wandb_group
 
@@ -39,6 +39,8 @@ _failures: list[str] = []
 def app(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
+    if STOP.requested:  # stopping: the jobs left in a sweep do not run
+        return
     try:
         spec = to_spec(cfg)
     except UserError as err:  # a bad value: this job fails, a sweep goes on
@@ -52,13 +54,18 @@ def app(cfg: DictConfig) -> None:
     sweep = Path(hc.sweep.dir) if hc.mode is not None and hc.mode.name == "MULTIRUN" else None
     group = wandb_group(spec.logger, spec.experiment_name, sweep)
     tenv = task_env()
-    if tenv is not None:  # one task of a multi-task submitit/SLURM job: act as one rank
-        os.environ.update(tenv)
-        m = run(spec, out, launcher="submitit", group=group)
-        if m is None:  # not rank 0: rank 0 writes and logs
-            return
-    else:
-        m = run(spec, out, group=group)
+    try:
+        if tenv is not None:  # one task of a multi-task submitit/SLURM job: act as one rank
+            os.environ.update(tenv)
+            m = run(spec, out, launcher="submitit", group=group)
+            if m is None:  # not rank 0: rank 0 writes and logs
+                return
+        else:
+            m = run(spec, out, group=group)
+    except KeyboardInterrupt:  # stopped at once: the run wrote its interrupted metrics.json
+        STOP.requested = True
+        print(f"gpipe-run: stopped; what it measured is in {out / 'metrics.json'}", file=sys.stderr, flush=True)
+        return
     assert m is not None
     _record(m, out)
 
@@ -78,6 +85,9 @@ def _asked(cfg: DictConfig, error: str) -> RunMetrics:
 
 
 def _record(m: RunMetrics, out: Path) -> None:
+    if m.status == "interrupted":
+        print(f"gpipe-run: {m.error}  [{out / 'metrics.json'}]", file=sys.stderr, flush=True)
+        return
     if m.status != "ok":
         _failures.append(m.error or m.status)
         print(f"gpipe-run: error: {m.error}  [{out / 'metrics.json'}]", file=sys.stderr, flush=True)
@@ -93,7 +103,13 @@ def main() -> None:
     if err:
         print(f"gpipe-run: error: {err}", file=sys.stderr)
         sys.exit(2)
-    app()
+    STOP.install()
+    try:
+        app()
+    except KeyboardInterrupt:  # a signal outside a run (Hydra setting up, the gather): nothing to save
+        STOP.requested = True
+    if STOP.requested:
+        sys.exit(130)
     if _failures:
         sys.exit(1)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import os
 import platform
+import signal
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from .errors import UserError
 from .metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from .models import ModelSpec, get_model, materialize
 from .optim import build_optimizer
+from .save import describe_model, load, load_weights, resolve, save
 
 __all__ = ["Plan", "RankContext", "RankResult", "run_rank", "plan_model", "DIVERGED"]
 
@@ -73,6 +76,9 @@ def plan_model(spec: RunConfig) -> Plan:
     return Plan(model, info, layers)
 
 
+STOP_FILE = "STOP"  # the owner of a run creates it in the run's folder to stop after the current step
+
+
 @dataclass
 class RankContext:
     """What a rank gets besides the spec: where the run's folder is, and (in-process) the plan."""
@@ -80,6 +86,11 @@ class RankContext:
     out_dir: Path | None = None
     plan: Plan | None = None
     gather: bool = False  # torchrun/SLURM: rank 0 gathers every rank's result
+    ignore_sigint: bool = False  # ranks started by gpipe-run: Ctrl-C is the driver's to handle
+
+    @property
+    def save_dir(self) -> Path | None:
+        return self.out_dir / "saves" if self.out_dir is not None else None
 
 
 @dataclass
@@ -96,8 +107,10 @@ class RankResult:
     optimizer_bytes: int
     activation_bytes: int
     cuda_peak_bytes: int | None
-    losses: list[float]
-    step_times: list[float]
+    losses: list[float]  # every step's, including those before a resume
+    step_times: list[float]  # the steps this process ran
+    first_step: int  # the step this process started at (> 0 after a resume)
+    stopped: bool  # stopped early by SIGINT/SIGTERM (after a completed step)
     events: list[dict[str, Any]]
     eval: dict[str, Any] | None
     threads: int
@@ -109,10 +122,13 @@ class RankResult:
 def run_rank(spec: RunConfig, ctx: RankContext) -> Any:
     """Run one rank. With ``ctx.gather`` rank 0 returns every rank's result (others None)."""
     torch.set_num_threads(spec.train.threads)
+    if ctx.ignore_sigint:  # the driver turns Ctrl-C into a stop after the current step (STOP_FILE)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     topo = init_topology(spec.pipeline.K, spec.pipeline.replicas, spec.device, spec.pipeline.timeout_s)
     stage = _build(spec, topo, ctx.plan or plan_model(spec))
-    losses, step_times = _train(spec, topo, stage, ctx.out_dir)
-    result = _report(spec, topo, stage, losses, step_times)
+    start, past = _restore(spec, topo, stage, ctx)
+    losses, step_times, stopped = _train(spec, topo, stage, ctx, start, past)
+    result = _report(spec, topo, stage, losses, step_times, start, stopped)
     if ctx.gather and topo.distributed:
         out: list[Any] | None = [None] * topo.world_size if topo.rank == 0 else None
         dist.gather_object(result, out, dst=0)
@@ -130,6 +146,8 @@ class _Stage:
     balance: list[int]
     costs: list[float]
     names: list[str]
+    offset: int  # the global index of this stage's first layer
+    record: dict[str, Any]  # the model as a save describes it
 
 
 def _balance(spec: RunConfig, topo: Topology, plan: Plan) -> tuple[list[int], list[float]]:
@@ -173,7 +191,44 @@ def _build(spec: RunConfig, topo: Topology, plan: Plan) -> _Stage:
     # Only the first stage needs inputs and only the last needs targets: nobody else loads data.
     data = get_data(spec.data.name).build(spec.data) if topo.is_first or topo.is_last else None
     torch.manual_seed(spec.seed)  # the dropout streams
-    return _Stage(plan, pipe, opt, data, balance, costs, [type(m).__name__ for m in mine])
+    record = describe_model(spec.model.name, _options(spec.model), plan.layers)
+    return _Stage(plan, pipe, opt, data, balance, costs, [type(m).__name__ for m in mine], sl.start, record)
+
+
+def _options(cfg: Any) -> dict[str, Any]:
+    d = asdict(cfg)
+    d.pop("name", None)
+    return d
+
+
+def _restore(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext) -> tuple[int, list[float]]:
+    """Resume from a save (weights, optimiser, RNG, step, losses) or initialise from one (weights
+    only, a fresh head). Comes after everything that draws random numbers, or the restored RNG
+    streams would be overwritten. Returns the first step to run and the losses before it."""
+    t = spec.train
+    save_dir = _save_dir(spec, ctx)
+    if t.resume is not None:
+        path = resolve(t.resume, save_dir) if save_dir is not None or t.resume != "auto" else None
+        if path is None:  # auto and nothing saved yet: a fresh start
+            return 0, []
+        rep = load(path, st.pipe.cell.layers, st.offset, optimizer=st.opt, model=st.record, topology=topo)
+        return rep.step, list(rep.losses) if topo.is_last else []
+    if t.init_from is not None:
+        skip = t.init_skip if t.init_skip is not None else [len(st.plan.layers) - 1]
+        load_weights(t.init_from, st.pipe.cell.layers, st.offset, skip=skip, model=st.record)
+    return 0, []
+
+
+def _save_dir(spec: RunConfig, ctx: RankContext) -> Path | None:
+    return Path(spec.train.save_dir) if spec.train.save_dir else ctx.save_dir
+
+
+def _save(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, step: int, losses: list[float]) -> None:
+    d = _save_dir(spec, ctx)
+    if d is None:
+        raise UserError("train.save_every needs a folder: set train.save_dir")
+    save(d, step, st.pipe.cell.layers, st.balance, topo, model=st.record, optimizer=st.opt, losses=losses,
+         run_config=asdict(spec), keep=spec.train.save_keep, timeout_s=spec.pipeline.timeout_s)
 
 
 # ------------------------------------------------------------------------------------------ train
@@ -187,18 +242,52 @@ def _shard(x: Any, replica: int, replicas: int) -> Any:
     return x[replica * n : (replica + 1) * n]
 
 
-def _train(spec: RunConfig, topo: Topology, st: _Stage, out_dir: Path | None) -> tuple[list[float], list[float]]:
+class _StopVote:
+    """Whether the run was told to stop (``STOP_FILE``), agreed by every rank for the same step.
+
+    Each step starts an all-reduce (max) of this rank's flag and reads the answer at the step's end,
+    so the vote overlaps the step and every rank stops after the same one. In one process it is just
+    a look at the file."""
+
+    def __init__(self, topo: Topology, ctx: RankContext) -> None:
+        self.topo = topo
+        self.file = ctx.out_dir / STOP_FILE if ctx.out_dir is not None else None
+        self.flag = torch.zeros(1, dtype=torch.int32)
+        self.work: Any = None
+        # A group of its own (gloo, CPU): the vote never queues behind the pipeline's transfers.
+        self.group = dist.new_group(backend="gloo") if topo.distributed else None
+
+    def _local(self) -> int:
+        return int(self.file is not None and self.file.exists())
+
+    def start(self) -> None:
+        if self.topo.distributed:
+            self.flag.fill_(self._local())
+            self.work = dist.all_reduce(self.flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+
+    def stop(self) -> bool:
+        if not self.topo.distributed:
+            return bool(self._local())
+        self.work.wait()
+        return bool(self.flag.item())
+
+
+def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start: int,
+           past: list[float]) -> tuple[list[float], list[float], bool]:
     t, p = spec.train, spec.pipeline
     reporter = topo.is_last and topo.replica == 0  # the rank that knows the loss speaks for the run
-    progress = ProgressWriter(out_dir / PROGRESS_FILE) if reporter and out_dir is not None else None
-    bar = _progress_bar(spec) if reporter else None
-    batches = (st.data.batches(0, t.batch_size, spec.seed, multiple_of=p.M * p.replicas,
+    progress = ProgressWriter(ctx.out_dir / PROGRESS_FILE) if reporter and ctx.out_dir is not None else None
+    bar = _progress_bar(spec, start) if reporter else None
+    batches = (st.data.batches(start, t.batch_size, spec.seed, multiple_of=p.M * p.replicas,
                                need_inputs=topo.is_first)
                if st.data is not None else None)
     tokens = st.plan.info.tokens_per_sample
-    losses: list[float] = []
+    vote = _StopVote(topo, ctx)
+    losses: list[float] = list(past)
     step_times: list[float] = []
-    for step in range(t.steps):
+    stopped = saved = False
+    for step in range(start, t.steps):
+        vote.start()
         # The timer covers drawing the batch: on the first and last stages it is part of a step's cost.
         t0 = time.perf_counter()
         x, y = next(batches) if batches is not None else (None, None)
@@ -210,35 +299,51 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, out_dir: Path | None) ->
         st.opt.zero_grad(set_to_none=False)
         dt = time.perf_counter() - t0
         step_times.append(dt)
-        if loss is None:
-            continue
-        losses.append(loss)
-        if progress is not None:
-            progress.write(StepRecord(step, loss, dt, t.batch_size / dt, t.batch_size * tokens / dt if tokens else None))
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}")
-        if not math.isfinite(loss) or (len(losses) > 1 and loss > 1e4 * max(abs(losses[0]), 1.0)):
-            # Ends the run (the other ranks are stopped by the launcher); reported as diverged.
-            raise UserError(f"{DIVERGED} at step {step}: loss {loss:.4g} (first {losses[0]:.4g}); "
-                            f"lower optim.lr={spec.optim.lr}")
+        if loss is not None:
+            losses.append(loss)
+            if progress is not None:
+                progress.write(StepRecord(step, loss, dt, t.batch_size / dt,
+                                          t.batch_size * tokens / dt if tokens else None))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}")
+            if not math.isfinite(loss) or (len(losses) > 1 and loss > 1e4 * max(abs(losses[0]), 1.0)):
+                # Ends the run (the other ranks are stopped by the launcher); reported as diverged.
+                raise UserError(f"{DIVERGED} at step {step}: loss {loss:.4g} (first {losses[0]:.4g}); "
+                                f"lower optim.lr={spec.optim.lr}")
+        stopped = vote.stop()
+        saved = t.save_every > 0 and ((step + 1) % t.save_every == 0 or step + 1 == t.steps or stopped)
+        if saved:  # collective: every rank saves its layers after the same step
+            _save(spec, topo, st, ctx, step + 1, losses)
+        if stopped:
+            break
     if bar is not None:
         bar.close()
-    return losses, step_times
+    return losses, step_times, stopped
 
 
-def _progress_bar(spec: RunConfig) -> Any:
-    if not spec.train.progress or spec.train.steps < 2 or os.environ.get("GPIPE_PROGRESS", "1") == "0":
+def _progress_bar(spec: RunConfig, start: int) -> Any:
+    if (not spec.train.progress or spec.train.steps < 2 or os.environ.get("GPIPE_PROGRESS", "1") == "0"
+            or not sys.stderr.isatty()):  # a bar is for a terminal; logs get the per-job summary line
         return None
     from tqdm import tqdm
 
-    return tqdm(total=spec.train.steps, desc=f"K={spec.pipeline.K} M={spec.pipeline.M}", unit="step", leave=False)
+    return tqdm(total=spec.train.steps, initial=start, desc=f"K={spec.pipeline.K} M={spec.pipeline.M}",
+                unit="step", leave=False)
 
 
 # ------------------------------------------------------------------------------------------ report
-def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], step_times: list[float]) -> RankResult:
-    ev = _evaluate(spec, topo, st) if spec.train.eval else None
-    keep_from = max(spec.train.timed_from, spec.train.steps - max(spec.train.trace_steps, BUBBLE_STEPS))
+def timed_from(spec: RunConfig, start: int) -> int:
+    """The first of this process's steps whose time counts: after the warm-up, or after the first
+    step of a resumed run (its shape handshake and cold caches)."""
+    return spec.train.timed_from if start == 0 else min(spec.train.timed_from, 1)
+
+
+def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], step_times: list[float],
+            start: int, stopped: bool) -> RankResult:
+    ev = _evaluate(spec, topo, st) if spec.train.eval and not stopped else None
+    ran = len(step_times)  # the recorder counts this process's steps from 0
+    keep_from = max(timed_from(spec, start), ran - max(spec.train.trace_steps, BUBBLE_STEPS))
     dev = topo.device
     pipe = st.pipe
     return RankResult(
@@ -248,7 +353,7 @@ def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], st
         optimizer_bytes=optimizer_bytes(st.opt, pipe.parameters()),
         activation_bytes=pipe.peak_activation_bytes,
         cuda_peak_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-        losses=losses, step_times=step_times,
+        losses=losses, step_times=step_times, first_step=start, stopped=stopped,
         events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from], eval=ev,
         threads=torch.get_num_threads(), host_memory=pipe.host_memory,
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),

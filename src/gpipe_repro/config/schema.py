@@ -59,6 +59,18 @@ class TrainConfig:
     eval_batch_size: int = opt(256, "evaluation batch (rounded down to a multiple of M)", min=1)
     progress: bool = opt(True, "a progress bar on the last stage")
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)
+    save_every: int = opt(0, "write a save (weights, optimiser, step, RNG, losses) every N steps and at "
+                          "the end; 0 = never", min=0)
+    save_dir: str | None = opt(None, "where saves go; null = <the run's folder>/saves")
+    save_keep: int | None = opt(3, "keep the newest N saves; null = all", min=1)
+    resume: str | None = opt(None, "continue from a save: a save folder, a folder of saves, or auto (the "
+                             "newest in save_dir; a fresh start when there is none)")
+    init_from: str | None = opt(None, "initialise the weights from a save (transfer learning), except the "
+                                "layers of init_skip")
+    init_skip: list[int] | None = opt(None, "global layer indices init_from leaves freshly initialised; "
+                                      "null = the last layer (the classifier: a new head)")
+    stop_grace_s: float = opt(60.0, "after SIGINT/SIGTERM, how long to wait for the current step (and "
+                              "save) before stopping at once", min=0)
 
     @property
     def timed_from(self) -> int:

@@ -76,6 +76,9 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
         if any(b < 1 for b in p.balance):
             raise UserError(f"pipeline.balance={list(p.balance)} has a cell with {min(p.balance)} layers; "
                             "every cell needs at least 1")
+    if t.resume is not None and t.init_from is not None:
+        raise UserError(f"train.resume={t.resume} and train.init_from={t.init_from} exclude each other; "
+                        "allowed: one of them (resume continues a run, init_from starts one from weights)")
     if t.warmup_steps is not None and t.warmup_steps >= t.steps:
         raise UserError(f"train.warmup_steps={t.warmup_steps} leaves no timed step; allowed: null or "
                         f"0..{t.steps - 1} (train.steps={t.steps})")

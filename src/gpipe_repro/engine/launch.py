@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -100,11 +102,13 @@ def _root_message(err: BaseException) -> tuple[int, str]:
 
 
 def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads: int | None = None,
-           monitor_interval: float = 0.1, log_dir: str | None = None) -> list[Any]:
+           monitor_interval: float = 0.1, log_dir: str | None = None, handle_signals: bool = True) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` local ranks; return their results in rank order.
 
     ``fn`` must be importable (a module-level function) and should call ``init_topology``. Raises
-    :class:`RankError` with the first failing rank's message.
+    :class:`RankError` with the first failing rank's message. ``handle_signals=False`` leaves SIGINT
+    and SIGTERM to the caller's own handlers (torch's agent would otherwise take them over for the
+    launch and stop the ranks at once); a KeyboardInterrupt the caller raises still stops every rank.
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -115,11 +119,15 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
         monitor_interval=monitor_interval, start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+        signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT" if handle_signals else "SIGHUP,SIGQUIT",
     )
     # The launcher logs every failure with its traceback; the caller gets the message instead.
     quiet = logging.getLogger("torch.distributed.elastic")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    # The agent installs its own handlers for these signals and leaves them installed: restore ours after.
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
     try:
         results = elastic_launch(config, _entry)(fn, args, threads)
     except Exception as err:  # ChildFailedError and rendezvous errors
@@ -127,4 +135,6 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads
         raise RankError(rank, f"rank {rank}: {msg}" if rank >= 0 else msg) from None
     finally:
         quiet.setLevel(level)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return [results[r] for r in range(world_size)]

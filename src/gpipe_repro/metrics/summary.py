@@ -68,11 +68,14 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
 def summarize(spec: RunConfig, results: Sequence[RankResult], tokens_per_sample: int = 0,
               launcher: str = "local") -> tuple[RunMetrics, list[Event]]:
     """metrics.json content and the events of the steps kept for trace.json."""
-    K, W = spec.pipeline.K, spec.train.timed_from
+    from ..rank import timed_from
+
+    K = spec.pipeline.K
     results = sorted(results, key=lambda r: r.rank)
-    # Step time: the slowest rank of each step, median over the timed steps.
-    per_step = [max(r.step_times[s] for r in results) for s in range(spec.train.steps)]
-    step_time = statistics.median(per_step[W:])
+    W = timed_from(spec, results[0].first_step)
+    # Step time: the slowest rank of each step this process ran, median over the timed ones.
+    per_step = [max(r.step_times[s] for r in results) for s in range(len(results[0].step_times))]
+    step_time = statistics.median(per_step[W:] or per_step)
     # Global loss: mean over the replicas' last stages.
     lasts = [r for r in results if r.stage == K - 1]
     losses = [statistics.fmean(vals) for vals in zip(*[r.losses for r in lasts])]
@@ -99,6 +102,9 @@ def summarize(spec: RunConfig, results: Sequence[RankResult], tokens_per_sample:
     ev = next((r.eval for r in lasts if r.replica == 0), None)
     m = base_metrics(spec, launcher=launcher)
     assert m.model is not None and m.pipeline is not None
+    if any(r.stopped for r in results):
+        done = results[0].first_step + len(results[0].step_times)
+        m.status, m.error = "interrupted", f"stopped by SIGINT/SIGTERM after step {done} of {spec.train.steps}"
     m.model.param_count = sum(s.param_count for s in stages)
     m.pipeline.balance = results[0].balance
     m.losses = losses

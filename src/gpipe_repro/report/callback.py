@@ -69,6 +69,10 @@ class GatherCallback(Callback):
             lines.append(f"wandb: offline runs in {sweep}/*/wandb/; upload with "
                          f"`wandb sync {sweep}/*/wandb/offline-run-* {sweep}/wandb/offline-run-*`")
         print("\n".join(lines), file=sys.stdout, flush=True)
-        failed = sum(r["status"] != "ok" for r in rows)
+        failed = sum(r["status"] in ("failed", "diverged") for r in rows)
+        stopped = sum(r["status"] == "interrupted" for r in rows)
         if failed:
             print(f"gpipe-run: {failed} of {len(rows)} jobs failed (see the error column)", file=sys.stderr)
+        if stopped:
+            print(f"gpipe-run: {stopped} job(s) interrupted; to finish the sweep: the same command with "
+                  f"hydra.sweep.dir={sweep} sweep.skip_done=true train.resume=auto", file=sys.stderr)

@@ -115,7 +115,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
         if Ms:
             ax.set_xticks(Ms, [str(m) for m in Ms])
             ax.minorticks_off()
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()

@@ -31,8 +31,9 @@ from ..rank import DIVERGED, Plan, RankContext, plan_model, run_rank
 from ..wandb_logger import WandbRun
 from .local import launch_local
 from .simulated import simulate_run
+from .stop import STOP
 
-__all__ = ["run", "LAUNCHERS"]
+__all__ = ["run", "LAUNCHERS", "STOP"]
 
 LAUNCHERS = ("local", "torchrun", "submitit")
 
@@ -55,7 +56,8 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
     try:
         plan = plan_model(spec)
         wb = _start_wandb(spec, out, group)
-        with Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)):
+        with STOP.running(out, spec.train.stop_grace_s), \
+                Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)):
             if spec.backend == "sim":
                 m, events = simulate_run(spec, plan, out)
             else:

@@ -17,4 +17,6 @@ __all__ = ["launch_local"]
 def launch_local(spec: RunConfig, plan: Plan, out: Path) -> list[Any]:
     if spec.world_size == 1:  # K = 1, one replica: no process group, the plan is reused
         return [run_rank(spec, RankContext(out, plan))]
-    return launch(run_rank, spec.world_size, (spec, RankContext(out)), threads=spec.train.threads)
+    # SIGINT/SIGTERM stay with this process (runner.stop); the ranks ignore Ctrl-C.
+    return launch(run_rank, spec.world_size, (spec, RankContext(out, ignore_sigint=True)),
+                  threads=spec.train.threads, handle_signals=False)
