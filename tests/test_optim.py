@@ -20,3 +20,14 @@ def test_each_option_builds_its_optimiser_with_its_settings():
 def test_adam_betas_are_checked(betas):
     with pytest.raises(UserError, match=r"optim.betas=.* is invalid; allowed: two numbers"):
         OPTIMIZERS["adam"].check(AdamConfig(betas=betas))  # type: ignore[misc]
+
+
+def test_learning_rate_schedules():
+    from gpipe_repro.optim import lr_factor
+
+    assert [lr_factor("constant", s, 10) for s in (0, 5, 9)] == [1.0, 1.0, 1.0]
+    assert [lr_factor("constant", s, 10, warmup=4) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    cos = [lr_factor("cosine", s, 10) for s in range(11)]
+    assert cos[0] == 1.0 and cos[10] == pytest.approx(0.0) and cos[5] == pytest.approx(0.5)
+    assert all(a >= b for a, b in zip(cos, cos[1:]))
+    assert lr_factor("cosine", 2, 10, warmup=2) == 1.0  # the decay starts after the warm-up

@@ -10,12 +10,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
 import torch
 
 from .config.options import opt
 from .errors import UserError
 
-__all__ = ["RMSpropConfig", "SGDConfig", "AdamConfig", "OptimSpec", "OPTIMIZERS", "build_optimizer"]
+__all__ = ["RMSpropConfig", "SGDConfig", "AdamConfig", "OptimSpec", "OPTIMIZERS", "build_optimizer",
+           "LR_SCHEDULES", "lr_factor", "set_lr"]
+
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass
@@ -89,3 +94,20 @@ OPTIMIZERS: dict[str, OptimSpec] = {
 
 def build_optimizer(params: Iterable[Any], cfg: Any) -> torch.optim.Optimizer:
     return OPTIMIZERS[cfg.name].build(params, cfg)
+
+
+def lr_factor(schedule: str, step: int, steps: int, warmup: int = 0) -> float:
+    """The learning rate of ``step`` (0-based) as a fraction of the configured one: a linear warm-up over
+    ``warmup`` steps, then constant or a cosine decay reaching 0 after ``steps``. A function of the step
+    alone, so a resumed run follows the same schedule with no state to save."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    span = max(steps - warmup, 1)
+    return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, span) / span))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

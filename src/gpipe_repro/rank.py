@@ -39,7 +39,7 @@ from .engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from .errors import UserError
 from .metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from .models import ModelSpec, get_model, materialize
-from .optim import build_optimizer
+from .optim import build_optimizer, lr_factor, set_lr
 from .save import describe_model, load, load_weights, resolve, save
 
 __all__ = ["Plan", "RankContext", "RankResult", "run_rank", "plan_model", "DIVERGED"]
@@ -293,6 +293,7 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start:
         x, y = next(batches) if batches is not None else (None, None)
         loss = st.pipe.train_step(_shard(x, topo.replica, p.replicas) if topo.is_first else None,
                                   _shard(y, topo.replica, p.replicas) if topo.is_last else None)
+        set_lr(st.opt, spec.optim.lr * lr_factor(t.lr_schedule, step, t.steps, t.lr_warmup))
         st.opt.step()
         # Keep the .grad tensors allocated: the engine accumulates into them over the M micro-batches
         # of the next step, and DDP's reducer holds views of them in its buckets.

@@ -17,6 +17,7 @@ from omegaconf import MISSING
 from ..engine import CHECKPOINT_MODES, SCHEDULES
 from ..engine.cost import COST_KINDS
 from ..engine.hostmem import HOST_MEMORY_MODES
+from ..optim import LR_SCHEDULES
 from .options import opt
 
 __all__ = ["BACKENDS", "PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "RunConfig", "DEVICES",
@@ -59,6 +60,9 @@ class TrainConfig:
     eval_batch_size: int = opt(256, "evaluation batch (rounded down to a multiple of M)", min=1)
     progress: bool = opt(True, "a progress bar on the last stage")
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)
+    lr_schedule: str = opt("constant", "the learning rate over the steps: constant, or cosine decay to 0 "
+                           "(after lr_warmup linear warm-up steps in both)", choices=LR_SCHEDULES)
+    lr_warmup: int = opt(0, "linear learning-rate warm-up steps", min=0)
     save_every: int = opt(0, "write a save (weights, optimiser, step, RNG, losses) every N steps and at "
                           "the end; 0 = never", min=0)
     save_dir: str | None = opt(None, "where saves go; null = <the run's folder>/saves")
