@@ -41,6 +41,9 @@ def app(cfg: DictConfig) -> None:
     out = Path(hc.runtime.output_dir)
     if STOP.requested:  # stopping: the jobs left in a sweep do not run
         return
+    if cfg.sweep.skip_done and _done(out):  # re-running a sweep: this job already has its result
+        print(f"skipped (done): {out}", flush=True)
+        return
     try:
         spec = to_spec(cfg)
     except UserError as err:  # a bad value: this job fails, a sweep goes on
@@ -68,6 +71,17 @@ def app(cfg: DictConfig) -> None:
         return
     assert m is not None
     _record(m, out)
+
+
+def _done(out: Path) -> bool:
+    """Whether ``out`` holds an ok metrics.json (anything else — failed, interrupted, missing, unreadable —
+    is run again, and its row replaced when the sweep is gathered)."""
+    import json
+
+    try:
+        return json.loads((out / "metrics.json").read_text()).get("status") == "ok"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _asked(cfg: DictConfig, error: str) -> RunMetrics:

@@ -9,6 +9,11 @@ each with RANK / WORLD_SIZE / MASTER_ADDR in its environment, and the Hydra app 
   stage (``runner.run(launcher="torchrun")``), and rank 0 writes DIR/metrics.json, trace.json,
   timeline.png. Command-line mistakes: one line (from rank 0 only), exit 2; bad values: one line, exit
   1 and a failed metrics.json in DIR.
+- ``gpipe-torchrun`` (``launch_main``) is torchrun with this module as its script and the mistakes kept
+  to one line: it checks the command line and the config before starting any rank (exit 2 / exit 1 with
+  a failed metrics.json, as ``gpipe-run``), passes its torchrun options through, and when a rank fails
+  exits with that rank's code instead of torchrun's traceback:
+  ``gpipe-torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 --out runs/x pipeline.K=8``
 - SLURM: ``gpipe-run hydra/launcher=submitit_slurm hydra.launcher.tasks_per_node=P ...`` (see
   ``runner.cluster``).
 """
@@ -26,7 +31,7 @@ from .metrics.contract import RunMetrics
 from .metrics.writer import OutputError, write_metrics
 from .runner import run
 
-__all__ = ["main"]
+__all__ = ["main", "launch_main"]
 
 
 def _say(msg: str) -> None:
@@ -67,6 +72,58 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     p = m.pipeline
     print(f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s -> {out}", flush=True)
+
+
+def _fail(out: Path, msg: str) -> None:
+    print(f"gpipe-run: error: {msg}", file=sys.stderr, flush=True)
+    try:
+        write_metrics(out, RunMetrics(status="failed", error=msg))
+    except OutputError:
+        pass
+
+
+def launch_main(argv: list[str] | None = None) -> None:
+    """``gpipe-torchrun [torchrun options] --out DIR [overrides]``."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--out", required=True)
+    ours, rest = ap.parse_known_args(argv)
+    overrides = [a for a in rest if not a.startswith("-") and "=" in a and not _is_option_value(rest, a)]
+    options = [a for a in rest if a not in overrides]
+    out = Path(ours.out)
+    err = preflight(overrides)
+    if err:
+        print(f"gpipe-run: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        spec = compose(overrides, check=False)
+    except UserError as e:
+        _fail(out, str(e))
+        sys.exit(1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(spec.train.threads))  # torchrun's banner otherwise
+    args = get_args_parser().parse_args([*options, "-m", "gpipe_repro.multinode", "--out", str(out), *overrides])
+    for name in ("torch.distributed.elastic", "torch.distributed.run"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # the ranks speak for themselves
+    try:
+        torchrun(args)
+    except ChildFailedError as e:
+        rank, failure = min(e.failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+        if failure.exitcode < 0:  # killed by a signal: it could not say so itself
+            print(f"gpipe-run: error: rank {rank} was killed by signal {-failure.exitcode}", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(failure.exitcode if failure.exitcode in (1, 2) else 1)
+
+
+def _is_option_value(args: list[str], a: str) -> bool:
+    """``a`` follows a torchrun option that takes a value (``--rdzv-endpoint HOST:29500=...``)."""
+    i = args.index(a)
+    return i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1]
 
 
 if __name__ == "__main__":

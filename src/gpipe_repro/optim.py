@@ -6,11 +6,10 @@ gradients equal to the full mini-batch's, one step per stage is GPipe's synchron
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-
-import math
 
 import torch
 

@@ -77,6 +77,7 @@ def plan_model(spec: RunConfig) -> Plan:
 
 
 STOP_FILE = "STOP"  # the owner of a run creates it in the run's folder to stop after the current step
+HEARTBEAT_DIR = ".heartbeat"  # each rank touches <run>/.heartbeat/rank-<r> every second (runner.guard)
 
 
 @dataclass
@@ -125,6 +126,8 @@ def run_rank(spec: RunConfig, ctx: RankContext) -> Any:
     if ctx.ignore_sigint:  # the driver turns Ctrl-C into a stop after the current step (STOP_FILE)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     topo = init_topology(spec.pipeline.K, spec.pipeline.replicas, spec.device, spec.pipeline.timeout_s)
+    if ctx.ignore_sigint and ctx.out_dir is not None:  # a rank of gpipe-run: let the driver see it is alive
+        _heartbeat(ctx.out_dir / HEARTBEAT_DIR / f"rank-{topo.rank}")
     stage = _build(spec, topo, ctx.plan or plan_model(spec))
     start, past = _restore(spec, topo, stage, ctx)
     losses, step_times, stopped = _train(spec, topo, stage, ctx, start, past)
@@ -134,6 +137,25 @@ def run_rank(spec: RunConfig, ctx: RankContext) -> Any:
         dist.gather_object(result, out, dst=0)
         return out
     return [result] if ctx.gather else result
+
+
+def _heartbeat(path: Path, interval_s: float = 1.0) -> None:
+    """Touch ``path`` (holding this process's pid) every ``interval_s`` from a daemon thread. A stopped
+    or frozen process stops touching it; the driver's watchdog notices (``runner.guard``)."""
+    import threading
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(str(os.getpid()))
+
+    def beat() -> None:
+        while True:
+            try:
+                os.utime(path)
+            except OSError:
+                return
+            time.sleep(interval_s)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
 # ------------------------------------------------------------------------------------------ build

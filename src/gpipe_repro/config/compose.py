@@ -185,7 +185,7 @@ def _check_job(overrides: list[str]) -> str | None:
         m = re.search(r"full_key: (\S+)", str(cause))
         if m:
             key = m.group(1)
-            value = next((o.partition("=")[2] for o in overrides if o.split("=")[0].lstrip("+") == key), "?")
+            value = next((o.partition("=")[2] for o in reversed(overrides) if o.split("=")[0].lstrip("+") == key), "?")
             return _type_error(base, key, value)
         return _one_line(err)
     return None

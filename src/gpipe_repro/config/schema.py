@@ -43,6 +43,8 @@ class PipelineConfig:
     balance_by: str = opt("params", "per-layer cost the partition balances", choices=COST_KINDS)
     replicas: int = opt(1, "data-parallel copies of the pipeline (world size K * replicas)", min=1)
     timeout_s: float = opt(300.0, "bound on every wait between ranks", min=1)
+    heartbeat_s: float = opt(30.0, "a rank silent this long (stopped, frozen) is named and the run stopped; "
+                             "0 = off", min=0)
     host_memory: str = opt("retain", "retain: CPU ranks keep freed memory between steps (no page-fault "
                            "churn); system: leave malloc alone", choices=HOST_MEMORY_MODES)
 
@@ -73,6 +75,8 @@ class TrainConfig:
                                 "layers of init_skip")
     init_skip: list[int] | None = opt(None, "global layer indices init_from leaves freshly initialised; "
                                       "null = the last layer (the classifier: a new head)")
+    memory_check: bool = opt(True, "refuse, before allocating, a run whose planned memory exceeds the "
+                             "device's (each GPU, or this host's RAM)")
     stop_grace_s: float = opt(60.0, "after SIGINT/SIGTERM, how long to wait for the current step (and "
                               "save) before stopping at once", min=0)
 

@@ -122,9 +122,10 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads
         signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT" if handle_signals else "SIGHUP,SIGQUIT",
     )
     # The launcher logs every failure with its traceback; the caller gets the message instead.
-    quiet = logging.getLogger("torch.distributed.elastic")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)
+    quiet = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
     # The agent installs its own handlers for these signals and leaves them installed: restore ours after.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} \
         if threading.current_thread() is threading.main_thread() else {}
@@ -134,7 +135,8 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads
         rank, msg = _root_message(err)
         raise RankError(rank, f"rank {rank}: {msg}" if rank >= 0 else msg) from None
     finally:
-        quiet.setLevel(level)
+        for q, lv in zip(quiet, levels):
+            q.setLevel(lv)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return [results[r] for r in range(world_size)]

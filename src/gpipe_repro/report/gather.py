@@ -1,7 +1,8 @@
 """Gather a sweep's ``metrics.json`` files into results.csv, a markdown table and a PNG plot.
 
 Hydra 1.3 gives ``on_multirun_end`` no job results, so the sweep folder is globbed. Failed jobs are
-kept as failed rows with their one-line error.
+kept as failed rows with their one-line error. The same gathering rebuilds the table of any sweep
+folder, also a partly finished one: ``python -m gpipe_repro.report.gather multirun/<date>/<time>``.
 """
 
 from __future__ import annotations
@@ -134,3 +135,29 @@ def write_report(rows: Sequence[dict[str, Any]], out: Path, title: str, header: 
     paths["md"].write_text(f"# {title}\n\n{header}\n\n{markdown_table(rows)}\n")
     plot(rows, paths["png"], title)
     return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.report.gather",
+                                 description="Rebuild results.csv/.md/.png of a sweep folder from its jobs' metrics.json.")
+    ap.add_argument("sweep", type=Path, help="the sweep folder (multirun/<date>/<time>)")
+    ap.add_argument("--title", default=None, help="the report's title (default: the folder's name)")
+    args = ap.parse_args(argv)
+    if not args.sweep.is_dir():
+        print(f"gather: error: {args.sweep} is not a folder", file=sys.stderr)
+        return 2
+    rows = load_rows(args.sweep)
+    if not rows:
+        print(f"gather: error: no */metrics.json under {args.sweep}", file=sys.stderr)
+        return 1
+    paths = write_report(rows, args.sweep, args.title or args.sweep.name, f"Gathered from `{args.sweep}`.")
+    print(console_table(rows))
+    print(f"table: {paths['md']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

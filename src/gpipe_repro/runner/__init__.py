@@ -29,6 +29,7 @@ from ..metrics.summary import base_metrics, summarize
 from ..metrics.writer import OutputError, write_metrics, write_run
 from ..rank import DIVERGED, Plan, RankContext, plan_model, run_rank
 from ..wandb_logger import WandbRun
+from .guard import check_memory
 from .local import launch_local
 from .simulated import simulate_run
 from .stop import STOP
@@ -99,6 +100,8 @@ def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
 
 
 def _results(spec: RunConfig, plan: Plan, out: Path, launcher: str) -> list[Any]:
+    if spec.train.memory_check:
+        check_memory(spec, plan)
     if launcher == "local":
         return launch_local(spec, plan, out)
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -4,12 +4,14 @@ message comes back as a ``RankError``)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..engine import launch
-from ..rank import Plan, RankContext, run_rank
+from ..engine import RankError, launch
+from ..rank import HEARTBEAT_DIR, Plan, RankContext, run_rank
+from .guard import Watchdog, oom_kills
 
 __all__ = ["launch_local"]
 
@@ -18,5 +20,27 @@ def launch_local(spec: RunConfig, plan: Plan, out: Path) -> list[Any]:
     if spec.world_size == 1:  # K = 1, one replica: no process group, the plan is reused
         return [run_rank(spec, RankContext(out, plan))]
     # SIGINT/SIGTERM stay with this process (runner.stop); the ranks ignore Ctrl-C.
-    return launch(run_rank, spec.world_size, (spec, RankContext(out, ignore_sigint=True)),
-                  threads=spec.train.threads, handle_signals=False)
+    shutil.rmtree(out / HEARTBEAT_DIR, ignore_errors=True)
+    kills = oom_kills()
+    with Watchdog(out, spec.pipeline.heartbeat_s) as dog:
+        try:
+            return launch(run_rank, spec.world_size, (spec, RankContext(out, ignore_sigint=True)),
+                          threads=spec.train.threads, handle_signals=False)
+        except RankError as err:
+            raise _explain(err, spec, dog, kills) from None
+        finally:
+            shutil.rmtree(out / HEARTBEAT_DIR, ignore_errors=True)
+
+
+def _explain(err: RankError, spec: RunConfig, dog: Watchdog, kills_before: int | None) -> RankError:
+    """Name the rank that caused the failure when the launcher can only see its echo."""
+    K = spec.pipeline.K
+    if dog.frozen is not None:
+        r, age = dog.frozen
+        return RankError(r, f"rank {r} (stage {r % K}, replica {r // K}) stopped responding: no heartbeat for "
+                            f"{age:.0f} s (stopped, e.g. by SIGSTOP, or frozen); the run was stopped")
+    after = oom_kills()
+    if kills_before is not None and after is not None and after > kills_before:
+        return RankError(err.rank, f"rank {err.rank}: killed by the kernel's out-of-memory killer; the run needs "
+                                   "more memory than this host has (see train.memory_check and the plan)")
+    return err
