@@ -172,6 +172,11 @@ def _check_job(overrides: list[str]) -> str | None:
                 if msg:
                     return msg
             continue
+        if bare in ("hydra.run.dir", "hydra.sweep.dir"):
+            msg = _folder_problem(bare, value)
+            if msg:
+                return msg
+            continue
         if bare.startswith("hydra."):
             continue
         if not _exists(base, bare):
@@ -188,6 +193,19 @@ def _check_job(overrides: list[str]) -> str | None:
             value = next((o.partition("=")[2] for o in reversed(overrides) if o.split("=")[0].lstrip("+") == key), "?")
             return _type_error(base, key, value)
         return _one_line(err)
+    return None
+
+
+def _folder_problem(key: str, value: str) -> str | None:
+    """Why the run's folder could not be made, or None (checked before Hydra tries and fails loudly)."""
+    path = Path(value).expanduser().absolute()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{key}={value}: {probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK):
+        return f"{key}={value}: {probe} is not writable"
     return None
 
 

@@ -67,6 +67,8 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
     _check_option("data", cfg.data, DATASETS)
     optim = _check_option("optim", cfg.optim, OPTIMIZERS)
     check_fields(cfg, "")
+    if hasattr(cfg.data, "check"):  # what a dataset can say about itself without loading (a root missing)
+        cfg.data.check()
     if optim.check is not None:
         optim.check(cfg.optim)
     p, t = cfg.pipeline, cfg.train

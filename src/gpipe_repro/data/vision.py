@@ -80,6 +80,16 @@ class VisionConfig(ImageOptions):
     def info(self) -> DataInfo:
         return self.image_info(3, VISION_SETS[self.name][2])
 
+    def check(self) -> None:
+        """What can be said without reading the files: is there a root, and the set's folder in it."""
+        if not self.root:
+            raise UserError(f"data.root is not set; {self.name} is read from a local folder: "
+                            "data.root=/path/to/datasets")
+        _, sub, _, url = VISION_SETS[self.name]
+        path = Path(self.root).expanduser() / sub
+        if not path.exists():
+            raise UserError(f"data.root={self.root!r}: {self.name} not found; expected {path} (get it from {url})")
+
 
 # One config class per set: the option's name is its default.
 VISION_CONFIGS: dict[str, type] = {

@@ -90,14 +90,19 @@ def _root_message(err: BaseException) -> tuple[int, str]:
         return -1, text.splitlines()[-1] if text else repr(err)
 
     # The cause is the rank that failed by itself; its neighbours then fail on a closed
-    # connection, or are stopped by the monitor. Timestamps have a one-second resolution.
+    # connection, or are stopped by the monitor (SIGTERM). A rank killed by another signal (SIGKILL
+    # from outside, the kernel's OOM killer) is a cause. Timestamps have a one-second resolution.
     def key(item: tuple[int, Any]) -> tuple[bool, int, int]:
         rank, failure = item
         etype, msg = _split_failure(failure)
-        secondary = any(s in etype or s in msg for s in _SECONDARY) or failure.exitcode < 0
+        stopped_by_monitor = failure.exitcode == -signal.SIGTERM
+        secondary = any(s in etype or s in msg for s in _SECONDARY) or stopped_by_monitor
         return secondary, failure.timestamp, rank
 
     rank, failure = min(failures.items(), key=key)
+    if failure.exitcode < 0 and failure.exitcode != -signal.SIGTERM:
+        sig = signal.Signals(-failure.exitcode).name
+        return rank, f"killed by signal {-failure.exitcode} ({sig})"
     return rank, _split_failure(failure)[1]
 
 

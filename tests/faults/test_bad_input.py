@@ -1,0 +1,154 @@
+"""Every mistake in one line, from every entry point (issue #11).
+
+The table holds the bad inputs users have hit. Each goes through the same checks as ``gpipe-run`` and
+``gpipe-torchrun`` (``config.compose.preflight`` for the command line, then validation and the
+meta-device plan for values) in this process — fast — and a sample of each kind goes through the real
+entry points as subprocesses, for the exit code, the one line and the failed ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpipe_repro.config.compose import compose, preflight
+from gpipe_repro.errors import UserError
+from gpipe_repro.rank import plan_model
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["model.hidden=32", "model.depth=3", "train.steps=2", "logger=none"]
+
+# (overrides, exit code, a fragment of the one line)
+COMMAND_LINE = [
+    (["model=foo"], "model=foo is not a model config; allowed: amoebanet_b"),
+    (["data=imagenet"], "data=imagenet is not a data config"),
+    (["optim=lamb"], "optim=lamb is not a optim config"),
+    (["pipeline=zb"], "pipeline=zb is not a pipeline config; allowed: 1f1b, gpipe"),
+    (["logger=tensorboard"], "logger=tensorboard is not a logger config"),
+    (["hardware=tpu_v9"], "hardware=tpu_v9 is not a hardware config"),
+    (["pipeline.Q=1"], "pipeline.Q is not a config key"),
+    (["pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
+    (["+pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
+    (["+pipeline.k=2"], "pipeline.k is not a config key; did you mean pipeline.K?"),
+    (["pipeline.K=abc"], "pipeline.K='abc' is not an integer; allowed: an integer >= 1"),
+    (["pipeline.M=1.5"], "pipeline.M='1.5' is not an integer"),
+    (["train.steps=ten"], "train.steps='ten' is not an integer"),
+    (["train.eval=maybe"], "train.eval='maybe' is not a boolean"),
+    (["seed=abc"], "seed='abc' is not an integer"),
+    (["optim=adam", "optim.betas=abc"], "optim.betas='abc' is not a list"),
+    (["optim.betas=[0.9,0.99]"], "optim.betas is not a key of optim=rmsprop; optim=adam has it"),
+    (["model=tuplenet", "model.hidden=3"], "model.hidden is not a key of model=tuplenet"),
+    (["data.foo=1"], "data.foo is not a key of data=mnist; its keys: eval_size, normalize"),
+    (["hydra/launcher=nonexistent"], "hydra/launcher=nonexistent is not a hydra/launcher config"),
+    (["-m", "pipeline.K=1,abc"], "pipeline.K='abc' is not an integer"),
+    (["pipeline.K=[1"], ""),
+    (["hydra.run.dir=/etc/hostname/run"], "is a file, not a folder"),
+]
+
+VALUES = [
+    (["pipeline.K=0"], "pipeline.K=0 is invalid; allowed: an integer >= 1"),
+    (["pipeline.M=0"], "pipeline.M=0 is invalid; allowed: an integer >= 1"),
+    (["pipeline.M=3"], "pipeline.M=3 does not divide train.batch_size=64; allowed: a divisor of 64"),
+    (["pipeline.M=128"], "pipeline.M=128 exceeds the mini-batch of 64"),
+    (["pipeline.K=9"], "pipeline.K=9 exceeds the model's 5 layers; allowed: 1..5"),
+    (["pipeline.K=2", "pipeline.balance=[4,4]"], "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers"),
+    (["pipeline.K=2", "pipeline.balance=[1,2,3]"], "has 3 cells but pipeline.K=2"),
+    (["pipeline.K=2", "pipeline.balance=[0,5]"], "pipeline.balance=[0, 5] has a cell with 0 layers"),
+    (["pipeline.checkpoint=sometimes"], "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last"),
+    (["pipeline.schedule=zb"], "pipeline.schedule='zb' is not allowed; allowed: gpipe, 1f1b"),
+    (["pipeline.host_memory=swap"], "pipeline.host_memory='swap' is not allowed"),
+    (["pipeline.balance_by=luck"], "pipeline.balance_by='luck' is not allowed; allowed: params, flops, time, memory"),
+    (["pipeline.replicas=0"], "pipeline.replicas=0 is invalid"),
+    (["pipeline.replicas=3"], "pipeline.replicas=3 does not divide train.batch_size=64"),
+    (["pipeline.timeout_s=0"], "pipeline.timeout_s=0.0 is invalid; allowed: a number >= 1"),
+    (["train.steps=0"], "train.steps=0 is invalid; allowed: an integer >= 1"),
+    (["train.batch_size=0"], "train.batch_size=0 is invalid"),
+    (["train.steps=3", "train.warmup_steps=3"], "train.warmup_steps=3 leaves no timed step"),
+    (["train.threads=0"], "train.threads=0 is invalid"),
+    (["train.save_keep=0"], "train.save_keep=0 is invalid"),
+    (["train.lr_schedule=linear"], "train.lr_schedule='linear' is not allowed; allowed: constant, cosine"),
+    (["train.resume=a", "train.init_from=b"], "train.resume=a and train.init_from=b exclude each other"),
+    (["optim.lr=-1"], "optim.lr=-1.0 is invalid; allowed: a number >= 0"),
+    (["optim.name=lamb"], "optim.name='lamb' is not allowed; allowed: rmsprop, sgd, adam"),
+    (["optim=adam", "optim.betas=[0.9]"], "optim.betas=[0.9] is invalid; allowed: two numbers"),
+    (["device=tpu"], "device='tpu' is not allowed; allowed: auto, cpu, cuda"),
+    (["data.eval_size=-1"], "data.eval_size=-1 is invalid; allowed: an integer in 1..4999"),
+    (["data.eval_size=0"], "data.eval_size=0 is invalid"),
+    (["data=synthetic", "data.kind=tokens", "model=tokennet", "data.vocab=0"], "data.vocab=0 is invalid"),
+    (["data=synthetic", "data.kind=tokens", "model=tokennet", "data.seq_len=0"], "data.seq_len=0 is invalid"),
+    (["data=synthetic", "data.kind=video"], "data.kind='video' is not allowed; allowed: image, tokens, pairs"),
+    (["model.hidden=-5"], "model.hidden=-5 is invalid; allowed: an integer >= 1"),
+    (["model.depth=0"], "model.depth=0 is invalid; allowed: an integer >= 1"),
+    (["model.dropout=2"], "model.dropout=2.0 is invalid; allowed: a number in 0..1"),
+    (["model=amoebanet_d", "model.L=4"], "model.L=4 is invalid; allowed: a positive multiple of 3"),
+    (["model=transformer_lm"], "model=transformer_lm needs tokens data, but the dataset gives image"),
+    (["model=transformer_lm", "data=synthetic", "data.kind=tokens", "model.d=130"], "model.d=130 is not divisible by model.A=4"),
+    (["data=cifar10"], "data.root is not set; cifar10 is read from a local folder"),
+    (["backend=sim", "hardware=tpu_v3", "hardware.link_hops=0"], "hardware.link_hops=0 is invalid"),
+]
+
+
+def _check(overrides: list[str]) -> str:
+    """What gpipe-run says about ``overrides`` before any rank starts (its one line)."""
+    if not any(o.startswith("model=") for o in overrides):
+        overrides = ["model.depth=3", *overrides]  # the default MLP with 5 layers
+    err = preflight(overrides)
+    if err is not None:
+        return err
+    try:
+        plan_model(compose([o for o in overrides if o != "-m"], cuda_available=False, check=False))
+    except UserError as e:
+        return str(e)
+    return ""
+
+
+def test_the_table_is_large():
+    assert len(COMMAND_LINE) + len(VALUES) >= 60
+
+
+@pytest.mark.parametrize("overrides,message", COMMAND_LINE, ids=[" ".join(c[0]) for c in COMMAND_LINE])
+def test_command_line_mistakes_are_one_line_before_anything_runs(overrides, message):
+    err = preflight(overrides)
+    assert err is not None and message in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("overrides,message", VALUES, ids=[" ".join(v[0]) for v in VALUES])
+def test_bad_values_are_one_line_naming_the_key(overrides, message):
+    assert preflight(overrides) is None  # well-formed: the job runs and fails with its metrics.json
+    err = _check(overrides)
+    assert message in err and "\n" not in err, err
+
+
+def _entry(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled", "GPIPE_PROGRESS": "0"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+
+
+SAMPLE = [(["pipeline.K=abc"], 2, "pipeline.K='abc' is not an integer"),
+          (["+pipeline.k=2"], 2, "did you mean pipeline.K?"),
+          (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
+          (["optim=adam", "optim.betas=[0.9]"], 1, "optim.betas=[0.9] is invalid")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides,code,message", SAMPLE, ids=[" ".join(s[0]) for s in SAMPLE])
+def test_through_gpipe_run_and_gpipe_torchrun(tmp_path, overrides, code, message):
+    bindir = Path(sys.executable).parent
+    for name, cmd in [("gpipe-run", [str(bindir / "gpipe-run"), f"hydra.run.dir={tmp_path}/run"]),
+                      ("gpipe-torchrun", [str(bindir / "gpipe-torchrun"), "--nnodes", "1", "--nproc-per-node", "1",
+                                          "--out", str(tmp_path / "torchrun")])]:
+        r = _entry([*cmd, *SMALL, *overrides], tmp_path)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == code, (name, r.returncode, r.stderr[-1500:])
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr, (name, r.stderr[-1500:])
+        folder = tmp_path / ("run" if name == "gpipe-run" else "torchrun")
+        if code == 1:  # the job ran: its metrics.json says why it failed
+            m = json.loads((folder / "metrics.json").read_text())
+            assert m["status"] == "failed" and message in m["error"], name
+        else:
+            assert not (folder / "metrics.json").exists(), name
