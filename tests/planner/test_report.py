@@ -36,3 +36,13 @@ def test_bad_arguments_are_one_line():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip() == "table1: error: --amoebanet-budget-gib=-1.0 is invalid; allowed: a number of GiB > 0"
+
+
+def test_only_the_paper_setting_writes_the_committed_report(capsys):
+    from gpipe_repro.planner.report import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--out", "reports/table1", "--transformer-budget-gib", "80", "--columns", "transformer:Pipeline-8"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "is the committed report of `make table1`" in err and "outputs/table1/transformer_budget_gib-80" in err

@@ -212,9 +212,25 @@ def check_args(a: argparse.Namespace) -> str | None:
     return None
 
 
+CANONICAL = Path("reports/table1")
+
+
+def _variant(a: argparse.Namespace) -> str:
+    """A folder name for what this invocation changes from the paper's setting ("paper": nothing)."""
+    parts = [f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
+             for k, v in (("amoebanet_budget_gib", a.amoebanet_budget_gib),
+                          ("transformer_budget_gib", a.transformer_budget_gib),
+                          ("amoebanet_batch", a.amoebanet_batch), ("transformer_batch", a.transformer_batch))
+             if v is not None]
+    if a.columns:
+        parts.append("columns-" + "+".join(c.replace(":", "-") for c in a.columns))
+    return "_".join(parts) or "paper"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m gpipe_repro.planner.report")
-    ap.add_argument("--out", default="reports/table1")
+    ap.add_argument("--out", default=None, help="the report's folder (default: outputs/table1/<what differs "
+                    "from the paper's setting>); reports/table1 is `make table1`'s alone")
     ap.add_argument("--amoebanet-budget-gib", type=float, default=None, help="memory per accelerator (default 8)")
     ap.add_argument("--transformer-budget-gib", type=float, default=None, help="memory per accelerator (default 16)")
     ap.add_argument("--amoebanet-batch", type=int, default=None, help="mini-batch (default 128)")
@@ -223,10 +239,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--from-csv", action="store_true", help="regenerate table1.md and the plot from OUT/results.csv")
     a = ap.parse_args(argv)
     err = check_args(a)
+    variant = _variant(a)
+    if err is None and a.out is not None and Path(a.out).resolve() == CANONICAL.resolve() and variant != "paper":
+        err = (f"--out {a.out} is the committed report of `make table1` (the paper's setting); this run changes "
+               f"{variant.replace('_', ' ')}: leave --out out to write to outputs/table1/{variant}")
     if err:
         print(f"table1: error: {err}", file=sys.stderr)
         sys.exit(2)
-    out = Path(a.out)
+    out = Path(a.out) if a.out is not None else Path("outputs/table1") / variant
     out.mkdir(parents=True, exist_ok=True)
     if not a.from_csv:
         rs = rows(columns_from_args(a))
