@@ -4,6 +4,8 @@ import csv
 import subprocess
 import sys
 
+import pytest
+
 from gpipe_repro.planner.report import main
 
 
