@@ -37,7 +37,7 @@ def matmul_layer(flops, param_bytes=0, act_bytes=0):
 
 
 def test_every_published_profile_loads_from_its_yaml():
-    assert sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")) == sorted(NAMES)
+    assert sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if p.stem != "measured") == sorted(NAMES)
     for name in NAMES:
         hw = load_profile(name)
         assert hw.name == name
