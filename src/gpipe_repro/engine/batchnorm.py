@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,7 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
     """BatchNorm whose running statistics advance once per mini-batch."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None) -> None:
+                 affine: bool = True, track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self._stats: list[tuple[float, torch.Tensor, torch.Tensor]] = []
 

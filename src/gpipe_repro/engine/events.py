@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 __all__ = ["Event", "Recorder", "COMPUTE", "busy_time", "measured_bubble", "chrome_trace"]
 
@@ -27,7 +28,7 @@ class Event:
     replica: int = 0
     step: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -84,13 +85,13 @@ def measured_bubble(events: Sequence[Event], K: int) -> tuple[float, float, list
     return span, max(0.0, bubble), busy
 
 
-def chrome_trace(events: Sequence[Event]) -> dict:
+def chrome_trace(events: Sequence[Event]) -> dict[str, Any]:
     """Chrome trace-event JSON (opens in Perfetto or chrome://tracing): one process per replica,
     one thread per stage, complete events in microseconds."""
     if not events:
         return {"traceEvents": []}
     t0 = min(e.start for e in events)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     seen = set()
     for e in events:
         if (e.replica, e.stage) not in seen:

@@ -55,7 +55,7 @@ def _ranked(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _entry(fn: Callable[..., Any], args: tuple, threads: int | None) -> Any:
+def _entry(fn: Callable[..., Any], args: tuple[Any, ...], threads: int | None) -> Any:
     import torch
     from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -106,7 +106,7 @@ def _root_message(err: BaseException) -> tuple[int, str]:
     return rank, _split_failure(failure)[1]
 
 
-def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, threads: int | None = None,
+def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *, threads: int | None = None,
            monitor_interval: float = 0.1, log_dir: str | None = None, handle_signals: bool = True) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` local ranks; return their results in rank order.
 

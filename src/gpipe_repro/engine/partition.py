@@ -129,7 +129,7 @@ def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
         parents.append(np.argmin(cand, axis=0))
         ss = np.min(cand, axis=0)
     if not np.isfinite(ss[L]):  # pragma: no cover - pass 1 guarantees feasibility
-        raise PartitionError("no partition found")
+        raise PartitionError("costs", list(costs), "admit no partition")
     bounds = [L]
     j = L
     for k in range(K - 1, -1, -1):

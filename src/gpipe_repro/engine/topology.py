@@ -94,8 +94,11 @@ def init_topology(K: int, replicas: int = 1, device: str = "cpu", timeout_s: flo
     if world == 1:
         return topo
     if not dist.is_initialized():
-        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-        dist.init_process_group(backend_for(dev), timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if dev.type == "cuda":  # binds the group to this rank's device (eager nccl init)
+            dist.init_process_group(backend_for(dev), timeout=timeout, device_id=dev)
+        else:
+            dist.init_process_group(backend_for(dev), timeout=timeout)
     # Every rank creates every group, in the same order.
     for k in range(K):
         g = dist.new_group([d * K + k for d in range(replicas)]) if replicas > 1 else None
