@@ -312,7 +312,7 @@ class Pipeline:
                     loss = self._micro_loss(y, m)
         if topo.is_last:
             # "sum" with replicas: DDP averages the replicas' gradients, the shares must add up.
-            scale = self.topo.replicas if self.loss_reduction == "sum" and self.ddp is not None else 1
+            scale = self.topo.replicas if self.loss_reduction == "sum" and self.ddp else 1
             outs, grads = [loss * scale if scale != 1 else loss], None
         else:
             g = self._take(("B", m))

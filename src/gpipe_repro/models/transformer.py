@@ -187,7 +187,8 @@ class DecoderLayer(nn.Module):
     def forward(self, state: MTState) -> MTState:
         enc, dec, *mask = state
         dec = dec + self.drop(self.self_attn(self.ln1(dec), causal=True))
-        dec = dec + self.drop(self.cross_attn(self.ln2(dec), mem=enc, key_mask=mask[0] if mask else None))
+        key_mask = mask[0] if mask else None
+        dec = dec + self.drop(self.cross_attn(self.ln2(dec), mem=enc, key_mask=key_mask))
         return (enc, dec + self.drop(self.ffn(self.ln3(dec))), *mask)
 
 
@@ -210,5 +211,7 @@ def token_loss(logits: torch.Tensor, targets: tuple[torch.Tensor, torch.Tensor])
     whatever M and however the tokens fall into micro-batches.
     """
     tgt, tokens = targets
-    nll = F.cross_entropy(logits.flatten(0, -2).float(), tgt.flatten(), ignore_index=PAD_ID, reduction="sum")
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp16/bf16 -> fp32
+    nll = F.cross_entropy(logits.flatten(0, -2), tgt.flatten(), ignore_index=PAD_ID,
+                          reduction="sum")
     return nll / tokens[0].to(nll.dtype)
