@@ -107,11 +107,23 @@ class LMLayer(nn.Module):
 
 
 class Embed(nn.Module):
+    """Token embedding times sqrt(d) plus sinusoidal positions (Vaswani et al. 2017, §3.4, §3.5).
+
+    The table starts at std d^-1/2 (as in tensor2tensor), so the scaled embedding has unit scale like
+    the positions; PyTorch's default std 1 would make it sqrt(d) times larger, and with no final
+    LayerNorm the first logits would be huge (initial loss ~27 instead of ~ln V at d = 128).
+    """
+
     def __init__(self, V: int, d: int, dropout: float) -> None:
         super().__init__()
         self.emb = nn.Embedding(V, d)
         self.drop = nn.Dropout(dropout)
         self.d = d
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.emb.weight.device.type != "meta":
+            nn.init.normal_(self.emb.weight, std=self.d**-0.5)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.emb(tokens) * math.sqrt(self.d)
