@@ -13,7 +13,9 @@ from gpipe_repro.data.translation import BOS, EOS, PAD, UNK, TranslationDataset,
 from gpipe_repro.data.translation.corpus import Corpus
 from gpipe_repro.errors import UserError
 
-WORDS = "casa perro gato sol luna agua fuego tierra cielo mar rio monte libro mesa silla puerta".split()
+WORDS = (
+    "casa perro gato sol luna agua fuego tierra cielo mar rio monte libro mesa silla puerta".split()
+)
 
 
 def fixture_corpus(n_train: int = 600, seed: int = 0) -> Corpus:
@@ -24,8 +26,15 @@ def fixture_corpus(n_train: int = 600, seed: int = 0) -> Corpus:
         return " ".join(words) + " .", " ".join(w.upper() for w in reversed(words)) + " ."
 
     train = dict(pair(rng.choice([4, 12, 30])) for _ in range(n_train))  # unique sources
-    return Corpus("fixture", "es", "en", train=list(train.items()), dev=[pair(12) for _ in range(40)],
-                  test=[pair(12) for _ in range(40)], key="fixture")
+    return Corpus(
+        "fixture",
+        "es",
+        "en",
+        train=list(train.items()),
+        dev=[pair(12) for _ in range(40)],
+        test=[pair(12) for _ in range(40)],
+        key="fixture",
+    )
 
 
 @pytest.fixture
@@ -49,8 +58,15 @@ def test_vocab_special_ids_round_trip_and_cache(tmp_path, monkeypatch, data):
     monkeypatch.setattr(vocab, "_train", no_training)
     again = build_vocab(data.corpus, 120)
     assert again.path == v.path and again.encode([text]) == [ids]
-    other = Corpus("fixture", "es", "en", data.corpus.train[:300], data.corpus.dev, data.corpus.test,
-                   key="fixture")
+    other = Corpus(
+        "fixture",
+        "es",
+        "en",
+        data.corpus.train[:300],
+        data.corpus.dev,
+        data.corpus.test,
+        key="fixture",
+    )
     with pytest.raises(AssertionError, match="trained again"):  # another training text, another key
         build_vocab(other, 120)
 
@@ -115,9 +131,9 @@ def test_an_epoch_serves_each_pair_at_most_once_and_nearly_all(data):
     assert len(rows) >= 0.7 * usable  # mini-batch remainders wait for the next epoch's shuffle
 
 
-def test_eval_batches_cover_a_split_once_within_the_token_budget(data):
+def test_eval_pairs_cover_a_split_once_within_the_token_budget(data):
     seen = []
-    for rows, ((src, _), (tgt, count)) in data.eval_batches("dev", batch_tokens=64):
+    for rows, ((src, _), (tgt, count)) in data.eval_pairs("dev", batch_tokens=64):
         assert src.numel() <= 64 or len(rows) == 1
         assert int(count[0]) == int((tgt != PAD).sum())
         seen += rows

@@ -41,14 +41,24 @@ def test_ding_keeps_sentence_pairs_strips_annotations_and_dedupes():
 
 
 def test_osis_cleaning_and_verse_alignment():
-    raw = ('<w lemma="strong:H0430">God</w><note placement="foot"><reference>1:1 </reference>'
-           'The Hebrew word is “Elohim”.</note><w lemma="strong:H1254">created</w> <w>the</w> '
-           '<w>earth</w> . <l eID="x"/>')
+    raw = (
+        '<w lemma="strong:H0430">God</w><note placement="foot"><reference>1:1 </reference>'
+        'The Hebrew word is “Elohim”.</note><w lemma="strong:H1254">created</w> <w>the</w> '
+        '<w>earth</w> . <l eID="x"/>'
+    )
     assert clean_osis(raw) == "God created the earth."
-    es = {("Gen", 1, 1): "En el principio creó Dios.", ("Gen", 1, 2): "Y la tierra.",
-          ("Gen", 1, 3): "uno", ("Rev", 22, 21): "La gracia sea con todos."}
-    en = {("Gen", 1, 1): "In the beginning God created.", ("Gen", 1, 3): "one two three four five six",
-          ("Rev", 22, 21): "The grace be with all. " + "appendix " * 200, ("Exod", 1, 1): "Now."}
+    es = {
+        ("Gen", 1, 1): "En el principio creó Dios.",
+        ("Gen", 1, 2): "Y la tierra.",
+        ("Gen", 1, 3): "uno",
+        ("Rev", 22, 21): "La gracia sea con todos.",
+    }
+    en = {
+        ("Gen", 1, 1): "In the beginning God created.",
+        ("Gen", 1, 3): "one two three four five six",
+        ("Rev", 22, 21): "The grace be with all. " + "appendix " * 200,
+        ("Exod", 1, 1): "Now.",
+    }
     # Gen 1:2 has no English verse, Gen 1:3 is 1 word against 6 (ratio > 2.5), Rev 22:21 too long.
     assert align_verses(es, en) == [("En el principio creó Dios.", "In the beginning God created.")]
     assert len(align_verses(es, en, max_ratio=6.0)) == 2
@@ -87,8 +97,12 @@ def test_named_corpus_is_parsed_once_then_read_from_the_tsv_cache(tmp_path, monk
 def _write_root(root: Path, n: int = 30, src: str = "de") -> None:
     root.mkdir(parents=True, exist_ok=True)
     for split in ("train", "dev", "test"):
-        (root / f"{split}.{src}").write_text("".join(f"Satz {i} .\n" for i in range(n)), encoding="utf-8")
-        (root / f"{split}.en").write_text("".join(f"sentence {i} .\n" for i in range(n)), encoding="utf-8")
+        (root / f"{split}.{src}").write_text(
+            "".join(f"Satz {i} .\n" for i in range(n)), encoding="utf-8"
+        )
+        (root / f"{split}.en").write_text(
+            "".join(f"sentence {i} .\n" for i in range(n)), encoding="utf-8"
+        )
 
 
 def test_user_root_is_read_and_its_source_language_inferred(tmp_path):
@@ -98,12 +112,18 @@ def test_user_root_is_read_and_its_source_language_inferred(tmp_path):
     assert c.train[3] == ("Satz 3 .", "sentence 3 .") and not c.synthetic
 
 
-@pytest.mark.parametrize("damage,expect", [
-    (lambda r: shutil.rmtree(r), "is not a directory"),
-    (lambda r: (r / "dev.en").unlink(), "lacks dev.en"),
-    (lambda r: (r / "test.de").write_text("only one line\n"), "test.de has 1 lines but test.en has 30"),
-    (lambda r: (r / "train.fr").write_text("x\n"), "cannot tell the source language"),
-])
+@pytest.mark.parametrize(
+    "damage,expect",
+    [
+        (lambda r: shutil.rmtree(r), "is not a directory"),
+        (lambda r: (r / "dev.en").unlink(), "lacks dev.en"),
+        (
+            lambda r: (r / "test.de").write_text("only one line\n"),
+            "test.de has 1 lines but test.en has 30",
+        ),
+        (lambda r: (r / "train.fr").write_text("x\n"), "cannot tell the source language"),
+    ],
+)
 def test_bad_root_is_one_line(tmp_path, damage, expect):
     root = tmp_path / "corp"
     _write_root(root)
@@ -114,7 +134,9 @@ def test_bad_root_is_one_line(tmp_path, damage, expect):
 
 
 def test_unknown_corpus_is_one_line():
-    with pytest.raises(UserError, match=r"corpus='xx' is unknown; allowed: de-en, es-en, .*root=DIR"):
+    with pytest.raises(
+        UserError, match=r"corpus='xx' is unknown; allowed: de-en, es-en, .*root=DIR"
+    ):
         load_corpus("xx")
 
 
@@ -149,8 +171,10 @@ def test_missing_archive_is_one_line(tmp_path, monkeypatch):
 def test_apertium_mode_is_pointed_at_the_unpacked_tree():
     mode = "lt-proc '/usr/share/apertium/apertium-eng-cat/a.bin' | lt-proc $1 '/usr/share/apertium/b.bin' $2\n"
     got = apertium.mode_pipeline(mode, Path("/cache/debian/apertium-eng-cat"))
-    assert got == ("lt-proc '/cache/debian/apertium-eng-cat/usr/share/apertium/apertium-eng-cat/a.bin' "
-                   "| lt-proc -n '/cache/debian/apertium-eng-cat/usr/share/apertium/b.bin'")
+    assert got == (
+        "lt-proc '/cache/debian/apertium-eng-cat/usr/share/apertium/apertium-eng-cat/a.bin' "
+        "| lt-proc -n '/cache/debian/apertium-eng-cat/usr/share/apertium/b.bin'"
+    )
 
 
 def test_apertium_output_is_cached_per_chunk(tmp_path, monkeypatch):

@@ -27,8 +27,11 @@ def test_extra_source_padding_changes_nothing():
     a, b = run(layers, (src, tgt)), run(layers, (padded, tgt))
     assert torch.allclose(a, b, atol=1e-5)
     # the mask matters: attending to the padding embeddings would change the output
-    layers[0].forward = lambda t: (layers[0].embed(t[0]), layers[0].embed(t[1]),
-                                   torch.ones_like(t[0], dtype=torch.bool))
+    layers[0].forward = lambda t: (
+        layers[0].embed(t[0]),
+        layers[0].embed(t[1]),
+        torch.ones_like(t[0], dtype=torch.bool),
+    )
     assert not torch.allclose(run(layers, (padded, tgt)), a, atol=1e-3)
 
 
@@ -56,9 +59,15 @@ def test_token_loss_ignores_padding_and_normalises_by_the_given_count():
     logits = torch.randn(2, 4, 9, generator=g)
     tgt = torch.tensor([[3, 4, 5, PAD_ID], [6, PAD_ID, PAD_ID, PAD_ID]])
     real = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD_ID)
-    assert token_loss(logits, (tgt, torch.full((2,), 4))).item() == pytest.approx(real.item(), rel=1e-6)
+    assert token_loss(logits, (tgt, torch.full((2,), 4))).item() == pytest.approx(
+        real.item(), rel=1e-6
+    )
     scrambled = logits.clone()
     scrambled[tgt == PAD_ID] = 100.0 * torch.randn(int((tgt == PAD_ID).sum()), 9, generator=g)
-    assert token_loss(scrambled, (tgt, torch.full((2,), 4))).item() == pytest.approx(real.item(), rel=1e-6)
+    assert token_loss(scrambled, (tgt, torch.full((2,), 4))).item() == pytest.approx(
+        real.item(), rel=1e-6
+    )
     # a share: the same sum divided by a larger mini-batch's count
-    assert token_loss(logits, (tgt, torch.full((2,), 8))).item() == pytest.approx(real.item() / 2, rel=1e-6)
+    assert token_loss(logits, (tgt, torch.full((2,), 8))).item() == pytest.approx(
+        real.item() / 2, rel=1e-6
+    )

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gpipe_repro.data.translation import BOS, EOS, PAD
+from gpipe_repro.data.translation import EOS, PAD
 from gpipe_repro.data.translation.batches import pad_pairs
 from gpipe_repro.engine import Pipeline, single_process
 from gpipe_repro.models.transformer import token_loss, transformer_mt_layers
@@ -17,37 +17,49 @@ def sequences(n: int, g: torch.Generator) -> list[list[int]]:
     return [torch.randint(4, V, (k,), generator=g).tolist() for k in lengths]
 
 
-def train_copier(steps: int = 250) -> list[torch.nn.Module]:
+@pytest.fixture(scope="module")
+def copier() -> list[torch.nn.Module]:
+    """~3 s on one thread: 300 Adam steps on 32 random sequences each, through the engine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: more threads only contend on a shared machine
     torch.manual_seed(0)
     layers = transformer_mt_layers(1, 64, 2, d=32, V=V)
-    pipe = Pipeline(layers, single_process(), M=2, loss_fn=token_loss, loss_reduction="sum",
-                    checkpoint="never", track_memory=False)
-    opt = torch.optim.Adam(pipe.parameters(), lr=3e-3)
+    pipe = Pipeline(
+        layers,
+        single_process(),
+        M=2,
+        loss_fn=token_loss,
+        loss_reduction="sum",
+        checkpoint="never",
+        track_memory=False,
+    )
+    opt = torch.optim.Adam(pipe.parameters(), lr=5e-3)
     g = torch.Generator().manual_seed(1)
-    for _ in range(steps):
-        seqs = sequences(32, g)
-        inputs, targets = pad_pairs(seqs, seqs)
-        pipe.train_step(inputs, targets)
-        opt.step()
-        opt.zero_grad()
+    try:
+        for _ in range(300):
+            seqs = sequences(32, g)
+            inputs, targets = pad_pairs(seqs, seqs)
+            pipe.train_step(inputs, targets)
+            opt.step()
+            opt.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
     return layers
 
 
-def test_greedy_decoding_of_a_copy_model_reproduces_unseen_sequences():
-    layers = train_copier()
+def test_greedy_decoding_of_a_copy_model_reproduces_unseen_sequences(copier):
+    layers = copier
     held_out = sequences(16, torch.Generator().manual_seed(99))
     assert translate_ids(layers, held_out, batch_sentences=5) == held_out
     assert all(m.training for m in layers)  # decoding left the training mode as it found it
 
 
-def test_decoding_stops_at_eos_and_pads_finished_rows():
-    layers = train_copier(steps=150)
-    src = torch.tensor([[5, 6, 7, EOS], [8, EOS, PAD, PAD]])
-    out = greedy_decode(layers, src, max_new=12)
-    assert out == [[5, 6, 7], [8]]
+def test_decoding_stops_at_eos_and_respects_the_length_limit(copier):
+    src = torch.tensor([[5, 6, 7, EOS], [8, EOS, PAD, PAD]])  # rows finish at different steps
+    assert greedy_decode(copier, src, max_new=12) == [[5, 6, 7], [8]]
+    assert greedy_decode(copier, src, max_new=2) == [[5, 6], [8]]  # cut by the limit, then by EOS
     untrained = transformer_mt_layers(1, 64, 2, d=32, V=V)
-    assert all(len(o) <= 3 for o in greedy_decode(untrained, src, max_new=3))  # the limit holds
-    assert all(BOS not in o and EOS not in o for o in greedy_decode(untrained, src, max_new=3))
+    assert all(len(o) <= 3 and EOS not in o for o in greedy_decode(untrained, src, max_new=3))
 
 
 def test_split_layers_refuses_a_partial_model():

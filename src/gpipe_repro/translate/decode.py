@@ -22,13 +22,17 @@ from ..models.transformer import DecoderLayer, Embed, EncoderLayer, Softmax
 __all__ = ["split_layers", "greedy_decode", "translate_ids", "translate"]
 
 
-def split_layers(layers: Sequence[nn.Module]) -> tuple[Embed, list[nn.Module], list[nn.Module], Softmax]:
+def split_layers(
+    layers: Sequence[nn.Module],
+) -> tuple[Embed, list[nn.Module], list[nn.Module], Softmax]:
     """(embed, encoder layers, decoder layers, softmax) of a T(L, H, A) flat layer list."""
     layers = list(layers)
     if len(layers) < 4 or not isinstance(layers[0], Embed) or not isinstance(layers[-1], Softmax):
-        raise ValueError("layers must be a full T(L, H, A) list: embed, encoders, decoders, softmax")
-    enc = [m for m in layers[1:-1] if isinstance(m, EncoderLayer)]
-    dec = [m for m in layers[1:-1] if isinstance(m, DecoderLayer)]
+        raise ValueError(
+            "layers must be a full T(L, H, A) list: embed, encoders, decoders, softmax"
+        )
+    enc: list[nn.Module] = [m for m in layers[1:-1] if isinstance(m, EncoderLayer)]
+    dec: list[nn.Module] = [m for m in layers[1:-1] if isinstance(m, DecoderLayer)]
     if len(enc) + len(dec) != len(layers) - 2 or layers[1 : 1 + len(enc)] != enc:
         raise ValueError("layers must be embed, encoder layers, then decoder layers, then softmax")
     return layers[0], enc, dec, layers[-1]
@@ -70,8 +74,14 @@ def greedy_decode(layers: Sequence[nn.Module], src: torch.Tensor, max_new: int) 
     return out
 
 
-def translate_ids(layers: Sequence[nn.Module], sources: Sequence[Sequence[int]], *,
-                  batch_sentences: int = 64, a: float = 1.5, b: int = 10) -> list[list[int]]:
+def translate_ids(
+    layers: Sequence[nn.Module],
+    sources: Sequence[Sequence[int]],
+    *,
+    batch_sentences: int = 64,
+    a: float = 1.5,
+    b: int = 10,
+) -> list[list[int]]:
     """Greedy output ids for source id lists (no specials), in the given order, batched by length."""
     device = next(layers[0].parameters()).device
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
@@ -87,7 +97,8 @@ def translate_ids(layers: Sequence[nn.Module], sources: Sequence[Sequence[int]],
     return out
 
 
-def translate(layers: Sequence[nn.Module], vocab: Vocab, texts: Sequence[str], **kwargs: int | float
-              ) -> list[str]:
+def translate(
+    layers: Sequence[nn.Module], vocab: Vocab, texts: Sequence[str], **kwargs: int | float
+) -> list[str]:
     """Plain-text translations of plain-text sources (SentencePiece in and out)."""
     return vocab.decode(translate_ids(layers, vocab.encode(texts), **kwargs))  # type: ignore[arg-type]

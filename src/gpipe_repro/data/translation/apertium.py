@@ -27,8 +27,15 @@ from .fetch import _fetch
 
 __all__ = ["APERTIUM_PAIRS", "apertium_translate", "mode_pipeline", "translate_cached"]
 
-_TOOLS = ["apertium", "libapertium3", "lttoolbox", "liblttoolbox3", "apertium-lex-tools",
-          "libapertium-lex-tools1", "libirstlm1"]
+_TOOLS = [
+    "apertium",
+    "libapertium3",
+    "lttoolbox",
+    "liblttoolbox3",
+    "apertium-lex-tools",
+    "libapertium-lex-tools1",
+    "libirstlm1",
+]
 # pair -> (its data package, extra tool packages its mode uses)
 APERTIUM_PAIRS: dict[str, tuple[str, list[str]]] = {
     "eng-spa": ("apertium-eng-spa", []),
@@ -67,8 +74,14 @@ def apertium_translate(lines: Sequence[str], pair: str) -> list[str]:
     command = f"apertium-destxt -n | {mode_pipeline(mode.read_text(), trees[-1])} | apertium-retxt"
     # A last dummy line: apertium drops the final sentence's full stop otherwise.
     text = "".join(_SPACE.sub(" ", ln).strip() + "\n" for ln in [*lines, "."])
-    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], input=text, capture_output=True,
-                          text=True, env=_environment(trees), timeout=3600)
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        input=text,
+        capture_output=True,
+        text=True,
+        env=_environment(trees),
+        timeout=3600,
+    )
     out = done.stdout.split("\n")
     if done.returncode != 0 or len(out) < len(lines) + 1:
         err = (done.stderr.strip().splitlines() or ["no error output"])[-1]
@@ -76,8 +89,12 @@ def apertium_translate(lines: Sequence[str], pair: str) -> list[str]:
     return [_SPACE.sub(" ", ln).strip() for ln in out[: len(lines)]]
 
 
-def translate_cached(lines: Sequence[str], pair: str, cache: Path,
-                     translate: Callable[[Sequence[str], str], list[str]] = apertium_translate) -> list[str]:
+def translate_cached(
+    lines: Sequence[str],
+    pair: str,
+    cache: Path,
+    translate: Callable[[Sequence[str], str], list[str]] = apertium_translate,
+) -> list[str]:
     """``translate`` in chunks of ``CHUNK`` lines, each cached under the hash of its input, so a
     larger request later only translates the lines it has not seen."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -94,6 +111,8 @@ def translate_cached(lines: Sequence[str], pair: str, cache: Path,
             tmp.write_text("".join(g + "\n" for g in got), encoding="utf-8")
             os.replace(tmp, path)
         if len(got) != len(chunk):
-            raise UserError(f"apertium cache {path} holds {len(got)} lines for {len(chunk)}; delete it")
+            raise UserError(
+                f"apertium cache {path} holds {len(got)} lines for {len(chunk)}; delete it"
+            )
         out += got
     return out

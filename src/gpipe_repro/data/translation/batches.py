@@ -32,8 +32,9 @@ from .vocab import BOS, EOS, PAD, Vocab
 __all__ = ["TranslationDataset", "pad_pairs"]
 
 
-def pad_pairs(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], length: int | None = None
-              ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+def pad_pairs(
+    src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], length: int | None = None
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """``((src, tgt_in), (tgt, tokens))`` for token-id lists (no specials), padded to ``length``
     (default: the longest) with PAD."""
     rows_s = [[*s, EOS] for s in src]
@@ -52,16 +53,32 @@ def pad_pairs(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], length
 class TranslationDataset(Dataset):
     """A corpus encoded with a vocabulary, served as token-count mini-batches (see module doc)."""
 
-    def __init__(self, corpus: Corpus, vocab: Vocab, max_len: int = 128, bucket_width: int = 8) -> None:
+    def __init__(
+        self,
+        corpus: Corpus,
+        vocab: Vocab,
+        max_len: int = 128,
+        bucket_width: int = 8,
+        classes: int | None = None,
+    ) -> None:
+        """``classes``: the model's vocabulary size if larger than the trained one (a tiny corpus
+        can yield fewer pieces than asked for; the config's ``info()`` announced the asked size)."""
         if max_len < 2 or bucket_width < 1:
-            raise UserError(f"max_len={max_len}, bucket_width={bucket_width} are invalid; allowed: "
-                            f"max_len >= 2, bucket_width >= 1")
+            raise UserError(
+                f"max_len={max_len}, bucket_width={bucket_width} are invalid; allowed: "
+                f"max_len >= 2, bucket_width >= 1"
+            )
         self.corpus, self.vocab = corpus, vocab
         self.name = corpus.name
         self.max_len, self.width = max_len, bucket_width
-        self.info = DataInfo("pairs", (max_len,), vocab.size)
-        self._ids = {s: (vocab.encode([p[0] for p in corpus.split(s)]),
-                         vocab.encode([p[1] for p in corpus.split(s)])) for s in SPLITS}
+        self.info = DataInfo("pairs", (max_len,), max(vocab.size, classes or 0))
+        self._ids = {
+            s: (
+                vocab.encode([p[0] for p in corpus.split(s)]),
+                vocab.encode([p[1] for p in corpus.split(s)]),
+            )
+            for s in SPLITS
+        }
         src, tgt = self._ids["train"]
         self._lengths = [max(len(a), len(b)) + 1 for a, b in zip(src, tgt)]  # + EOS (or BOS)
         self.dropped = sum(n > max_len for n in self._lengths)
@@ -73,8 +90,10 @@ class TranslationDataset(Dataset):
     def buckets(self, batch_size: int, multiple_of: int = 1) -> list[tuple[int, int, list[int]]]:
         """``(L, n, pair indices)`` per bucket, small buckets merged into the next longer one."""
         if batch_size < 1 or multiple_of < 1:
-            raise UserError(f"batch_size={batch_size}, multiple_of={multiple_of} are invalid; "
-                            f"allowed: integers >= 1 (batch_size counts target tokens)")
+            raise UserError(
+                f"batch_size={batch_size}, multiple_of={multiple_of} are invalid; "
+                f"allowed: integers >= 1 (batch_size counts target tokens)"
+            )
         key = (batch_size, multiple_of)
         if key not in self._plans:
             by_len: dict[int, list[int]] = {}
@@ -82,7 +101,8 @@ class TranslationDataset(Dataset):
                 if n <= self.max_len:
                     L = min(-(-n // self.width) * self.width, self.max_len)
                     by_len.setdefault(L, []).append(i)
-            plan, carry = [], []
+            plan: list[tuple[int, int, list[int]]] = []
+            carry: list[int] = []
             for L in sorted(by_len):
                 members = carry + by_len[L]
                 n = max(multiple_of, batch_size // L // multiple_of * multiple_of)
@@ -97,7 +117,9 @@ class TranslationDataset(Dataset):
     def batches_per_epoch(self, batch_size: int, multiple_of: int = 1) -> int:
         return sum(max(1, len(m) // n) for _, n, m in self.buckets(batch_size, multiple_of))
 
-    def _epoch(self, epoch: int, batch_size: int, seed: int, multiple_of: int) -> list[tuple[int, list[int]]]:
+    def _epoch(
+        self, epoch: int, batch_size: int, seed: int, multiple_of: int
+    ) -> list[tuple[int, list[int]]]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * epoch + 1)
         out = []
         for L, n, members in self.buckets(batch_size, multiple_of):
@@ -108,8 +130,15 @@ class TranslationDataset(Dataset):
         return [out[i] for i in torch.randperm(len(out), generator=g).tolist()]
 
     # ------------------------------------------------------------------ the Dataset interface
-    def batches(self, start_step: int, batch_size: int, seed: int, *, multiple_of: int = 1,
-                need_inputs: bool = True) -> Iterator[tuple[Any, Any]]:
+    def batches(
+        self,
+        start_step: int,
+        batch_size: int,
+        seed: int,
+        *,
+        multiple_of: int = 1,
+        need_inputs: bool = True,
+    ) -> Iterator[tuple[Any, Any]]:
         per_epoch = self.batches_per_epoch(batch_size, multiple_of)
         step, epoch, plan = start_step, -1, []
         src, tgt = self._ids["train"]
@@ -125,8 +154,9 @@ class TranslationDataset(Dataset):
     def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[Any, Any]:
         return next(self.batches(step, batch_size, seed))
 
-    def eval_batches(self, split: str = "dev", batch_tokens: int = 4096
-                     ) -> Iterator[tuple[list[int], tuple[Any, Any]]]:
+    def eval_pairs(
+        self, split: str = "dev", batch_tokens: int = 4096
+    ) -> Iterator[tuple[list[int], tuple[Any, Any]]]:
         """``(pair indices, (inputs, targets))`` over a whole split, sorted by length and padded
         per batch (no length limit): for dev/test NLL. Indices refer to ``corpus.split(split)``."""
         src, tgt = self._split_ids(split)
@@ -156,5 +186,11 @@ class TranslationDataset(Dataset):
         return [t for _, t in self.corpus.split(split)]
 
     def describe(self) -> dict:
-        return {**super().describe(), **self.corpus.describe(), "vocab_size": self.vocab.size,
-                "max_len": self.max_len, "bucket_width": self.width, "train_dropped_long": self.dropped}
+        return {
+            **super().describe(),
+            **self.corpus.describe(),
+            "vocab_size": self.vocab.size,
+            "max_len": self.max_len,
+            "bucket_width": self.width,
+            "train_dropped_long": self.dropped,
+        }

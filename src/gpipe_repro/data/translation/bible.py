@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...errors import UserError
+
 __all__ = ["clean_osis", "read_verses", "align_verses", "SPANISH", "ENGLISH", "SWORD_ROOT"]
 
 SWORD_ROOT = "usr/share/sword"  # inside an unpacked sword-text-* package
@@ -42,12 +44,19 @@ def clean_osis(text: str) -> str:
 
 def read_verses(sword_root: Path, module: str) -> dict[VerseKey, str]:
     """Every verse of a SWORD Bible module as plain text, keyed by (OSIS book, chapter, verse)."""
-    from pysword.modules import SwordModules
+    try:
+        from pysword.modules import SwordModules  # type: ignore[import-untyped]
+    except ImportError:
+        raise UserError(
+            "the es-en corpus needs pysword to read SWORD Bibles: pip install pysword"
+        ) from None
 
     modules = SwordModules(str(sword_root))
     found = modules.parse_modules()
     if module not in found:
-        raise FileNotFoundError(f"SWORD module {module} not in {sword_root} (found: {sorted(found)})")
+        raise FileNotFoundError(
+            f"SWORD module {module} not in {sword_root} (found: {sorted(found)})"
+        )
     bible = modules.get_bible_from_module(module)
     # Verses of one book share a compressed block: keep the last few decompressed.
     bible._decompressed_text = functools.lru_cache(maxsize=4)(bible._decompressed_text)
@@ -65,8 +74,13 @@ def read_verses(sword_root: Path, module: str) -> dict[VerseKey, str]:
     return verses
 
 
-def align_verses(source: Mapping[VerseKey, str], target: Mapping[VerseKey, str], *,
-                 max_words: int = MAX_WORDS, max_ratio: float = MAX_RATIO) -> list[tuple[str, str]]:
+def align_verses(
+    source: Mapping[VerseKey, str],
+    target: Mapping[VerseKey, str],
+    *,
+    max_words: int = MAX_WORDS,
+    max_ratio: float = MAX_RATIO,
+) -> list[tuple[str, str]]:
     """(source, target) text of every verse both sides have, in the source's order.
 
     Drops the few pairs that cannot be translations of each other: a side over ``max_words`` words

@@ -54,20 +54,30 @@ class Corpus:
         return getattr(self, name)
 
     def describe(self) -> dict:
-        return {"corpus": self.name, "src": self.src, "tgt": self.tgt, "synthetic": self.synthetic,
-                "note": self.note, **{f"{s}_pairs": len(self.split(s)) for s in SPLITS}}
+        return {
+            "corpus": self.name,
+            "src": self.src,
+            "tgt": self.tgt,
+            "synthetic": self.synthetic,
+            "note": self.note,
+            **{f"{s}_pairs": len(self.split(s)) for s in SPLITS},
+        }
 
 
-def split_pairs(pairs: list[Pair], eval_size: int = EVAL_SIZE, seed: int = SPLIT_SEED
-                ) -> dict[str, list[Pair]]:
+def split_pairs(
+    pairs: list[Pair], eval_size: int = EVAL_SIZE, seed: int = SPLIT_SEED
+) -> dict[str, list[Pair]]:
     """Drop duplicates, shuffle with ``seed``, cut dev and test (``eval_size`` each), train the rest."""
     unique = list(dict.fromkeys(pairs))
     if len(unique) < 3 * eval_size:
         eval_size = len(unique) // 10
     order = torch.randperm(len(unique), generator=torch.Generator().manual_seed(seed)).tolist()
     shuffled = [unique[i] for i in order]
-    return {"dev": shuffled[:eval_size], "test": shuffled[eval_size : 2 * eval_size],
-            "train": shuffled[2 * eval_size :]}
+    return {
+        "dev": shuffled[:eval_size],
+        "test": shuffled[eval_size : 2 * eval_size],
+        "train": shuffled[2 * eval_size :],
+    }
 
 
 def _write_tsv(path: Path, pairs: list[Pair]) -> None:
@@ -98,8 +108,10 @@ def _package(name: str, corpus: str) -> Path:
     try:
         return _fetch(name)
     except UserError as err:
-        raise UserError(f"corpus {corpus}: {err}; or give your own corpus with root=DIR "
-                        f"(train/dev/test.<lang> text files, one sentence per line)") from None
+        raise UserError(
+            f"corpus {corpus}: {err}; or give your own corpus with root=DIR "
+            f"(train/dev/test.<lang> text files, one sentence per line)"
+        ) from None
 
 
 def _ding() -> dict[str, list[Pair]]:
@@ -119,15 +131,19 @@ CORPORA: dict[str, tuple[str, str, Callable[[], dict[str, list[Pair]]], str]] = 
     "es-en": ("es", "en", _bible, "Bible verses, Reina-Valera 1909 / World English Bible (SWORD)"),
 }
 # synthetic name -> (source language, apertium pair translating the es-en English side)
-SYNTHETIC: dict[str, tuple[str, str]] = {"ca-en-synthetic": ("ca", "eng-cat"),
-                                         "es-en-synthetic": ("es", "eng-spa")}
+SYNTHETIC: dict[str, tuple[str, str]] = {
+    "ca-en-synthetic": ("ca", "eng-cat"),
+    "es-en-synthetic": ("es", "eng-spa"),
+}
 
 
 def _subset(splits: dict[str, list[Pair]], train_size: int | None) -> dict[str, list[Pair]]:
     if train_size is None:
         return splits
     if train_size < 1:
-        raise UserError(f"train_size={train_size} is invalid; allowed: an integer >= 1 (or null: all)")
+        raise UserError(
+            f"train_size={train_size} is invalid; allowed: an integer >= 1 (or null: all)"
+        )
     return {**splits, "train": splits["train"][:train_size]}
 
 
@@ -135,19 +151,35 @@ def _digest(pairs: list[Pair]) -> str:
     return hashlib.sha1("\n".join(f"{s}\t{t}" for s, t in pairs).encode()).hexdigest()[:12]
 
 
-def load_corpus(name: str | None = None, *, root: str | Path | None = None, src: str | None = None,
-                tgt: str = "en", train_size: int | None = None) -> Corpus:
+def load_corpus(
+    name: str | None = None,
+    *,
+    root: str | Path | None = None,
+    src: str | None = None,
+    tgt: str = "en",
+    train_size: int | None = None,
+) -> Corpus:
     """A corpus by name (fetched and parsed on first use), or a user's from ``root``."""
     if root is not None:
         splits, src = read_root(Path(root), src, tgt)
         splits = _subset(splits, train_size)
         label = f"root:{Path(root).name}"
-        return Corpus(label, src, tgt, **splits, note=f"user corpus in {root}",
-                      key=f"root-{_digest(splits['train'])}")
+        return Corpus(
+            label,
+            src,
+            tgt,
+            splits["train"],
+            splits["dev"],
+            splits["test"],
+            note=f"user corpus in {root}",
+            key=f"root-{_digest(splits['train'])}",
+        )
     if name in CORPORA:
         s, t, build, note = CORPORA[name]
         splits = _subset(_cached_splits(name, build), train_size)
-        return Corpus(name, s, t, **splits, note=note, key=name)
+        return Corpus(
+            name, s, t, splits["train"], splits["dev"], splits["test"], note=note, key=name
+        )
     if name in SYNTHETIC:
         return _synthetic(name, train_size)
     allowed = ", ".join([*CORPORA, *SYNTHETIC])
@@ -159,24 +191,47 @@ def _synthetic(name: str, train_size: int | None) -> Corpus:
     lang, pair = SYNTHETIC[name]
     base = _subset(_cached_splits("es-en", CORPORA["es-en"][2]), train_size)
     cache = translation_cache(name) / "apertium"
-    splits = {s: list(zip(apertium.translate_cached([t for _, t in base[s]], pair, cache),
-                          [t for _, t in base[s]])) for s in SPLITS}
+    splits = {
+        s: list(
+            zip(
+                apertium.translate_cached([t for _, t in base[s]], pair, cache),
+                [t for _, t in base[s]],
+            )
+        )
+        for s in SPLITS
+    }
     note = f"SYNTHETIC source: apertium {pair} machine translation of the es-en English side"
-    return Corpus(name, lang, "en", **splits, synthetic=True, note=note, key=name)
+    return Corpus(
+        name,
+        lang,
+        "en",
+        splits["train"],
+        splits["dev"],
+        splits["test"],
+        synthetic=True,
+        note=note,
+        key=name,
+    )
 
 
 def read_root(root: Path, src: str | None, tgt: str) -> tuple[dict[str, list[Pair]], str]:
     """``train/dev/test.<src>`` and ``.<tgt>`` under ``root``; returns the splits and ``src``."""
-    how = f"expected train, dev and test files named <split>.<lang>, one sentence per line, in {root}"
+    how = (
+        f"expected train, dev and test files named <split>.<lang>, one sentence per line, in {root}"
+    )
     if not root.is_dir():
         raise UserError(f"root={root} is not a directory; {how}")
     if src is None:
         langs = sorted({p.suffix[1:] for p in root.glob("train.*")} - {tgt})
         if len(langs) != 1:
-            raise UserError(f"root={root}: cannot tell the source language from train.* files "
-                            f"(found {langs or 'none'} besides {tgt}); pass src=LANG; {how}")
+            raise UserError(
+                f"root={root}: cannot tell the source language from train.* files "
+                f"(found {langs or 'none'} besides {tgt}); pass src=LANG; {how}"
+            )
         src = langs[0]
-    missing = [f"{s}.{lang}" for s in SPLITS for lang in (src, tgt) if not (root / f"{s}.{lang}").is_file()]
+    missing = [
+        f"{s}.{lang}" for s in SPLITS for lang in (src, tgt) if not (root / f"{s}.{lang}").is_file()
+    ]
     if missing:
         raise UserError(f"root={root} lacks {', '.join(missing)}; {how}")
     splits: dict[str, list[Pair]] = {}
@@ -184,10 +239,15 @@ def read_root(root: Path, src: str | None, tgt: str) -> tuple[dict[str, list[Pai
         a = (root / f"{s}.{src}").read_text(encoding="utf-8").splitlines()
         b = (root / f"{s}.{tgt}").read_text(encoding="utf-8").splitlines()
         if len(a) != len(b):
-            raise UserError(f"root={root}: {s}.{src} has {len(a)} lines but {s}.{tgt} has {len(b)}; "
-                            f"line i of one must translate line i of the other")
-        splits[s] = [(" ".join(x.split()), " ".join(y.split())) for x, y in zip(a, b)
-                     if x.strip() and y.strip()]
+            raise UserError(
+                f"root={root}: {s}.{src} has {len(a)} lines but {s}.{tgt} has {len(b)}; "
+                f"line i of one must translate line i of the other"
+            )
+        splits[s] = [
+            (" ".join(x.split()), " ".join(y.split()))
+            for x, y in zip(a, b)
+            if x.strip() and y.strip()
+        ]
         if not splits[s]:
             raise UserError(f"root={root}: {s}.{src}/{s}.{tgt} hold no sentence pairs; {how}")
     return splits, src

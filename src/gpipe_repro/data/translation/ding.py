@@ -34,8 +34,11 @@ def clean_entry(text: str) -> str:
 
 
 def is_sentence(text: str) -> bool:
-    return (text[-1:] in (".", "?", "!") and len(text.split()) >= MIN_WORDS
-            and not _ABBREV_END.search(text))
+    return (
+        text[-1:] in (".", "?", "!")
+        and len(text.split()) >= MIN_WORDS
+        and not _ABBREV_END.search(text)
+    )
 
 
 def parse_ding(lines: Iterable[str]) -> list[tuple[str, str]]:

@@ -55,10 +55,13 @@ def _fetch(name: str) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{name}-") as tmp:
         try:
-            got = subprocess.run([apt, "download", name], cwd=tmp, capture_output=True, text=True,
-                                 timeout=600)
+            got = subprocess.run(
+                [apt, "download", name], cwd=tmp, capture_output=True, text=True, timeout=600
+            )
         except subprocess.TimeoutExpired:
-            raise UserError(f"`apt-get download {name}` took over 600 s; check the network") from None
+            raise UserError(
+                f"`apt-get download {name}` took over 600 s; check the network"
+            ) from None
         debs = sorted(Path(tmp).glob(f"{name}_*.deb"))
         if got.returncode != 0 or not debs:
             raise UserError(
@@ -67,8 +70,9 @@ def _fetch(name: str) -> Path:
             )
         tree = Path(tmp) / "tree"
         tree.mkdir()
-        unpacked = subprocess.run([dpkg, "-x", str(debs[0]), str(tree)], capture_output=True,
-                                  text=True, timeout=600)
+        unpacked = subprocess.run(
+            [dpkg, "-x", str(debs[0]), str(tree)], capture_output=True, text=True, timeout=600
+        )
         if unpacked.returncode != 0:
             raise UserError(f"`dpkg -x {debs[0].name}` failed: {_last_line(unpacked.stderr)}")
         (tree / _DONE).write_text(debs[0].name + "\n")

@@ -17,14 +17,22 @@ import hashlib
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-
-import sentencepiece as spm
+from typing import Any
 
 from ...errors import UserError
 from .corpus import Corpus
 from .fetch import translation_cache
 
 __all__ = ["PAD", "UNK", "BOS", "EOS", "Vocab", "build_vocab", "DEFAULT_SIZE"]
+
+
+def _spm() -> Any:
+    try:
+        import sentencepiece
+    except ImportError:
+        raise UserError("translation data need sentencepiece: pip install sentencepiece") from None
+    return sentencepiece
+
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DEFAULT_SIZE = 8000
@@ -34,9 +42,14 @@ class Vocab:
     """Encode text to ids and back with a trained SentencePiece model."""
 
     def __init__(self, model: bytes, path: Path | None = None) -> None:
-        self.sp = spm.SentencePieceProcessor(model_proto=model)
+        self.sp = _spm().SentencePieceProcessor(model_proto=model)
         self.path = path
-        assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (PAD, UNK, BOS, EOS)
+        assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (
+            PAD,
+            UNK,
+            BOS,
+            EOS,
+        )
 
     @property
     def size(self) -> int:
@@ -58,11 +71,20 @@ class Vocab:
 
 def _train(lines: Iterable[str], size: int) -> bytes:
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=model, vocab_size=size, model_type="bpe",
-        character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+    _spm().SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=size,
+        model_type="bpe",
+        character_coverage=1.0,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
         hard_vocab_limit=False,  # a tiny corpus gets fewer pieces instead of an error
-        num_threads=1, minloglevel=2)
+        num_threads=1,
+        minloglevel=2,
+    )
     return model.getvalue()
 
 
