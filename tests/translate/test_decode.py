@@ -3,11 +3,16 @@
 import pytest
 import torch
 
-from gpipe_repro.data.translation import EOS, PAD
+from gpipe_repro.data.translation import BOS, EOS, PAD
 from gpipe_repro.data.translation.batches import pad_pairs
 from gpipe_repro.engine import Pipeline, single_process
 from gpipe_repro.models.transformer import token_loss, transformer_mt_layers
-from gpipe_repro.translate import greedy_decode, split_layers, translate_ids
+from gpipe_repro.translate.decode import (
+    IncrementalDecoder,
+    greedy_decode,
+    split_layers,
+    translate_ids,
+)
 
 V = 12  # ids 4..11 are "words"; 0..3 are PAD, UNK, BOS, EOS
 
@@ -70,3 +75,17 @@ def test_split_layers_refuses_a_partial_model():
         split_layers(layers[:3])
     with pytest.raises(ValueError, match="encoder layers, then decoder layers"):
         split_layers([layers[0], layers[3], layers[1], layers[2], layers[4], layers[5]])
+
+
+def test_cached_decoding_steps_give_the_teacher_forced_logits():
+    torch.manual_seed(0)
+    layers = transformer_mt_layers(2, 64, 2, d=32, V=V)
+    for m in layers:
+        m.eval()
+    src = torch.tensor([[5, 6, 7, EOS], [8, EOS, PAD, PAD]])
+    tgt_in = torch.tensor([[BOS, 5, 6, 7, 9], [BOS, 8, 9, 4, 4]])
+    with torch.no_grad():
+        full = torch.nn.Sequential(*layers)((src, tgt_in))
+        decoder = IncrementalDecoder(layers, src)
+        steps = torch.stack([decoder.step(tgt_in[:, t]) for t in range(tgt_in.shape[1])], dim=1)
+    assert torch.allclose(steps, full, atol=1e-5)

@@ -30,6 +30,7 @@ __all__ = ["PAD_ID", "transformer_lm_layers", "transformer_mt_layers", "Attentio
            "token_loss"]
 
 PAD_ID = 0
+KVCache = dict[str, torch.Tensor]
 MTState = tuple[torch.Tensor, ...]  # (enc, dec) or (enc, dec, source mask)
 
 
@@ -57,14 +58,26 @@ class Attention(nn.Module):
         nn.init.zeros_(self.per_dim_scale)
 
     def forward(self, x: torch.Tensor, mem: torch.Tensor | None = None, causal: bool = False,
-                key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``key_mask`` (B, T) bool: True where a key is a real token (padded keys get no weight)."""
+                key_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """``key_mask`` (B, T) bool: True where a key is a real token (padded keys get no weight).
+
+        ``cache`` (decoding, one new position per call): self-attention appends this call's keys and
+        values to the cached ones and lets the new query see them all; cross-attention projects
+        ``mem`` once and reuses it."""
         B, S, _ = x.shape
-        kv = x if mem is None else mem
-        T = kv.shape[1]
         q = self.q(x).view(B, S, self.h, self.hd).transpose(1, 2)
-        k = self.k(kv).view(B, T, self.h, self.hd).transpose(1, 2)
-        v = self.v(kv).view(B, T, self.h, self.hd).transpose(1, 2)
+        if cache is not None and mem is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            kv = x if mem is None else mem
+            T = kv.shape[1]
+            k = self.k(kv).view(B, T, self.h, self.hd).transpose(1, 2)
+            v = self.v(kv).view(B, T, self.h, self.hd).transpose(1, 2)
+            if cache is not None:
+                if mem is None and "k" in cache:
+                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        causal = causal and (cache is None or k.shape[2] == S)  # a cached step sees every key
         # softplus(0) * 1.442695 = 1: the learned scale starts at 1/sqrt(head_dim)
         q = q * (F.softplus(self.per_dim_scale) * 1.442695041)
         mask = None if key_mask is None else key_mask[:, None, None, :]
@@ -125,9 +138,11 @@ class Embed(nn.Module):
         if self.emb.weight.device.type != "meta":
             nn.init.normal_(self.emb.weight, std=self.d**-0.5)
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+    def embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Embeddings of ``tokens`` at positions ``offset``, ``offset + 1``, ..."""
         h = self.emb(tokens) * math.sqrt(self.d)
-        return self.drop(h + sinusoid(tokens.shape[1], self.d, h.device, h.dtype))
+        pos = sinusoid(offset + tokens.shape[1], self.d, h.device, h.dtype)[offset:]
+        return self.drop(h + pos)
 
     def forward(self, tokens: torch.Tensor | tuple[torch.Tensor, torch.Tensor]):
         if isinstance(tokens, tuple):  # (source, target) for translation
@@ -196,11 +211,15 @@ class DecoderLayer(nn.Module):
         self.ffn = FFN(d, H, dropout, ffn_scale)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, state: MTState) -> MTState:
+    def forward(self, state: MTState, cache: dict[str, KVCache] | None = None) -> MTState:
+        """``cache``: incremental decoding, ``dec`` holding only the newest position (see Attention)."""
         enc, dec, *mask = state
-        dec = dec + self.drop(self.self_attn(self.ln1(dec), causal=True))
+        self_cache = None if cache is None else cache.setdefault("self", {})
+        cross_cache = None if cache is None else cache.setdefault("cross", {})
+        dec = dec + self.drop(self.self_attn(self.ln1(dec), causal=True, cache=self_cache))
         key_mask = mask[0] if mask else None
-        dec = dec + self.drop(self.cross_attn(self.ln2(dec), mem=enc, key_mask=key_mask))
+        dec = dec + self.drop(self.cross_attn(self.ln2(dec), mem=enc, key_mask=key_mask,
+                                              cache=cross_cache))
         return (enc, dec + self.drop(self.ffn(self.ln3(dec))), *mask)
 
 

@@ -4,9 +4,10 @@ The harness hands over the full flat layer list (trained at K = 1, or gathered f
 embed, L encoder layers, L decoder layers, softmax. The source is encoded once; then the decoder
 runs step by step on the growing target prefix, taking the most likely next token, until every
 sentence has produced EOS or reached its length limit ``a * source length + b`` (a = 1.5, b = 10
-by default; target/source token ratios are ~1 on our corpora). The decoder recomputes the whole prefix
-each step (no key/value cache): quadratic in the output length, simple, and exactly the computation
-the model was trained with. Beam search is not implemented.
+by default; target/source token ratios are ~1 on our corpora). Each step feeds only the newest token:
+the decoder layers keep their self-attention keys/values and the projected source in a per-layer cache
+(``DecoderLayer.forward(state, cache=...)``), so a step costs one position, not the whole prefix; the
+tests check it against the full teacher-forced forward. Beam search is not implemented.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 from ..data.translation.vocab import BOS, EOS, PAD, Vocab
 from ..models.transformer import DecoderLayer, Embed, EncoderLayer, Softmax
 
-__all__ = ["split_layers", "greedy_decode", "translate_ids", "translate"]
+__all__ = ["IncrementalDecoder", "split_layers", "greedy_decode", "translate_ids", "translate"]
 
 
 def split_layers(
@@ -38,28 +39,42 @@ def split_layers(
     return layers[0], enc, dec, layers[-1]
 
 
+class IncrementalDecoder:
+    """The source encoded once; then ``step(tokens)`` feeds one target position and returns the
+    next-token logits (B, V). Call it in eval mode, under ``torch.no_grad``."""
+
+    def __init__(self, layers: Sequence[nn.Module], src: torch.Tensor) -> None:
+        self.embed, encoders, self.decoders, self.softmax = split_layers(layers)
+        self.mask = src != PAD
+        enc = self.embed.embed(src)
+        state: tuple[torch.Tensor, ...] = (enc, enc[:, :1], self.mask)  # no decoder state yet
+        for layer in encoders:
+            state = layer(state)
+        self.enc = state[0]
+        self.caches: list[dict] = [{} for _ in self.decoders]  # keys/values decoded so far
+        self.t = 0
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        state = (self.enc, self.embed.embed(tokens[:, None], offset=self.t), self.mask)
+        for layer, cache in zip(self.decoders, self.caches):
+            state = layer(state, cache=cache)
+        self.t += 1
+        return self.softmax(state)[:, -1]
+
+
 @torch.no_grad()
 def greedy_decode(layers: Sequence[nn.Module], src: torch.Tensor, max_new: int) -> list[list[int]]:
     """Token ids (no BOS, no EOS) for each row of ``src`` (B, S), padded with PAD."""
-    embed, encoders, decoders, softmax = split_layers(layers)
     modules = list(layers)
     was_training = [m.training for m in modules]
     for m in modules:
         m.eval()
     try:
-        mask = src != PAD
-        enc = embed.embed(src)
-        state: tuple[torch.Tensor, ...] = (enc, enc[:, :1], mask)  # no decoder state while encoding
-        for layer in encoders:
-            state = layer(state)
-        enc = state[0]
+        decoder = IncrementalDecoder(modules, src)
         ys = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         for _ in range(max_new):
-            state = (enc, embed.embed(ys), mask)
-            for layer in decoders:
-                state = layer(state)
-            nxt = softmax(state)[:, -1].argmax(-1)
+            nxt = decoder.step(ys[:, -1]).argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
             ys = torch.cat([ys, nxt[:, None]], dim=1)
             done |= nxt == EOS
