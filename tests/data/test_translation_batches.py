@@ -147,3 +147,24 @@ def test_bad_arguments_are_one_line(data):
         data.source_ids("valid")
     with pytest.raises(UserError, match=r"max_len=2 leaves no training pair of fixture"):
         TranslationDataset(data.corpus, data.vocab, max_len=2)
+
+
+def test_data_option_builds_from_a_root_and_announces_its_shapes(tmp_path, monkeypatch):
+    from gpipe_repro.data import build_dataset
+    from gpipe_repro.data.translation import TranslationConfig
+
+    monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
+    corpus = fixture_corpus(200)
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for split in ("train", "dev", "test"):
+        pairs = corpus.split(split)
+        (root / f"{split}.es").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+        (root / f"{split}.en").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    options = {"root": str(root), "vocab_size": 500, "max_len": 40}
+    data = build_dataset("translation", options)
+    assert data.vocab.size < 500  # a tiny corpus: fewer pieces than asked for ...
+    assert data.info == TranslationConfig(**options).info()  # ... the model still gets the asked V
+    assert data.corpus.src == "es" and len(data.corpus.train) == len(corpus.train)
+    with pytest.raises(UserError, match="data.corpus"):
+        build_dataset("translation", {"corpus": "xx-en"})

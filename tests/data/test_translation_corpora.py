@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpipe_repro.data.translation import apertium, corpus, fetch
+from gpipe_repro.data import debian
+from gpipe_repro.data.translation import apertium, corpus
 from gpipe_repro.data.translation.bible import align_verses, clean_osis
 from gpipe_repro.data.translation.corpus import load_corpus, split_pairs
 from gpipe_repro.data.translation.ding import is_sentence, parse_ding
@@ -142,11 +143,14 @@ def test_unknown_corpus_is_one_line():
 
 def test_no_apt_get_is_one_line_saying_how_to_provide_the_corpus(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path))
-    monkeypatch.setattr(fetch.shutil, "which", lambda name: None)
+    monkeypatch.setattr(debian.shutil, "which", lambda name: None)
     with pytest.raises(UserError) as err:
         load_corpus("de-en")
     msg = str(err.value)
-    assert "\n" not in msg and "trans-de-en" in msg and "no apt-get" in msg and "root=DIR" in msg
+    assert msg.startswith(
+        "corpus de-en: `apt-get` not found (needed to fetch the Debian package trans-de-en)"
+    )
+    assert "\n" not in msg and "root=DIR" in msg
 
 
 def test_missing_archive_is_one_line(tmp_path, monkeypatch):
@@ -164,8 +168,8 @@ def test_missing_archive_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(UserError) as err:
         load_corpus("es-en")
     msg = str(err.value)
-    assert "\n" not in msg and "Unable to locate package sword-text-sparv" in msg
-    assert "apt-get update" in msg and "root=DIR" in msg
+    assert msg.startswith("corpus es-en: `apt-get download sword-text-sparv`")
+    assert "\n" not in msg and "apt-get update" in msg and "root=DIR" in msg
 
 
 def test_apertium_mode_is_pointed_at_the_unpacked_tree():

@@ -107,11 +107,8 @@ def _cached_splits(name: str, build: Callable[[], dict[str, list[Pair]]]) -> dic
 def _package(name: str, corpus: str) -> Path:
     try:
         return _fetch(name)
-    except UserError as err:
-        raise UserError(
-            f"corpus {corpus}: {err}; or give your own corpus with root=DIR "
-            f"(train/dev/test.<lang> text files, one sentence per line)"
-        ) from None
+    except UserError as err:  # its message already says how to provide the corpus instead
+        raise UserError(f"corpus {corpus}: {err}") from None
 
 
 def _ding() -> dict[str, list[Pair]]:
