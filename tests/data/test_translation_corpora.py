@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpipe_repro.data import debian
-from gpipe_repro.data.translation import apertium, corpus
+from gpipe_repro.data.translation import TranslationConfig, apertium, corpus
 from gpipe_repro.data.translation.bible import align_verses, clean_osis
 from gpipe_repro.data.translation.corpus import load_corpus, split_pairs
 from gpipe_repro.data.translation.ding import is_sentence, parse_ding
@@ -132,6 +132,11 @@ def test_bad_root_is_one_line(tmp_path, damage, expect):
     with pytest.raises(UserError, match=expect) as err:
         load_corpus(root=root)
     assert "\n" not in str(err.value)
+    if (
+        "lines" not in expect
+    ):  # what needs no reading is refused at the edge, before any rank starts
+        with pytest.raises(UserError, match=expect):
+            TranslationConfig(root=str(root)).check()
 
 
 def test_unknown_corpus_is_one_line():

@@ -7,11 +7,12 @@ per mini-batch for this dataset (see ``batches``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...config.options import opt
 from ..base import DataInfo
 from .batches import TranslationDataset, pad_pairs
-from .corpus import CORPORA, SYNTHETIC, Corpus, load_corpus
+from .corpus import CORPORA, SYNTHETIC, Corpus, check_root, load_corpus
 from .vocab import BOS, DEFAULT_SIZE, EOS, PAD, UNK, Vocab, build_vocab
 
 __all__ = [
@@ -62,6 +63,11 @@ class TranslationConfig:
 
     def info(self) -> DataInfo:
         return DataInfo("pairs", (self.max_len,), self.vocab_size)
+
+    def check(self) -> None:
+        """At the edge, before any rank starts: a given root holds the files (nothing is read)."""
+        if self.root is not None:
+            check_root(Path(self.root).expanduser(), self.src, self.tgt)
 
 
 def translation(c: TranslationConfig) -> TranslationDataset:

@@ -27,7 +27,7 @@ from ...errors import UserError
 from . import apertium, bible, ding
 from .fetch import _fetch, translation_cache
 
-__all__ = ["CORPORA", "Corpus", "Pair", "load_corpus", "split_pairs", "read_root"]
+__all__ = ["CORPORA", "Corpus", "Pair", "check_root", "load_corpus", "split_pairs", "read_root"]
 
 Pair = tuple[str, str]
 SPLITS = ("train", "dev", "test")
@@ -211,26 +211,35 @@ def _synthetic(name: str, train_size: int | None) -> Corpus:
     )
 
 
-def read_root(root: Path, src: str | None, tgt: str) -> tuple[dict[str, list[Pair]], str]:
-    """``train/dev/test.<src>`` and ``.<tgt>`` under ``root``; returns the splits and ``src``."""
-    how = (
+def _how(root: Path) -> str:
+    return (
         f"expected train, dev and test files named <split>.<lang>, one sentence per line, in {root}"
     )
+
+
+def check_root(root: Path, src: str | None, tgt: str) -> str:
+    """The source language of a user's corpus folder, once its files are all there (UserError)."""
     if not root.is_dir():
-        raise UserError(f"root={root} is not a directory; {how}")
+        raise UserError(f"root={root} is not a directory; {_how(root)}")
     if src is None:
         langs = sorted({p.suffix[1:] for p in root.glob("train.*")} - {tgt})
         if len(langs) != 1:
             raise UserError(
                 f"root={root}: cannot tell the source language from train.* files "
-                f"(found {langs or 'none'} besides {tgt}); pass src=LANG; {how}"
+                f"(found {langs or 'none'} besides {tgt}); pass src=LANG; {_how(root)}"
             )
         src = langs[0]
     missing = [
         f"{s}.{lang}" for s in SPLITS for lang in (src, tgt) if not (root / f"{s}.{lang}").is_file()
     ]
     if missing:
-        raise UserError(f"root={root} lacks {', '.join(missing)}; {how}")
+        raise UserError(f"root={root} lacks {', '.join(missing)}; {_how(root)}")
+    return src
+
+
+def read_root(root: Path, src: str | None, tgt: str) -> tuple[dict[str, list[Pair]], str]:
+    """``train/dev/test.<src>`` and ``.<tgt>`` under ``root``; returns the splits and ``src``."""
+    src = check_root(root, src, tgt)
     splits: dict[str, list[Pair]] = {}
     for s in SPLITS:
         a = (root / f"{s}.{src}").read_text(encoding="utf-8").splitlines()
@@ -246,5 +255,7 @@ def read_root(root: Path, src: str | None, tgt: str) -> tuple[dict[str, list[Pai
             if x.strip() and y.strip()
         ]
         if not splits[s]:
-            raise UserError(f"root={root}: {s}.{src}/{s}.{tgt} hold no sentence pairs; {how}")
+            raise UserError(
+                f"root={root}: {s}.{src}/{s}.{tgt} hold no sentence pairs; {_how(root)}"
+            )
     return splits, src
