@@ -1,5 +1,5 @@
 """Datasets by name: synthetic shapes, real digits shipped in packages, Fashion-MNIST from Debian's
-archive, and torchvision sets from a root.
+archive, torchvision sets from a root, and parallel text for translation (Debian packages or a root).
 
 Each option is a spec: its config dataclass (the ``data.*`` keys, with ``info()``: the shapes, known
 without loading anything) and its builder. A process builds a dataset once, and only where data is
@@ -26,6 +26,7 @@ from .digits import (
 )
 from .fashion_mnist import FashionMNISTConfig, fashion_mnist
 from .synthetic import SyntheticConfig, synthetic
+from .translation import TranslationConfig, translation
 from .vision import VISION_CONFIGS, vision
 
 __all__ = ["DATASETS", "DataInfo", "DataSpec", "Dataset", "get_data", "build_dataset"]
@@ -45,6 +46,7 @@ DATASETS: dict[str, DataSpec] = {
     "fashion_mnist": DataSpec("fashion_mnist", FashionMNISTConfig, fashion_mnist),
     "mnist_images": DataSpec("mnist_images", MNISTImagesConfig, mnist_images),
     "digits_images": DataSpec("digits_images", DigitsImagesConfig, digits_images),
+    "translation": DataSpec("translation", TranslationConfig, translation),
     **{name: DataSpec(name, cls, vision) for name, cls in VISION_CONFIGS.items()},
 }
 

@@ -1,9 +1,13 @@
 """Point-to-point transfer of boundary tensors between neighbouring stages.
 
 Only cell-boundary activations (forward) and their gradients (backward) cross ranks (paper §2.3).
-Shapes and dtypes cross a boundary once, in a small handshake: a fixed-size int64 tensor describing
-the tuple. After that the receiver allocates buffers itself and can post receives ahead of time. The
-same calls run on gloo (CPU) and nccl (CUDA). Every wait is bounded by the process group's timeout.
+Shapes and dtypes cross a boundary once per step, in a small handshake: a fixed-size int64 tensor
+describing the tuple, sent before the step's first micro-batch (all M share one shape). After that the
+receiver allocates buffers itself and can post the step's receives ahead of time. Once per step, not
+once per run, so sentence batches bucketed to different lengths can follow each other: the 512-byte
+message costs little beside the activations, and a middle stage could not know the next bucket's shape
+without a message anyway. The same calls run on gloo (CPU) and nccl (CUDA). Every wait is bounded by
+the process group's timeout.
 """
 
 from __future__ import annotations

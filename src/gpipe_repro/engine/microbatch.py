@@ -2,8 +2,8 @@
 
 A layer may take and return a tensor or a tuple of tensors (AmoebaNet cells pass
 ``(current, previous)``), so everything here works on both. The split must be even: N divisible by M,
-so every micro-batch has the same shape (one handshake per boundary) and the scaled gradient sum
-equals the full-batch gradient exactly.
+so every micro-batch has the same shape (one handshake per boundary and step) and the scaled gradient
+sum equals the full-batch gradient exactly.
 """
 
 from __future__ import annotations

@@ -3,13 +3,24 @@
 A ``Pipeline`` holds this rank's cell (a contiguous slice of the model's layers), splits each
 mini-batch into M micro-batches, and executes its stage's action list (see ``schedule``): forward
 micro-batches, send boundary activations to the next stage, receive their gradients, backward,
-send input gradients to the previous stage. Gradients accumulate over the micro-batches (the loss of
-each is divided by M), so after ``train_step`` every parameter's ``.grad`` equals the full-batch
-gradient; with replicas the last backward of the step triggers DDP's bucketed all-reduce, overlapped
-with that backward. The caller then steps its optimiser once: a synchronous update, the same for any K.
+send input gradients to the previous stage. Gradients accumulate over the micro-batches, so after
+``train_step`` every parameter's ``.grad`` equals the full-batch gradient; with replicas the last
+backward of the step triggers DDP's bucketed all-reduce, overlapped with that backward. The caller then
+steps its optimiser once: a synchronous update, the same for any K.
 
 Layers are called as ``layer(x)`` where ``x`` is a tensor or a tuple of tensors, the previous layer's
-output. The loss function, on the last stage, must return the *mean* over its micro-batch.
+output. The loss function runs on the last stage; ``loss_reduction`` says what it returns:
+
+- ``mean`` (default): the mean over its micro-batch; the engine divides each by M. Exact when every
+  micro-batch weighs the same (classification, fixed-length sequences).
+- ``sum``: the micro-batch's *share* of the mini-batch loss, already divided by the whole
+  mini-batch's normaliser (e.g. its number of target tokens, passed inside the targets); the engine
+  adds the shares without dividing by M. Exact for per-token losses whose micro-batches hold unequal
+  token counts. With D replicas the normaliser is the global mini-batch's, the engine scales the
+  backward by D (DDP averages) and all-reduces the reported loss, so it is the global loss.
+
+Boundary shapes may change from step to step (bucketed sentences): each stage describes its outputs
+once per step (see ``comm``).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -36,7 +48,9 @@ from .microbatch import Batch, as_tuple, from_tuple, join, split
 from .schedule import Action, stage_actions
 from .topology import Topology
 
-__all__ = ["Cell", "Pipeline", "stage_slice"]
+__all__ = ["Cell", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
+
+LOSS_REDUCTIONS: tuple[str, ...] = ("mean", "sum")
 
 LossFn = Callable[[Batch, Any], torch.Tensor]
 # BatchNorm buffers are kept in step by MicroBatchNorm.commit, so DDP must not broadcast them.
@@ -75,7 +89,8 @@ class Pipeline:
     ``schedule``: ``gpipe`` | ``1f1b``; ``checkpoint``: ``never`` | ``except_last`` | ``always``;
     ``track_memory``: saved-tensor accounting (``peak_activation_bytes``); ``lookahead``: how many
     actions ahead receives are posted; ``host_memory``: ``retain`` (default) makes a CPU rank's malloc
-    keep freed memory between steps, process-wide (see ``hostmem``), ``system`` leaves it alone.
+    keep freed memory between steps, process-wide (see ``hostmem``), ``system`` leaves it alone;
+    ``loss_reduction``: ``mean`` | ``sum``, what ``loss_fn`` returns (see the module docstring).
     """
 
     def __init__(
@@ -91,9 +106,14 @@ class Pipeline:
         bucket_cap_mb: float = 25.0,
         lookahead: int = 4,
         host_memory: str = "retain",
+        loss_reduction: str = "mean",
     ) -> None:
         if M < 1:
             raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
+        if loss_reduction not in LOSS_REDUCTIONS:
+            allowed = ", ".join(LOSS_REDUCTIONS)
+            raise ArgumentError("loss_reduction", loss_reduction, f"is unknown; allowed: {allowed}")
+        self.loss_reduction = loss_reduction
         uses_remat(checkpoint, 0, M)  # validates the mode
         check_host_memory(host_memory)
         self.topo = topology
@@ -142,6 +162,7 @@ class Pipeline:
         self._posted: dict[tuple[str, int], tuple[list[torch.Tensor], list]] = {}
         self._sends: list = []
         self._loss = torch.zeros((), device=self.device)
+        self._in_meta = self._out_meta = None  # shapes may change per step: describe them again
         if self.meter is not None:
             self.meter.reset_peak()
         t0 = time.perf_counter()
@@ -157,6 +178,8 @@ class Pipeline:
             for w in self._sends:
                 w.wait()
         self._sends = []
+        if self.loss_reduction == "sum" and topo.is_last and topo.dp_group is not None:
+            dist.all_reduce(self._loss, group=topo.dp_group)  # the replicas' shares of one loss
         commit_batchnorm(self.cell, topo.dp_group)
         self.recorder.add("step", -1, t0, time.perf_counter())
         self.recorder.step += 1
@@ -200,6 +223,12 @@ class Pipeline:
         return join(outs) if topo.is_last else None
 
     # ------------------------------------------------------------------ schedule steps
+    def _micro_loss(self, y: Batch, m: int) -> torch.Tensor:
+        """Micro-batch m's part of the mini-batch loss: mean / M, or the loss_fn's own share."""
+        assert self.loss_fn is not None
+        loss = self.loss_fn(y, self._ts[m])
+        return loss / self.M if self.loss_reduction == "mean" else loss
+
     def _recv_key(self, a: Action) -> tuple[str, int] | None:
         if a.kind == "F" and not self.topo.is_first:
             return ("F", a.mb)
@@ -256,7 +285,7 @@ class Pipeline:
             y = self.module(x)
             loss = None
             if topo.is_last:  # the loss's saved tensors (log-softmax of the logits) count too
-                loss = self.loss_fn(y, self._ts[m]) / self.M
+                loss = self._micro_loss(y, m)
         if loss is not None:
             self._loss += loss.detach()
         if meter is not None:
@@ -280,9 +309,11 @@ class Pipeline:
             with rec.span("recompute", m), restored_rng(rng), recomputing(), record:
                 y = self.module(x)
                 if topo.is_last:
-                    loss = self.loss_fn(y, self._ts[m]) / self.M
+                    loss = self._micro_loss(y, m)
         if topo.is_last:
-            outs, grads = [loss], None
+            # "sum" with replicas: DDP averages the replicas' gradients, the shares must add up.
+            scale = self.topo.replicas if self.loss_reduction == "sum" and self.ddp else 1
+            outs, grads = [loss * scale if scale != 1 else loss], None
         else:
             g = self._take(("B", m))
             pairs = [(o, gi) for o, gi in zip([t for t in as_tuple(y) if t.is_floating_point()], g)

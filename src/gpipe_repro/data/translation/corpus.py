@@ -1,0 +1,261 @@
+"""Parallel corpora by name, with fixed train/dev/test splits cached as TSV.
+
+- ``de-en``: German->English example sentences of the ding dictionary (``trans-de-en``), ~18,300.
+- ``es-en``: Spanish->English Bible verses, Reina-Valera 1909 / World English Bible, ~31,000.
+- ``ca-en-synthetic``, ``es-en-synthetic``: **synthetic** sources, apertium's Catalan or Spanish
+  translation of the ``es-en`` English side (same verses in every split, so test sets stay
+  parallel across languages); labelled synthetic in name and description.
+- ``root=DIR``: a user's corpus, plain UTF-8 text, one sentence per line, line i of
+  ``train.<src>`` translating line i of ``train.<tgt>``; likewise ``dev.*`` and ``test.*``.
+
+Splits are drawn once with a fixed seed (never the run's), after dropping duplicate pairs: dev and
+test hold ``EVAL_SIZE`` pairs each, train the rest. ``train_size`` keeps the first pairs of the
+(already shuffled) training split: a random low-resource subset, the same for every run.
+Files: ``$GPIPE_DATA_CACHE/translation/<name>/{train,dev,test}.tsv`` (``source<TAB>target``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ...errors import UserError
+from . import apertium, bible, ding
+from .fetch import _fetch, translation_cache
+
+__all__ = ["CORPORA", "Corpus", "Pair", "check_root", "load_corpus", "split_pairs", "read_root"]
+
+Pair = tuple[str, str]
+SPLITS = ("train", "dev", "test")
+SPLIT_SEED = 1234
+EVAL_SIZE = 1000
+_VERSION = "v1"  # bump when parsing changes: old caches are then ignored
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    src: str  # language codes
+    tgt: str
+    train: list[Pair]
+    dev: list[Pair]
+    test: list[Pair]
+    synthetic: bool = False
+    note: str = ""
+    key: str = field(default="", compare=False)  # names the cache folder of its vocabularies
+
+    def split(self, name: str) -> list[Pair]:
+        if name not in SPLITS:
+            raise UserError(f"split={name!r} is unknown; allowed: {', '.join(SPLITS)}")
+        return getattr(self, name)
+
+    def describe(self) -> dict:
+        return {
+            "corpus": self.name,
+            "src": self.src,
+            "tgt": self.tgt,
+            "synthetic": self.synthetic,
+            "note": self.note,
+            **{f"{s}_pairs": len(self.split(s)) for s in SPLITS},
+        }
+
+
+def split_pairs(
+    pairs: list[Pair], eval_size: int = EVAL_SIZE, seed: int = SPLIT_SEED
+) -> dict[str, list[Pair]]:
+    """Drop duplicates, shuffle with ``seed``, cut dev and test (``eval_size`` each), train the rest."""
+    unique = list(dict.fromkeys(pairs))
+    if len(unique) < 3 * eval_size:
+        eval_size = len(unique) // 10
+    order = torch.randperm(len(unique), generator=torch.Generator().manual_seed(seed)).tolist()
+    shuffled = [unique[i] for i in order]
+    return {
+        "dev": shuffled[:eval_size],
+        "test": shuffled[eval_size : 2 * eval_size],
+        "train": shuffled[2 * eval_size :],
+    }
+
+
+def _write_tsv(path: Path, pairs: list[Pair]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for s, t in pairs:
+            f.write(f"{' '.join(s.split())}\t{' '.join(t.split())}\n")
+    tmp.replace(path)
+
+
+def _read_tsv(path: Path) -> list[Pair]:
+    with open(path, encoding="utf-8") as f:
+        return [tuple(line.rstrip("\n").split("\t", 1)) for line in f]  # type: ignore[misc]
+
+
+def _cached_splits(name: str, build: Callable[[], dict[str, list[Pair]]]) -> dict[str, list[Pair]]:
+    folder = translation_cache(name) / _VERSION
+    paths = {s: folder / f"{s}.tsv" for s in SPLITS}
+    if not all(p.exists() for p in paths.values()):
+        splits = build()
+        folder.mkdir(parents=True, exist_ok=True)
+        for s, p in paths.items():
+            _write_tsv(p, splits[s])
+    return {s: _read_tsv(p) for s, p in paths.items()}  # the first run sees what later runs see
+
+
+def _package(name: str, corpus: str) -> Path:
+    try:
+        return _fetch(name)
+    except UserError as err:  # its message already says how to provide the corpus instead
+        raise UserError(f"corpus {corpus}: {err}") from None
+
+
+def _ding() -> dict[str, list[Pair]]:
+    return split_pairs(ding.read_ding(_package("trans-de-en", "de-en")))
+
+
+def _bible() -> dict[str, list[Pair]]:
+    (es_pkg, es_mod), (en_pkg, en_mod) = bible.SPANISH, bible.ENGLISH
+    es = bible.read_verses(_package(es_pkg, "es-en") / bible.SWORD_ROOT, es_mod)
+    en = bible.read_verses(_package(en_pkg, "es-en") / bible.SWORD_ROOT, en_mod)
+    return split_pairs(bible.align_verses(es, en))
+
+
+# name -> (source language, target language, builder of the splits, note)
+CORPORA: dict[str, tuple[str, str, Callable[[], dict[str, list[Pair]]], str]] = {
+    "de-en": ("de", "en", _ding, "ding dictionary example sentences (Debian trans-de-en)"),
+    "es-en": ("es", "en", _bible, "Bible verses, Reina-Valera 1909 / World English Bible (SWORD)"),
+}
+# synthetic name -> (source language, apertium pair translating the es-en English side)
+SYNTHETIC: dict[str, tuple[str, str]] = {
+    "ca-en-synthetic": ("ca", "eng-cat"),
+    "es-en-synthetic": ("es", "eng-spa"),
+}
+
+
+def _subset(splits: dict[str, list[Pair]], train_size: int | None) -> dict[str, list[Pair]]:
+    if train_size is None:
+        return splits
+    if train_size < 1:
+        raise UserError(
+            f"train_size={train_size} is invalid; allowed: an integer >= 1 (or null: all)"
+        )
+    return {**splits, "train": splits["train"][:train_size]}
+
+
+def _digest(pairs: list[Pair]) -> str:
+    return hashlib.sha1("\n".join(f"{s}\t{t}" for s, t in pairs).encode()).hexdigest()[:12]
+
+
+def load_corpus(
+    name: str | None = None,
+    *,
+    root: str | Path | None = None,
+    src: str | None = None,
+    tgt: str = "en",
+    train_size: int | None = None,
+) -> Corpus:
+    """A corpus by name (fetched and parsed on first use), or a user's from ``root``."""
+    if root is not None:
+        splits, src = read_root(Path(root), src, tgt)
+        splits = _subset(splits, train_size)
+        label = f"root:{Path(root).name}"
+        return Corpus(
+            label,
+            src,
+            tgt,
+            splits["train"],
+            splits["dev"],
+            splits["test"],
+            note=f"user corpus in {root}",
+            key=f"root-{_digest(splits['train'])}",
+        )
+    if name in CORPORA:
+        s, t, build, note = CORPORA[name]
+        splits = _subset(_cached_splits(name, build), train_size)
+        return Corpus(
+            name, s, t, splits["train"], splits["dev"], splits["test"], note=note, key=name
+        )
+    if name in SYNTHETIC:
+        return _synthetic(name, train_size)
+    allowed = ", ".join([*CORPORA, *SYNTHETIC])
+    raise UserError(f"corpus={name!r} is unknown; allowed: {allowed}, or root=DIR for your own")
+
+
+def _synthetic(name: str, train_size: int | None) -> Corpus:
+    """Sources made by apertium from the ``es-en`` English side; only the lines used are translated."""
+    lang, pair = SYNTHETIC[name]
+    base = _subset(_cached_splits("es-en", CORPORA["es-en"][2]), train_size)
+    cache = translation_cache(name) / "apertium"
+    splits = {
+        s: list(
+            zip(
+                apertium.translate_cached([t for _, t in base[s]], pair, cache),
+                [t for _, t in base[s]],
+            )
+        )
+        for s in SPLITS
+    }
+    note = f"SYNTHETIC source: apertium {pair} machine translation of the es-en English side"
+    return Corpus(
+        name,
+        lang,
+        "en",
+        splits["train"],
+        splits["dev"],
+        splits["test"],
+        synthetic=True,
+        note=note,
+        key=name,
+    )
+
+
+def _how(root: Path) -> str:
+    return (
+        f"expected train, dev and test files named <split>.<lang>, one sentence per line, in {root}"
+    )
+
+
+def check_root(root: Path, src: str | None, tgt: str) -> str:
+    """The source language of a user's corpus folder, once its files are all there (UserError)."""
+    if not root.is_dir():
+        raise UserError(f"root={root} is not a directory; {_how(root)}")
+    if src is None:
+        langs = sorted({p.suffix[1:] for p in root.glob("train.*")} - {tgt})
+        if len(langs) != 1:
+            raise UserError(
+                f"root={root}: cannot tell the source language from train.* files "
+                f"(found {langs or 'none'} besides {tgt}); pass src=LANG; {_how(root)}"
+            )
+        src = langs[0]
+    missing = [
+        f"{s}.{lang}" for s in SPLITS for lang in (src, tgt) if not (root / f"{s}.{lang}").is_file()
+    ]
+    if missing:
+        raise UserError(f"root={root} lacks {', '.join(missing)}; {_how(root)}")
+    return src
+
+
+def read_root(root: Path, src: str | None, tgt: str) -> tuple[dict[str, list[Pair]], str]:
+    """``train/dev/test.<src>`` and ``.<tgt>`` under ``root``; returns the splits and ``src``."""
+    src = check_root(root, src, tgt)
+    splits: dict[str, list[Pair]] = {}
+    for s in SPLITS:
+        a = (root / f"{s}.{src}").read_text(encoding="utf-8").splitlines()
+        b = (root / f"{s}.{tgt}").read_text(encoding="utf-8").splitlines()
+        if len(a) != len(b):
+            raise UserError(
+                f"root={root}: {s}.{src} has {len(a)} lines but {s}.{tgt} has {len(b)}; "
+                f"line i of one must translate line i of the other"
+            )
+        splits[s] = [
+            (" ".join(x.split()), " ".join(y.split()))
+            for x, y in zip(a, b)
+            if x.strip() and y.strip()
+        ]
+        if not splits[s]:
+            raise UserError(
+                f"root={root}: {s}.{src}/{s}.{tgt} hold no sentence pairs; {_how(root)}"
+            )
+    return splits, src

@@ -1,0 +1,102 @@
+"""Translation quality: BLEU with sacrebleu, and the NLL per target token (paper Table 5's two rows).
+
+BLEU is computed by ``sacrebleu`` on detokenised text (SentencePiece decoded) against one reference
+per sentence, with its default 13a tokenisation; the score travels with sacrebleu's signature
+(``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:...``), so numbers from different runs can be
+compared only where signatures agree. Our BLEU is not comparable with the paper's: other data, other
+test sets. The NLL is summed over every real target token (EOS included, padding excluded) and
+divided by their number: the same quantity ``token_loss`` trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.translation.batches import TranslationDataset
+from ..data.translation.vocab import PAD
+from ..errors import UserError
+from .decode import split_layers, translate_ids
+
+__all__ = ["Bleu", "bleu", "nll_per_token", "evaluate_translation"]
+
+
+@dataclass(frozen=True)
+class Bleu:
+    score: float  # 0..100
+    signature: str
+    text: str  # sacrebleu's one-line summary: n-gram precisions, brevity penalty, lengths
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Bleu:
+    """Corpus BLEU of detokenised hypotheses against one reference each."""
+    try:
+        from sacrebleu.metrics import BLEU
+    except ImportError:
+        raise UserError("BLEU needs sacrebleu: pip install sacrebleu") from None
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    metric = BLEU()
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Bleu(float(result.score), str(metric.get_signature()), str(result))
+
+
+@torch.no_grad()
+def nll_per_token(
+    layers: Sequence[nn.Module],
+    data: TranslationDataset,
+    split: str = "dev",
+    batch_tokens: int = 4096,
+) -> tuple[float, int]:
+    """(mean NLL per target token, number of target tokens) of a whole split, teacher-forced."""
+    split_layers(layers)  # a full translation model
+    device = next(layers[0].parameters()).device
+    model = nn.Sequential(*layers)
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    try:
+        for _, ((src, tgt_in), (tgt, _count)) in data.eval_pairs(split, batch_tokens):
+            logits = model((src.to(device), tgt_in.to(device))).float()
+            tgt = tgt.to(device)
+            total += float(
+                F.cross_entropy(
+                    logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD, reduction="sum"
+                )
+            )
+            tokens += int((tgt != PAD).sum())
+    finally:
+        model.train(was_training)
+    return total / max(tokens, 1), tokens
+
+
+def evaluate_translation(
+    layers: Sequence[nn.Module],
+    data: TranslationDataset,
+    split: str = "dev",
+    limit: int | None = None,
+    batch_sentences: int = 64,
+) -> dict:
+    """BLEU (greedy decoding of the first ``limit`` sentences, all by default) and NLL of a split."""
+    nll, tokens = nll_per_token(layers, data, split)
+    sources = data.source_ids(split)[:limit]
+    refs = data.references(split)[:limit]
+    hyps = data.vocab.decode(translate_ids(layers, sources, batch_sentences=batch_sentences))
+    score = bleu(hyps, refs)
+    return {
+        "split": split,
+        "bleu": score.score,
+        "bleu_signature": score.signature,
+        "bleu_detail": score.text,
+        "nll": nll,
+        "nll_tokens": tokens,
+        "bleu_sentences": len(refs),
+        "corpus": data.corpus.name,
+        "synthetic": data.corpus.synthetic,
+        "examples": [{"hyp": h, "ref": r} for h, r in list(zip(hyps, refs))[:3]],
+    }
