@@ -110,6 +110,8 @@ class RankResult:
     cuda_peak_bytes: int | None
     losses: list[float]  # every step's, including those before a resume
     step_times: list[float]  # the steps this process ran
+    samples: list[int]  # per step run: samples (sentences) in the global mini-batch (last stage; else [])
+    tokens: list[int]  # per step run: target tokens in it (sequence models; else [])
     first_step: int  # the step this process started at (> 0 after a resume)
     stopped: bool  # stopped early by SIGINT/SIGTERM (after a completed step)
     events: list[dict[str, Any]]
@@ -170,6 +172,8 @@ class _Stage:
     names: list[str]
     offset: int  # the global index of this stage's first layer
     record: dict[str, Any]  # the model as a save describes it
+    samples: list[int] = field(default_factory=list)  # per step run (last stage)
+    tokens: list[int] = field(default_factory=list)
 
 
 def _balance(spec: RunConfig, topo: Topology, plan: Plan) -> tuple[list[int], list[float]]:
@@ -208,7 +212,7 @@ def _build(spec: RunConfig, topo: Topology, plan: Plan) -> _Stage:
     mine = materialize(plan.layers[sl], spec.seed, first_index=sl.start)
     pipe = Pipeline(mine, topo, M=spec.pipeline.M, schedule=spec.pipeline.schedule,
                     checkpoint=spec.pipeline.checkpoint, loss_fn=plan.model.loss_fn,
-                    host_memory=spec.pipeline.host_memory)
+                    loss_reduction=plan.model.loss_reduction, host_memory=spec.pipeline.host_memory)
     opt = build_optimizer(pipe.parameters(), spec.optim)
     # Only the first stage needs inputs and only the last needs targets: nobody else loads data.
     data = get_data(spec.data.name).build(spec.data) if topo.is_first or topo.is_last else None
@@ -303,10 +307,10 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start:
     batches = (st.data.batches(start, t.batch_size, spec.seed, multiple_of=p.M * p.replicas,
                                need_inputs=topo.is_first)
                if st.data is not None else None)
-    tokens = st.plan.info.tokens_per_sample
     vote = _StopVote(topo, ctx)
     losses: list[float] = list(past)
     step_times: list[float] = []
+    st.samples, st.tokens = [], []
     stopped = saved = False
     for step in range(start, t.steps):
         vote.start()
@@ -324,9 +328,12 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start:
         step_times.append(dt)
         if loss is not None:
             losses.append(loss)
+            n, tok = _counts(y, st.plan.info)
+            st.samples.append(n)
+            if tok:
+                st.tokens.append(tok)
             if progress is not None:
-                progress.write(StepRecord(step, loss, dt, t.batch_size / dt,
-                                          t.batch_size * tokens / dt if tokens else None))
+                progress.write(StepRecord(step, loss, dt, n / dt, tok / dt if tok else None))
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}")
@@ -343,6 +350,16 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start:
     if bar is not None:
         bar.close()
     return losses, step_times, stopped
+
+
+def _counts(y: Any, info: DataInfo) -> tuple[int, int]:
+    """Samples and target tokens of a global mini-batch, from its targets: translation targets
+    ``(tgt, tokens)`` carry the token count (their batches are built by tokens); fixed-shape sequence
+    targets hold ``seq_len`` tokens per sample."""
+    if isinstance(y, tuple):
+        return int(y[0].shape[0]), int(y[1][0])
+    n = int(y.shape[0])
+    return n, n * info.tokens_per_sample
 
 
 def _progress_bar(spec: RunConfig, start: int) -> Any:
@@ -364,7 +381,9 @@ def timed_from(spec: RunConfig, start: int) -> int:
 
 def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], step_times: list[float],
             start: int, stopped: bool) -> RankResult:
-    ev = _evaluate(spec, topo, st) if spec.train.eval and not stopped else None
+    ev = None
+    if spec.train.eval and not stopped:
+        ev = _evaluate_translation(spec, topo, st) if _has_pairs(spec) else _evaluate(spec, topo, st)
     ran = len(step_times)  # the recorder counts this process's steps from 0
     keep_from = max(timed_from(spec, start), ran - max(spec.train.trace_steps, BUBBLE_STEPS))
     dev = topo.device
@@ -376,7 +395,8 @@ def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], st
         optimizer_bytes=optimizer_bytes(st.opt, pipe.parameters()),
         activation_bytes=pipe.peak_activation_bytes,
         cuda_peak_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-        losses=losses, step_times=step_times, first_step=start, stopped=stopped,
+        losses=losses, step_times=step_times, samples=st.samples, tokens=st.tokens, first_step=start,
+        stopped=stopped,
         events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from], eval=ev,
         threads=torch.get_num_threads(), host_memory=pipe.host_memory,
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
@@ -392,6 +412,37 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "cpu"
+
+
+def _has_pairs(spec: RunConfig) -> bool:
+    """Whether the run's dataset is real parallel text (decoded and scored with BLEU)."""
+    return spec.data.name == "translation"
+
+
+def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[str, Any] | None:
+    """BLEU (greedy decoding) and NLL per target token on the test split. Decoding runs step by step
+    with the whole model, so the stages' trained layers are gathered on the last stage of replica 0
+    (by global index, as a save would hold them) and the model is evaluated there in one process."""
+    from .translate import evaluate_translation
+
+    reporter = topo.is_last and topo.replica == 0
+    mine = {str(st.offset + i): layer.state_dict() for i, layer in enumerate(st.pipe.cell.layers)}
+    parts: list[Any] = [mine]
+    if topo.distributed:
+        parts = [None] * topo.world_size
+        dist.gather_object(mine if topo.replica == 0 else None, parts if reporter else None, dst=topo.K - 1)
+    if not reporter:
+        return None
+    states = {int(k): v for part in parts if part for k, v in part.items()}
+    layers = materialize([_copy(m) for m in st.plan.layers], spec.seed)
+    for i, layer in enumerate(layers):
+        layer.load_state_dict(states[i])
+    assert st.data is not None
+    with torch.no_grad():
+        out = evaluate_translation([m.eval() for m in layers], st.data, split="test",  # type: ignore[arg-type]
+                                   limit=spec.train.eval_limit)
+    return {"accuracy": None, "loss": out["nll"], "samples": out["bleu_sentences"], "bleu": out["bleu"],
+            "bleu_signature": out["bleu_signature"]}
 
 
 @torch.no_grad()

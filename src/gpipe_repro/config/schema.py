@@ -60,6 +60,8 @@ class TrainConfig:
     threads: int = opt(1, "torch intra-op threads per rank", min=1)
     eval: bool = opt(True, "evaluate on the held-out split after training")
     eval_batch_size: int = opt(256, "evaluation batch (rounded down to a multiple of M)", min=1)
+    eval_limit: int | None = opt(None, "translation: test sentences decoded for BLEU (NLL uses all); null = all",
+                                 min=1)
     progress: bool = opt(True, "a progress bar on the last stage")
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)
     lr_schedule: str = opt("constant", "the learning rate over the steps: constant, or cosine decay to 0 "

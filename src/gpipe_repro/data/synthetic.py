@@ -60,7 +60,9 @@ class SyntheticTokens(Dataset):
 
 class SyntheticPairs(Dataset):
     """Source/target token pairs for encoder-decoder models: the target is the reversed source.
-    Input ``(source, target shifted right)``, label ``target``; token 0 is the start token."""
+    Input ``(source, target shifted right)``, label ``(target, tokens)`` with ``tokens`` the mini-batch's
+    target-token count in every row (the per-token loss, ``models.transformer.token_loss``); token 0 is
+    the start token (no padding: every token counts)."""
 
     name = "synthetic_pairs"
 
@@ -72,7 +74,7 @@ class SyntheticPairs(Dataset):
         src = torch.randint(1, self.info.classes, (batch_size, self.info.shape[0]), generator=g)
         tgt = src.flip(1)
         tgt_in = torch.cat([torch.zeros_like(tgt[:, :1]), tgt[:, :-1]], dim=1)
-        return (src, tgt_in), tgt
+        return (src, tgt_in), (tgt, torch.full((batch_size,), tgt.numel(), dtype=torch.long))
 
 
 def synthetic(c: SyntheticConfig) -> Dataset:

@@ -65,7 +65,7 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
     )
 
 
-def summarize(spec: RunConfig, results: Sequence[RankResult], tokens_per_sample: int = 0,
+def summarize(spec: RunConfig, results: Sequence[RankResult],
               launcher: str = "local") -> tuple[RunMetrics, list[Event]]:
     """metrics.json content and the events of the steps kept for trace.json."""
     from ..rank import timed_from
@@ -110,8 +110,13 @@ def summarize(spec: RunConfig, results: Sequence[RankResult], tokens_per_sample:
     m.losses = losses
     m.step_time_s = step_time
     m.step_times_s = per_step
-    m.throughput = spec.train.batch_size / step_time
-    m.tokens_per_s = m.throughput * tokens_per_sample if tokens_per_sample else None
+    # Throughput from the samples and tokens the last stage counted in the timed steps (translation
+    # batches are built by tokens, so samples per step vary); every other dataset gives batch_size.
+    rep = next((r for r in lasts if r.replica == 0), results[-1])
+    t_sum = sum(per_step[W:] or per_step)
+    n_sum = sum(rep.samples[W:] or rep.samples) if rep.samples else None
+    m.throughput = n_sum / t_sum if n_sum else spec.train.batch_size / step_time
+    m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
     m.bubble_fraction = statistics.median(bubbles) if bubbles else 0.0
     m.bubble_ideal = (K - 1) / (spec.pipeline.M + K - 1)
     m.stages = stages

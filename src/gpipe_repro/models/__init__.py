@@ -22,7 +22,7 @@ from ..errors import UserError
 from . import toy
 from .amoebanet import amoebanet_layers
 from .materialize import materialize
-from .transformer import transformer_lm_layers, transformer_mt_layers
+from .transformer import PAD_ID, token_loss, transformer_lm_layers, transformer_mt_layers
 
 __all__ = ["ModelSpec", "MODELS", "get_model", "materialize"]
 
@@ -35,7 +35,13 @@ def _lm_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out.flatten(0, -2), y.flatten())
 
 
-def _correct(out: torch.Tensor, y: torch.Tensor) -> tuple[int, int]:
+def _correct(out: torch.Tensor, y: Any) -> tuple[int, int]:
+    """Correct predictions and how many were counted; translation targets ``(tgt, tokens)`` count the
+    non-padding target tokens only."""
+    if isinstance(y, tuple):
+        tgt = y[0]
+        keep = tgt != PAD_ID
+        return int(((out.argmax(dim=-1) == tgt) & keep).sum()), int(keep.sum())
     pred = out.argmax(dim=-1)
     return int((pred == y).sum()), int(y.numel())
 
@@ -163,8 +169,11 @@ class ModelSpec:
     name: str
     config: type  # the option's dataclass (its fields are the model.* keys)
     build: Callable[[DataInfo, Any], list[nn.Module]]
-    task: Literal["classify", "lm"]
+    task: Literal["classify", "lm", "translate"]
     data_kind: Literal["image", "tokens", "pairs"]
+    # "mean": the loss is each micro-batch's mean (the engine divides by M); "sum": each micro-batch's
+    # share of the mini-batch's per-token loss (translation: micro-batches hold unequal token counts)
+    loss_reduction: Literal["mean", "sum"] = "mean"
 
     def layers(self, info: DataInfo, cfg: Any) -> list[nn.Module]:
         """The flat layer list, built on the current device (``meta`` for a plan: no memory)."""
@@ -177,11 +186,13 @@ class ModelSpec:
             raise UserError(f"model={self.name}: {err}") from None
 
     @property
-    def loss_fn(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def loss_fn(self) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        if self.task == "translate":
+            return token_loss
         return _lm_loss if self.task == "lm" else _classify_loss
 
     @staticmethod
-    def correct(out: torch.Tensor, y: torch.Tensor) -> tuple[int, int]:
+    def correct(out: torch.Tensor, y: Any) -> tuple[int, int]:
         return _correct(out, y)
 
 
@@ -189,7 +200,8 @@ MODELS: dict[str, ModelSpec] = {
     "amoebanet_d": ModelSpec("amoebanet_d", AmoebaNetDConfig, _amoebanet("D"), "classify", "image"),
     "amoebanet_b": ModelSpec("amoebanet_b", AmoebaNetBConfig, _amoebanet("B"), "classify", "image"),
     "transformer_lm": ModelSpec("transformer_lm", TransformerLMConfig, _transformer_lm, "lm", "tokens"),
-    "transformer_mt": ModelSpec("transformer_mt", TransformerMTConfig, _transformer_mt, "lm", "pairs"),
+    "transformer_mt": ModelSpec("transformer_mt", TransformerMTConfig, _transformer_mt, "translate", "pairs",
+                                loss_reduction="sum"),
     "mlp": ModelSpec("mlp", MLPConfig, _mlp, "classify", "image"),
     "tuplenet": ModelSpec("tuplenet", TuplenetConfig, _tuplenet, "classify", "image"),
     "tokennet": ModelSpec("tokennet", TokennetConfig, _tokennet, "lm", "tokens"),

@@ -63,7 +63,7 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
                 m, events = simulate_run(spec, plan, out)
             else:
                 results = _results(spec, plan, out, launcher)
-                m, events = summarize(spec, results, plan.info.tokens_per_sample, launcher)
+                m, events = summarize(spec, results, launcher)
         files = write_run(out, m, events)
     except KeyboardInterrupt:
         m = _stopped(spec, out, launcher, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")

@@ -49,7 +49,7 @@ def hardware_profile(hw: Any) -> HardwareProfile | None:
 
 
 def _out_loss(plan: Plan) -> Any:
-    return lm_loss if plan.model.task == "lm" else classification_loss
+    return classification_loss if plan.model.task == "classify" else lm_loss
 
 
 _COUNTS: dict[str, list[Any]] = {}
