@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .config.options import opt
 from .errors import UserError
+from .options import opt
 
 __all__ = ["RMSpropConfig", "SGDConfig", "AdamConfig", "OptimSpec", "OPTIMIZERS", "build_optimizer",
            "LR_SCHEDULES", "lr_factor", "set_lr"]

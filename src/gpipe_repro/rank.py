@@ -38,11 +38,12 @@ from .engine.cost import layer_costs
 from .engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from .errors import UserError
 from .metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
+from .metrics.summary import RankResult, timed_from
 from .models import ModelSpec, get_model, materialize
 from .optim import build_optimizer, lr_factor, set_lr
 from .save import describe_model, load, load_weights, resolve, save
 
-__all__ = ["Plan", "RankContext", "RankResult", "run_rank", "plan_model", "DIVERGED"]
+__all__ = ["Plan", "RankContext", "RankResult", "run_rank", "plan_model", "DIVERGED", "timed_from"]
 
 # Events of this many last steps feed the measured bubble (a median over them); trace.json keeps
 # train.trace_steps of them.
@@ -92,34 +93,6 @@ class RankContext:
     @property
     def save_dir(self) -> Path | None:
         return self.out_dir / "saves" if self.out_dir is not None else None
-
-
-@dataclass
-class RankResult:
-    rank: int
-    stage: int
-    replica: int
-    balance: list[int]
-    costs: list[float]
-    layer_names: list[str]
-    param_count: int
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    activation_bytes: int
-    cuda_peak_bytes: int | None
-    losses: list[float]  # every step's, including those before a resume
-    step_times: list[float]  # the steps this process ran
-    samples: list[int]  # per step run: samples (sentences) in the global mini-batch (last stage; else [])
-    tokens: list[int]  # per step run: target tokens in it (sequence models; else [])
-    first_step: int  # the step this process started at (> 0 after a resume)
-    stopped: bool  # stopped early by SIGINT/SIGTERM (after a completed step)
-    events: list[dict[str, Any]]
-    eval: dict[str, Any] | None
-    threads: int
-    device_name: str
-    host_memory: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_rank(spec: RunConfig, ctx: RankContext) -> Any:
@@ -373,12 +346,6 @@ def _progress_bar(spec: RunConfig, start: int) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ report
-def timed_from(spec: RunConfig, start: int) -> int:
-    """The first of this process's steps whose time counts: after the warm-up, or after the first
-    step of a resumed run (its shape handshake and cold caches)."""
-    return spec.train.timed_from if start == 0 else min(spec.train.timed_from, 1)
-
-
 def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], step_times: list[float],
             start: int, stopped: bool) -> RankResult:
     ev = None

@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import UserError
-from .options import allowed_text
+from ..options import allowed_text
 from .schema import RunConfig
 from .store import GROUPS, group_options, register
 from .validate import validate

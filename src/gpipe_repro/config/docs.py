@@ -13,7 +13,7 @@ from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from .options import allowed_text
+from ..options import allowed_text
 from .schema import RunConfig
 
 __all__ = ["markdown", "main"]

@@ -18,7 +18,7 @@ from ..engine import CHECKPOINT_MODES, SCHEDULES
 from ..engine.cost import COST_KINDS
 from ..engine.hostmem import HOST_MEMORY_MODES
 from ..optim import LR_SCHEDULES
-from .options import opt
+from ..options import opt
 
 __all__ = ["BACKENDS", "PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "RunConfig", "DEVICES",
            "LOGGERS", "WANDB_MODES"]

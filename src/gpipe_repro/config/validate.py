@@ -8,15 +8,15 @@ terms) are mapped to config keys here and nowhere else (``engine_error``).
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import is_dataclass, replace
 from typing import Any
 
 from ..engine import ArgumentError
 from ..errors import UserError
-from .options import allowed_text
+from ..options import check_fields
 from .schema import RunConfig
 
-__all__ = ["validate", "check_fields", "engine_error", "ENGINE_KEYS"]
+__all__ = ["validate", "engine_error", "ENGINE_KEYS"]
 
 # The engine's parameter names -> the config keys that set them.
 ENGINE_KEYS = {
@@ -30,24 +30,6 @@ def engine_error(err: ArgumentError) -> UserError:
     """The engine's message with its argument spelled as the config key that sets it."""
     key = ENGINE_KEYS.get(err.arg)
     return UserError(err.renamed(key) if key else str(err))
-
-
-def check_fields(obj: Any, path: str) -> None:
-    """Each field of the dataclass ``obj`` (recursively) against its ``opt`` metadata."""
-    for f in fields(obj):
-        v = getattr(obj, f.name)
-        key = f"{path}.{f.name}" if path else f.name
-        if is_dataclass(v):
-            check_fields(v, key)
-            continue
-        m = f.metadata
-        if v is None or isinstance(v, bool):
-            continue
-        if m.get("choices") and v not in m["choices"]:
-            raise UserError(f"{key}={v!r} is not allowed; allowed: {allowed_text(f)}")
-        if isinstance(v, (int, float)) and ((m.get("min") is not None and v < m["min"])
-                                            or (m.get("max") is not None and v > m["max"])):
-            raise UserError(f"{key}={v} is invalid; allowed: {allowed_text(f)}")
 
 
 def _check_option(section: str, cfg: Any, registry: dict[str, Any]) -> Any:
@@ -96,9 +78,12 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
                         + f"; allowed: a divisor of {per_replica}")
     device = resolve_device(cfg.device, cuda_available)
     if cfg.backend == "sim":
-        from ..runner.simulated import hardware_profile
+        from ..sim.hardware import HardwareError, hardware_profile
 
-        hardware_profile(cfg.hardware)  # one line when the profile is invalid
+        try:
+            hardware_profile(cfg.hardware)  # one line when the profile is invalid
+        except HardwareError as err:
+            raise UserError(str(err)) from None
     elif device == "cuda" and cuda_available is None:
         import torch
 

@@ -62,7 +62,7 @@ def build_dataset(name: str, options: dict[str, Any] | None = None) -> Dataset:
     like a config would be (unknown keys and bounds, one line). For scripts and tests."""
     from dataclasses import fields
 
-    from ..config.validate import check_fields
+    from ..options import check_fields
 
     spec = get_data(name)
     allowed = [f.name for f in fields(spec.config) if f.name != "name"]

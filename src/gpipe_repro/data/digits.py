@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..config.options import opt
 from ..errors import UserError
+from ..options import opt
 from .base import DataInfo, TensorDataset
 from .image_options import ImageOptions
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.options import opt
+from ..options import opt
 from .base import DataInfo
 
 __all__ = ["ImageOptions"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config.options import opt
+from ..options import opt
 from .base import DataInfo, Dataset
 
 __all__ = ["SyntheticConfig", "SyntheticImages", "SyntheticTokens", "SyntheticPairs", "synthetic"]

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..config.options import opt
 from ..errors import UserError
+from ..options import opt
 from ._torchvision import import_torchvision
 from .base import DataInfo, Dataset
 from .image_options import ImageOptions

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.options import opt
+from ..options import opt
 
 __all__ = ["STATUSES", "SOURCES", "StageMetrics", "EvalMetrics", "EnvInfo", "ModelInfo", "PipelineInfo",
            "RunMetrics", "load_metrics", "to_json"]

@@ -6,7 +6,7 @@ import platform
 import statistics
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +17,47 @@ from .contract import EnvInfo, EvalMetrics, ModelInfo, PipelineInfo, RunMetrics,
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..rank import RankResult
 
-__all__ = ["summarize", "base_metrics", "env_info", "git_commit"]
+__all__ = ["RankResult", "summarize", "base_metrics", "env_info", "git_commit", "timed_from"]
+
+
+@dataclass
+class RankResult:
+    """One rank's share of a run's metrics, returned by ``rank.run_rank``."""
+
+    rank: int
+    stage: int
+    replica: int
+    balance: list[int]
+    costs: list[float]
+    layer_names: list[str]
+    param_count: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+    cuda_peak_bytes: int | None
+    losses: list[float]  # every step's, including those before a resume
+    step_times: list[float]  # the steps this process ran
+    samples: list[int]  # per step run: samples (sentences) in the global mini-batch (last stage; else [])
+    tokens: list[int]  # per step run: target tokens in it (sequence models; else [])
+    first_step: int  # the step this process started at (> 0 after a resume)
+    stopped: bool  # stopped early by SIGINT/SIGTERM (after a completed step)
+    events: list[dict[str, Any]]
+    eval: dict[str, Any] | None
+    threads: int
+    device_name: str
+    host_memory: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+
+def timed_from(spec: RunConfig, start: int) -> int:
+    """The first of this process's steps whose time counts: after the warm-up, or after the first
+    step of a resumed run (its shape handshake and cold caches)."""
+    return spec.train.timed_from if start == 0 else min(spec.train.timed_from, 1)
+
+
 
 
 def git_commit() -> str | None:
@@ -68,8 +106,6 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
 def summarize(spec: RunConfig, results: Sequence[RankResult],
               launcher: str = "local") -> tuple[RunMetrics, list[Event]]:
     """metrics.json content and the events of the steps kept for trace.json."""
-    from ..rank import timed_from
-
     K = spec.pipeline.K
     results = sorted(results, key=lambda r: r.rank)
     W = timed_from(spec, results[0].first_step)

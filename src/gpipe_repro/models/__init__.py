@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config.options import opt
 from ..data.base import DataInfo
 from ..errors import UserError
+from ..options import opt
 from . import toy
 from .amoebanet import amoebanet_layers
 from .materialize import materialize

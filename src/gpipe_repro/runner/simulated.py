@@ -28,24 +28,12 @@ from ..planner.stages import layer_memory, plan_stages
 from ..rank import Plan
 from ..sim.costs import CostModel, LayerCost, stage_costs
 from ..sim.count import classification_loss, count_layers, lm_loss
-from ..sim.hardware import HardwareError, HardwareProfile, load_profile
+from ..sim.hardware import MEASURED, HardwareError, HardwareProfile, hardware_profile
 from ..sim.simulate import simulate
 
-__all__ = ["simulate_run", "hardware_profile", "MEASURED"]
+__all__ = ["simulate_run"]
 
-MEASURED = "measured"
 GiB = 2**30
-
-
-def hardware_profile(hw: Any) -> HardwareProfile | None:
-    """The composed ``hardware`` option as a profile (None for ``measured``); one line when invalid."""
-    data = dict(hw) if hw is not None else {"name": MEASURED}
-    if data.get("name") == MEASURED:
-        return None
-    try:
-        return load_profile(data)
-    except HardwareError as err:
-        raise UserError(str(err)) from None
 
 
 def _out_loss(plan: Plan) -> Any:
@@ -120,7 +108,10 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
     """Simulate one training step of ``spec``; the metrics and the simulated events (trace)."""
     p, t = spec.pipeline, spec.train
     mb = t.batch_size // p.replicas // p.M
-    hw = hardware_profile(spec.hardware)
+    try:
+        hw = hardware_profile(spec.hardware)
+    except HardwareError as err:
+        raise UserError(str(err)) from None
     costs = _cost_model(spec, plan, hw, mb)
     lc = costs.layer_costs(mb)
     balance, part_costs = _balance(spec, plan, lc, mb)

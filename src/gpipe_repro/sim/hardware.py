@@ -172,3 +172,14 @@ def load_profile(path_or_dict: str | Path | Mapping[str, Any]) -> HardwareProfil
     if missing:
         raise HardwareError(f"{where}: missing field(s) {', '.join(missing)}")
     return HardwareProfile(**{n: _coerce(n, str(spec[n].type), v) for n, v in data.items()})
+
+
+MEASURED = "measured"  # the hardware option that times layers on the present device (sim.measure)
+
+
+def hardware_profile(hw: Mapping[str, Any] | None) -> HardwareProfile | None:
+    """The composed ``hardware`` config option as a profile; None for ``measured`` (or no option)."""
+    data = dict(hw) if hw is not None else {"name": MEASURED}
+    if data.get("name") == MEASURED:
+        return None
+    return load_profile(data)

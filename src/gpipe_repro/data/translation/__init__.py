@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...config.options import opt
+from ...options import opt
 from ..base import DataInfo
 from .batches import TranslationDataset, pad_pairs
 from .corpus import CORPORA, SYNTHETIC, Corpus, check_root, load_corpus

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import MISSING, Field, field, fields, is_dataclass
 from typing import Any
 
-__all__ = ["opt", "doc_of", "allowed_text", "option_fields"]
+from .errors import UserError
+
+__all__ = ["opt", "doc_of", "allowed_text", "option_fields", "check_fields"]
 
 
 def opt(
@@ -63,3 +65,21 @@ def _num(v: float) -> str:
 
 def option_fields(cls_or_obj: Any) -> list[Field[Any]]:
     return list(fields(cls_or_obj)) if is_dataclass(cls_or_obj) else []
+
+
+def check_fields(obj: Any, path: str) -> None:
+    """Each field of the dataclass ``obj`` (recursively) against its ``opt`` metadata."""
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        key = f"{path}.{f.name}" if path else f.name
+        if is_dataclass(v):
+            check_fields(v, key)
+            continue
+        m = f.metadata
+        if v is None or isinstance(v, bool):
+            continue
+        if m.get("choices") and v not in m["choices"]:
+            raise UserError(f"{key}={v!r} is not allowed; allowed: {allowed_text(f)}")
+        if isinstance(v, (int, float)) and ((m.get("min") is not None and v < m["min"])
+                                            or (m.get("max") is not None and v > m["max"])):
+            raise UserError(f"{key}={v} is invalid; allowed: {allowed_text(f)}")
