@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint bench-engine bench-hostmem table1 clean
+.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -30,14 +30,27 @@ test: $(STAMP) ## the whole test suite (CPU, real gloo ranks)
 test-fast: $(STAMP) ## the tests not marked slow
 	$(BIN)/python -m pytest -q -m "not slow"
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff (check + format) and mypy (strict on the engine)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+format: $(STAMP) ## apply ruff's formatting and import order
+	$(BIN)/ruff check --fix -q src tests bench
+	$(BIN)/ruff format src tests bench
+
+docs: $(STAMP) ## regenerate docs/ (options, metrics.json contract) from the code
+	$(BIN)/python -m gpipe_repro.config.docs --out docs
+	$(BIN)/python -m gpipe_repro.metrics.schema --out docs
 
 bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pipelining, K=2 speed-up, overhead)
 	$(BIN)/python bench/engine.py --out reports/engine
 
 bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs retain -> reports/engine/hostmem.md
 	$(BIN)/python bench/hostmem.py --out reports/engine
+
+bench-save: $(STAMP) ## save/load time and size of pipelined saves at K=1,2 -> reports/save/
+	$(BIN)/python bench/save.py --out reports/save
 
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
