@@ -47,10 +47,10 @@ def app(cfg: DictConfig) -> None:
     try:
         spec = to_spec(cfg)
     except UserError as err:  # a bad value: this job fails, a sweep goes on
-        m = _asked(cfg, str(err))
-        _record(m, out)
+        failed = _asked(cfg, str(err))
+        _record(failed, out)
         try:
-            write_metrics(out, m)
+            write_metrics(out, failed)
         except OutputError as werr:
             print(f"gpipe-run: error: {werr}", file=sys.stderr)
         return
@@ -61,16 +61,14 @@ def app(cfg: DictConfig) -> None:
         if tenv is not None:  # one task of a multi-task submitit/SLURM job: act as one rank
             os.environ.update(tenv)
             m = run(spec, out, launcher="submitit", group=group)
-            if m is None:  # not rank 0: rank 0 writes and logs
-                return
         else:
             m = run(spec, out, group=group)
     except KeyboardInterrupt:  # stopped at once: the run wrote its interrupted metrics.json
         STOP.requested = True
         print(f"gpipe-run: stopped; what it measured is in {out / 'metrics.json'}", file=sys.stderr, flush=True)
         return
-    assert m is not None
-    _record(m, out)
+    if m is not None:  # None: a rank other than 0 of a SLURM job (rank 0 writes and logs)
+        _record(m, out)
 
 
 def _done(out: Path) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .config import LoggerConfig
 from .metrics.contract import RunMetrics
@@ -23,8 +23,9 @@ from .metrics.progress import StepRecord
 __all__ = ["WandbRun", "log_sweep_table", "wandb_group"]
 
 
-def _mode(spec: LoggerConfig) -> str:
-    return os.environ.get("WANDB_MODE", spec.mode)
+def _mode(spec: LoggerConfig) -> Literal["online", "offline", "disabled"]:
+    mode = os.environ.get("WANDB_MODE", spec.mode)
+    return "online" if mode == "online" else "disabled" if mode == "disabled" else "offline"
 
 
 def _enabled(spec: LoggerConfig) -> bool:
@@ -102,7 +103,7 @@ def log_sweep_table(spec: LoggerConfig, out_dir: Path, columns: list[str], rows:
     run = wandb.init(project=spec.project, group=group, name="sweep-summary", job_type="summary",
                      dir=str(out_dir), mode=_mode(spec), reinit="finish_previous")
     try:
-        run.log({"results": wandb.Table(columns=columns, data=rows)})
+        run.log({"results": wandb.Table(columns=list[str | int](columns), data=rows)})
         return str(Path(run.dir).parent)
     finally:
         run.finish()

@@ -59,7 +59,7 @@ def config_keys(cfg: Any, prefix: str = "") -> list[str]:
     """Every leaf key of a composed config, dotted."""
     out: list[str] = []
     for k, v in cfg.items_ex(resolve=False) if isinstance(cfg, DictConfig) else []:
-        key = f"{prefix}{k}"
+        key = f"{prefix}{k!s}"
         out += config_keys(v, key + ".") if isinstance(v, DictConfig) else [key]
     return out
 
@@ -141,15 +141,15 @@ def preflight(argv: list[str]) -> str | None:
             for v in values:
                 if v not in allowed and v != "null":
                     return f"{key}={v} is not a {key} config; allowed: {', '.join(allowed)}"
-        line = f"{ov.get_key_element()}={values[0]}" if values else ov.input_line
+        line = f"{ov.get_key_element()}={values[0]}" if values else str(ov.input_line)
         variants.append([f"{ov.get_key_element()}={v}" for v in values[1:]])
         firsts.append(line)
     jobs = [firsts] + [firsts[:i] + [alt] + firsts[i + 1:] for i, alts in enumerate(variants) for alt in alts]
     with _hydra():
         for job in jobs:
-            err = _check_job(job)
-            if err:
-                return err
+            problem = _check_job(job)
+            if problem:
+                return problem
     return None
 
 

@@ -31,8 +31,8 @@ def _type(t: Any) -> str:
 def _default(f: Any) -> str:
     if f.default is not MISSING:
         return repr(f.default) if not isinstance(f.default, str) or f.default else "''"
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        v = f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not MISSING:
+        v = f.default_factory()
         return "(section)" if is_dataclass(v) else repr(v)
     return "(chosen option)"
 
@@ -40,10 +40,10 @@ def _default(f: Any) -> str:
 def _table(cls: type, prefix: str) -> list[str]:
     hints = typing.get_type_hints(cls)
     rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(cls):
         if f.name == "name" and prefix in ("model.", "data.", "optim."):
             continue
-        v = f.default_factory() if f.default_factory is not MISSING else None  # type: ignore[misc]
+        v = f.default_factory() if f.default_factory is not MISSING else None
         if is_dataclass(v) or f.name in ("model", "data", "optim"):
             continue
         rows.append(f"| `{prefix}{f.name}` | {_type(hints[f.name])} | `{_default(f)}` | "

@@ -33,10 +33,10 @@ def engine_error(err: ArgumentError) -> UserError:
 
 
 def _check_option(section: str, cfg: Any, registry: dict[str, Any]) -> Any:
-    if not is_dataclass(cfg) or getattr(cfg, "name", None) not in registry:
-        name = getattr(cfg, "name", cfg)
+    name = getattr(cfg, "name", cfg)
+    if not is_dataclass(cfg) or name not in registry:
         raise UserError(f"{section}.name={name!r} is not allowed; allowed: {', '.join(registry)}")
-    return registry[cfg.name]
+    return registry[name]
 
 
 def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -69,7 +70,7 @@ class SyntheticPairs(Dataset):
     def __init__(self, seq_len: int, vocab: int) -> None:
         self.info = DataInfo("pairs", (seq_len,), vocab)
 
-    def train_batch(self, step: int, batch_size: int, seed: int):  # type: ignore[override]
+    def train_batch(self, step: int, batch_size: int, seed: int) -> Any:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         src = torch.randint(1, self.info.classes, (batch_size, self.info.shape[0]), generator=g)
         tgt = src.flip(1)

@@ -130,7 +130,7 @@ def to_json(m: RunMetrics) -> str:
 
 
 def _build(cls: Any, d: Any) -> Any:
-    from dataclasses import fields, is_dataclass
+    from dataclasses import fields
 
     if d is None:
         return None
@@ -149,8 +149,8 @@ def _build(cls: Any, d: Any) -> Any:
                 v = [_build(c, x) for x in v]
         kw[f.name] = v
     unknown = set(d) - {f.name for f in fields(cls)}
-    if unknown and is_dataclass(cls):
-        raise ValueError(f"unknown {cls.__name__} keys: {', '.join(sorted(unknown))}")
+    if unknown:
+        raise ValueError(f"unknown {getattr(cls, '__name__', cls)} keys: {', '.join(sorted(unknown))}")
     return cls(**kw)
 
 

@@ -39,7 +39,7 @@ def _type_schema(t: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin is dict:
         return {"type": "object"}
     if is_dataclass(t):
-        name = t.__name__
+        name = getattr(t, "__name__", str(t))
         if name not in defs:
             defs[name] = {}
             defs[name] = _object(t, defs)

@@ -143,7 +143,7 @@ def summarize(spec: RunConfig, results: Sequence[RankResult],
         m.status, m.error = "interrupted", f"stopped by SIGINT/SIGTERM after step {done} of {spec.train.steps}"
     m.model.param_count = sum(s.param_count for s in stages)
     m.pipeline.balance = results[0].balance
-    m.losses = losses
+    m.losses = list[float | None](losses)
     m.step_time_s = step_time
     m.step_times_s = per_step
     # Throughput from the samples and tokens the last stage counted in the timed steps (translation

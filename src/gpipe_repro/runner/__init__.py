@@ -117,7 +117,7 @@ def _stopped(spec: RunConfig, out: Path, launcher: str, status: str, error: str)
     """Metrics of a run that did not finish: its config and the steps the last stage reported."""
     m = base_metrics(spec, status, error, launcher)
     recs = read_progress(out / PROGRESS_FILE)
-    m.losses = [r.loss for r in recs]  # type: ignore[misc]
+    m.losses = [r.loss for r in recs]
     m.step_times_s = [r.step_time_s for r in recs]
     return m
 

@@ -19,7 +19,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -77,7 +79,7 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
-    loss = classification_loss if plan.model.task == "classify" else lm_loss
+    loss: Callable[[Any], torch.Tensor] = classification_loss if plan.model.task == "classify" else lm_loss
     stages = plan_stages(plan.layers, plan.info.example, loss, bal, K=p.K, M=p.M, micro_batch=mb,
                          schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name)
     planned = [s.total for s in stages]

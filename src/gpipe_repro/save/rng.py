@@ -39,7 +39,7 @@ def capture(device: torch.device | str = "cpu") -> dict[str, Any]:
     """This process's generator states: torch CPU, CUDA of ``device`` (if CUDA), Python, NumPy."""
     dev = torch.device(device)
     version, words, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     return {
         "torch": _b64(torch.get_rng_state()),
         "cuda": _b64(torch.cuda.get_rng_state(dev)) if dev.type == "cuda" else None,

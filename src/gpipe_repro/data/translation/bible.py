@@ -45,7 +45,7 @@ def clean_osis(text: str) -> str:
 def read_verses(sword_root: Path, module: str) -> dict[VerseKey, str]:
     """Every verse of a SWORD Bible module as plain text, keyed by (OSIS book, chapter, verse)."""
     try:
-        from pysword.modules import SwordModules  # type: ignore[import-untyped]
+        from pysword.modules import SwordModules
     except ImportError:
         raise UserError(
             "the es-en corpus needs pysword to read SWORD Bibles: pip install pysword"
