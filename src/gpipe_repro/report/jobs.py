@@ -114,11 +114,11 @@ class _Running:
     asked_to_stop: float | None = None
 
 
-def _start(job: Job, python: str) -> _Running:
+def _start(job: Job, command: Sequence[str]) -> _Running:
     _write_job(job, None)
     for folder in job.runs:  # a stale metrics.json must not pass for this command's
         (folder / "metrics.json").unlink(missing_ok=True)
-    cmd = [python, "-m", "gpipe_repro", *job.argv]
+    cmd = [*command, *job.argv]
     log = (job.folder / LOG_FILE).open("wb")
     log.write((" ".join(cmd) + "\n").encode())
     log.flush()
@@ -153,10 +153,11 @@ def run_jobs(
     *,
     slots: int = 1,
     timeout_s: float = 3600.0,
-    python: str = sys.executable,
+    command: Sequence[str] = (sys.executable, "-m", "gpipe_repro"),
     echo: Callable[[str], None] = print,
 ) -> dict[str, Outcome]:
     """Run ``jobs`` (in list order as slots free up) and return each one's outcome by name.
+    ``command``: what each job's ``argv`` is appended to (``gpipe-run``).
 
     A job whose ``after`` did not end ok is not started: it fails with that reason. Raises
     KeyboardInterrupt after stopping the running jobs when this process is interrupted."""
@@ -215,7 +216,7 @@ def run_jobs(
                 if busy + need > slots:
                     pending.insert(0, job)  # keep the list order: wait for room
                     break
-                running.append(_start(job, python))
+                running.append(_start(job, command))
                 busy += need
             if pending or running:
                 time.sleep(POLL_S)

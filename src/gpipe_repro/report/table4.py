@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--jobs",
         type=int,
-        default=max(1, min(2, os.cpu_count() or 1)),
-        help="cores to keep busy: runs at a time (a K=2 run takes 2); default min(2, cores)",
+        default=max(1, min(4, os.cpu_count() or 1)),
+        help="cores to keep busy: runs at a time (a K=2 run takes 2); default min(4, cores)",
     )
     ap.add_argument(
         "--work", type=Path, help="where the runs and the report go (default outputs/<variant>)"
