@@ -199,6 +199,11 @@ def plot(groups: dict[tuple[str, str, int], Group], path: Path, title: str) -> N
     lows = [a for g in groups.values() for a in g.accuracies.values()]
     if lows:
         ax.set_ylim(max(0.0, min(lows) - 5), min(100.0, max(lows) + 3))
+    for i, t in enumerate(targets):  # the gap, over each pair
+        pre, scratch = groups.get((t, "pretrained", 1)), groups.get((t, "scratch", 1))
+        gap = versus(pre, scratch)[0] if pre and scratch else None
+        if gap is not None and lows:
+            ax.text(i, max(lows) + 1.2, f"{gap:+.2f}", ha="center", fontsize=8)
     ax.set_xticks(
         range(len(targets)),
         [
@@ -260,7 +265,7 @@ def write_report(work: Path, out: Path | None = None) -> dict[str, Path]:
     plot(
         groups,
         paths["png"],
-        f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch, "
+        f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch (gap in points), "
         f"mean ± std over {len(plan.get('seeds') or [])} seeds",
     )
     return paths
