@@ -87,6 +87,8 @@ def run_table(
     """Run (or reuse) every job of ``variant`` and write ``work/plan.json``; returns the plan."""
     t0 = time.monotonic()
     pre, save = pretrain_job(variant, wandb=wandb, cache=cache)
+    if not save.is_dir():  # a cached pre-training whose save is gone is trained again
+        (pre.folder / "job.json").unlink(missing_ok=True)
     jobs = finetune_jobs(variant, save, work, wandb=wandb, after=pre.name)
     _sizes(jobs)
     plan: dict[str, Any] = {
