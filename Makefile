@@ -57,3 +57,10 @@ clean: ## remove run outputs (keeps reports/)
 
 table1: $(STAMP) ## Table 1 (largest model that fits) -> reports/table1/ (memory model on the meta device)
 	$(BIN)/python -m gpipe_repro.planner.report --out reports/table1
+
+.PHONY: table4 table4-quick
+table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; K=1 vs K=2) -> reports/table4/ (~15-20 min)
+	$(BIN)/python -m gpipe_repro.report.table4 --publish reports/table4
+
+table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)
+	$(BIN)/python -m gpipe_repro.report.table4 --quick

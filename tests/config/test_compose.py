@@ -49,7 +49,8 @@ def _sweep(name: str) -> list[list[str]]:
     """The jobs an experiment declares: the cartesian product of its hydra.sweeper.params."""
     with _hydra():
         cfg = hydra_compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
-    params = OmegaConf.to_container(cfg.hydra.sweeper.params) or {}
+    declared = cfg.hydra.sweeper.params  # None: an experiment of one run (no sweep)
+    params = (OmegaConf.to_container(declared) if declared is not None else None) or {}
     axes = [[f"{k}={v.strip()}" for v in str(vals).split(",")] for k, vals in params.items()]
     return [[f"experiment={name}", *job] for job in itertools.product(*axes)] if axes else [[f"experiment={name}"]]
 

@@ -37,12 +37,24 @@ def test_a_head_of_another_shape_must_be_skipped(k1_save):
     layers = r.build(seed=3, classes=7)
     with pytest.raises(SaveError) as info:
         load_weights(k1_save, layers, 0, model=r.record(classes=7))
-    assert (
-        str(info.value)
-        == "parameter layers.7.fc.weight has shape [5, 8] in the save and [7, 8] here"
+    assert str(info.value) == (
+        "the save is of tuplenet with model.classes=5, this run has model.classes=7: "
+        "parameter layers.7.fc.weight has shape [5, 8] in the save and [7, 8] here"
     )
     with pytest.raises(SaveError, match="the save is of tuplenet, this run's model is mlp"):
         load_weights(k1_save, layers, 0, skip=[7], model=r.record(classes=7, name="mlp"))
     with pytest.raises(ValueError, match=r"skip=\[-1\] is invalid"):
         load_weights(k1_save, layers, 0, skip=[-1])
     assert open_save(k1_save).meta["model"]["config"]["classes"] == 5
+
+
+def test_another_size_names_both_sizes_and_the_first_tensor(k1_save):
+    torch.manual_seed(0)
+    layers = r.tuplenet_layers(3, 16, 6, 7, batchnorm=True)
+    with pytest.raises(SaveError) as info:
+        load_weights(k1_save, layers, 0, skip=[7], model=r.record(classes=7, channels=16))
+    assert str(info.value) == (
+        "the save is of tuplenet with model.channels=8, model.classes=5, this run has "
+        "model.channels=16, model.classes=7: parameter layers.0.conv.weight has shape "
+        "[8, 3, 3, 3] in the save and [16, 3, 3, 3] here"
+    )

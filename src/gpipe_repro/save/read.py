@@ -31,7 +31,7 @@ from .keys import (
     optimizer_state_dict,
     param_keys,
 )
-from .record import check_model, check_shapes
+from .record import check_model, check_shapes, config_difference
 from .store import read_tensors, tensor_index
 
 __all__ = ["LoadReport", "load", "load_weights"]
@@ -228,6 +228,12 @@ def load_weights(
     index = tensor_index(folder.path)
     everything = layer_tensors(layers, offset)
     targets = {k: t for k, t in everything.items() if int(k.split(".")[1]) not in skipped_layers}
-    _check_tensors(index, targets, param_keys(layers, offset).values(), dtypes=False)
+    try:
+        _check_tensors(index, targets, param_keys(layers, offset).values(), dtypes=False)
+    except SaveError as err:  # another size of the same model: name both sizes, then the tensor
+        differs = config_difference(folder.meta["model"], model) if model is not None else None
+        if differs is None:
+            raise
+        raise SaveError(f"{differs}: {err}") from None
     read_tensors(folder.path, targets)
     return _report(folder, sorted(targets), skipped=sorted(everything.keys() - targets.keys()))

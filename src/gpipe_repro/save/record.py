@@ -18,7 +18,7 @@ from torch import nn
 from .errors import SaveError
 from .keys import jsonable
 
-__all__ = ["describe_model", "check_model", "check_shapes", "flat_config"]
+__all__ = ["describe_model", "check_model", "check_shapes", "config_difference", "flat_config"]
 
 
 def describe_model(
@@ -76,13 +76,9 @@ def check_model(
     if saved["name"] != here["name"]:
         raise SaveError(f"the save is of {saved['name']}, this run's model is {here['name']}")
     if config:
-        a, b = flat_config(saved["config"]), flat_config(here["config"])
-        diff = sorted(k for k in a.keys() | b.keys() if a.get(k, _MISSING) != b.get(k, _MISSING))
-        if diff:
-            raise SaveError(
-                f"the save is of {saved['name']} with {_settings(a, diff)}, "
-                f"this run has {_settings(b, diff)}"
-            )
+        differs = config_difference(saved, here)
+        if differs:
+            raise SaveError(differs)
         if saved["layers"] != here["layers"]:
             raise SaveError(
                 f"the save's model has {saved['layers']} layers, this run's has {here['layers']}"
@@ -96,6 +92,16 @@ def check_model(
 
 
 _MISSING = object()
+
+
+def config_difference(saved: Mapping[str, Any], here: Mapping[str, Any]) -> str | None:
+    """``the save is of NAME with model.D=32, this run has model.D=16`` (the options that differ), or
+    None when the two records were built from the same options."""
+    a, b = flat_config(saved["config"]), flat_config(here["config"])
+    diff = sorted(k for k in a.keys() | b.keys() if a.get(k, _MISSING) != b.get(k, _MISSING))
+    if not diff:
+        return None
+    return f"the save is of {saved['name']} with {_settings(a, diff)}, this run has {_settings(b, diff)}"
 
 
 def check_shapes(
