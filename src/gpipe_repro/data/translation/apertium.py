@@ -40,6 +40,7 @@ _TOOLS = [
 APERTIUM_PAIRS: dict[str, tuple[str, list[str]]] = {
     "eng-spa": ("apertium-eng-spa", []),
     "eng-cat": ("apertium-eng-cat", ["apertium-anaphora", "apertium-separable", "cg3", "libcg3-1"]),
+    "en-gl": ("apertium-en-gl", []),
 }
 _SHARE = "/usr/share/apertium/"
 _SPACE = re.compile(r"\s+")
