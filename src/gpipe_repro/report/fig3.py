@@ -301,6 +301,9 @@ def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
         ("width ladder", WIDTH),
         ("deep vs wide; tricks", [*PAIR, TRICKS[0]]),
     ]
+    every = list(
+        dict.fromkeys([*DEPTH, *WIDTH, *PAIR, *TRICKS])
+    )  # one colour per model in every panel
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
     for ax, (title, models) in zip(axes, panels):
         for i, m in enumerate(x for x in models if x in ran):
@@ -312,6 +315,7 @@ def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
                 yerr=[s.sd for s in st],
                 fmt="o-",
                 capsize=3,
+                color=f"C{every.index(m)}",
                 label=label(m),
             )
         ax.set_xticks(range(len(langs)), names)
