@@ -17,6 +17,7 @@ Files: ``$GPIPE_DATA_CACHE/translation/<name>/{train,dev,test}.tsv`` (``source<T
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,7 +126,9 @@ def split_pairs(
 
 
 def _write_tsv(path: Path, pairs: list[Pair]) -> None:
-    tmp = path.with_suffix(".tmp")
+    # one temporary file per process: the first and last stages of a K >= 2 run may build
+    # the same cache file at once; each replace is atomic and they write the same bytes
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for s, t in pairs:
             f.write(f"{' '.join(s.split())}\t{' '.join(t.split())}\n")
