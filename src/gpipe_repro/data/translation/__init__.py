@@ -47,7 +47,7 @@ class TranslationConfig:
     name: str = "translation"
     corpus: str = opt(
         "es-en",
-        "the corpus (ignored when root is set); *-synthetic ones have machine-made sources",
+        "the corpus (ignored when root or corpora is set); *-synthetic ones have machine-made sources",
         choices=[*CORPORA, *SYNTHETIC],
     )
     root: str | None = opt(
