@@ -215,3 +215,38 @@ def test_the_callback_finds_each_experiments_own_report():
     assert experiment_report("table5") is table5.write and experiment_report("fig3") is fig3.write
     assert experiment_report("demo") is None and experiment_report(None) is None
     assert set(REPORTS) == {"table5", "fig3"}
+
+
+@pytest.mark.parametrize("extra", [[], ["train.steps=20"]])
+def test_the_callback_publishes_the_experiments_own_report_only_for_the_make_target(
+    tmp_path, extra
+):
+    from omegaconf import OmegaConf
+
+    from gpipe_repro.report.callback import GatherCallback
+
+    sweep = table5_sweep(tmp_path / "multirun", {1: [1.0, 1.2], 4: [2.0, 2.2]})
+    cfg = OmegaConf.create(
+        {
+            "experiment_name": "table5",
+            "logger": {"name": "none"},
+            "hydra": {
+                "sweep": {"dir": str(sweep)},
+                "runtime": {"cwd": str(tmp_path)},
+                "overrides": {"task": ["experiment=table5", *extra]},
+            },
+        }
+    )
+    GatherCallback().on_multirun_end(cfg)
+    beside = sweep / "report" / "table5.md"
+    assert beside.exists() and "by `gpipe-run -m experiment=table5`" in beside.read_text()
+    published = tmp_path / "reports" / "table5"
+    if extra:
+        assert not published.exists()
+    else:
+        assert sorted(p.name for p in published.iterdir()) == [
+            "results.csv",
+            "table5.md",
+            "table5.png",
+        ]
+        assert "paper_bleu" in (published / "results.csv").read_text().splitlines()[0]
