@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 clean
+.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 clean table5 table5-quick fig3 fig3-quick
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -64,3 +64,18 @@ table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; K=1 vs K=
 
 table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)
 	$(BIN)/python -m gpipe_repro.report.table4 --quick
+
+TABLE5_QUICK := train.steps=20 train.eval_limit=30 seed=0,1
+FIG3_QUICK := train.steps=10 train.eval_limit=20 mt_size=T1-512-4,T2-512-4 seed=0,1
+
+table5: $(STAMP) ## Table 5: BLEU/NLL vs batch tokens (batch grown through M), es->en, 3 seeds -> reports/table5/ (~30 min)
+	$(BIN)/gpipe-run -m experiment=table5
+
+table5-quick: $(STAMP) ## Table 5 in a few minutes (20 updates, 2 seeds); report beside the sweep in multirun/
+	$(BIN)/gpipe-run -m experiment=table5 $(TABLE5_QUICK)
+
+fig3: $(STAMP) ## Fig. 3: many->English BLEU per language vs depth/width/tricks, 3 seeds -> reports/fig3/ (~75 min)
+	$(BIN)/gpipe-run -m experiment=fig3
+
+fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (2 models, 10 updates, 2 seeds); report beside the sweep in multirun/
+	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK)

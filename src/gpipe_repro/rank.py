@@ -409,7 +409,7 @@ def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[s
         out = evaluate_translation([m.eval() for m in layers], st.data, split="test",  # type: ignore[arg-type]
                                    limit=spec.train.eval_limit)
     return {"accuracy": None, "loss": out["nll"], "samples": out["bleu_sentences"], "bleu": out["bleu"],
-            "bleu_signature": out["bleu_signature"]}
+            "bleu_signature": out["bleu_signature"], "by_language": out.get("by_language")}
 
 
 @torch.no_grad()

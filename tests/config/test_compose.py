@@ -65,10 +65,32 @@ def test_every_job_of_every_experiment_composes_and_validates(name):
         plan_model(spec)  # K and balance against the model's layers, on the meta device
 
 
+def _offline_text(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Overrides that put small fixture corpora in place of a translation experiment's real ones (the
+    Debian packages are not fetched in a test): one root, or one per data.corpora entry."""
+    spec = compose([f"experiment={name}"], cuda_available=False)
+    if spec.data.name != "translation":
+        return []
+    monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
+    roots = []
+    for lang in [f"x{i}" for i in range(len(spec.data.corpora or [None]))]:
+        root = tmp_path / lang
+        root.mkdir()
+        for split, n in (("train", 40), ("dev", 4), ("test", 4)):
+            words = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(3 + i % 4)) for i in range(n)]
+            (root / f"{split}.{lang}").write_text("".join(f"{lang} {w}\n" for w in words))
+            (root / f"{split}.en").write_text("".join(f"{w} .\n" for w in words))
+        roots.append(str(root))
+    if spec.data.corpora is None:
+        return [f"data.root={roots[0]}", "data.vocab_size=30"]
+    return [f"data.corpora=[{','.join(roots)}]", "data.vocab_size=30"]
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_every_experiment_runs_two_steps(name, tmp_path):
+def test_every_experiment_runs_two_steps(name, tmp_path, monkeypatch):
     spec = compose([f"experiment={name}", "logger=none", "train.steps=2", "train.warmup_steps=1",
-                    "train.progress=false", "train.eval=false", "pipeline.K=1"], cuda_available=False)
+                    "train.progress=false", "train.eval=false", "pipeline.K=1",
+                    *_offline_text(name, tmp_path, monkeypatch)], cuda_available=False)
     m = run(spec, tmp_path)
     assert m.status == "ok", m.error
     assert len(m.losses) == 2

@@ -54,6 +54,9 @@ class TrainConfig:
     """The training loop."""
 
     batch_size: int = opt(64, "the mini-batch N (global: split over pipeline.replicas)", min=1)
+    micro_batch_size: int | None = opt(None, "grow the mini-batch through M: when set, train.batch_size "
+                                       "becomes pipeline.M * pipeline.replicas * this (samples, or target "
+                                       "tokens for data=translation); null = train.batch_size", min=1)
     steps: int = opt(50, "optimiser steps", min=1)
     warmup_steps: int | None = opt(None, "steps excluded from step_time_s; null = min(5, (steps - 1) // 2)",
                                    min=0, allowed="null or an integer in 0..steps-1")

@@ -19,7 +19,7 @@ from .schema import LOGGERS, LoggerConfig, PipelineConfig, RunConfig
 
 __all__ = ["register", "group_options", "GROUPS"]
 
-GROUPS = ("model", "data", "optim", "pipeline", "logger", "hardware", "experiment")
+GROUPS = ("model", "data", "optim", "pipeline", "logger", "hardware", "experiment", "mt_size")
 _done = False
 
 

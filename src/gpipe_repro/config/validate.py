@@ -54,6 +54,9 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
     if optim.check is not None:
         optim.check(cfg.optim)
     p, t = cfg.pipeline, cfg.train
+    if t.micro_batch_size is not None:  # the batch grows with M at a fixed micro-batch (GPipe's point)
+        t = replace(t, batch_size=p.M * p.replicas * t.micro_batch_size)
+        cfg = replace(cfg, train=t)
     if p.balance is not None:
         if len(p.balance) != p.K:
             raise UserError(f"pipeline.balance={list(p.balance)} has {len(p.balance)} cells but pipeline.K={p.K}")

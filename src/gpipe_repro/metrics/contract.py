@@ -52,6 +52,9 @@ class EvalMetrics:
     samples: int = opt(0, "samples evaluated")
     bleu: float | None = opt(None, "corpus BLEU (translation)")
     bleu_signature: str | None = opt(None, "sacrebleu's signature of the BLEU score")
+    by_language: dict[str, dict[str, Any]] | None = opt(
+        None, "many->English (data.corpora): per source language its bleu, nll, sentences and labels "
+        "(corpus, synthetic, resource high|low, train_pairs, copies)")
 
 
 @dataclass

@@ -3,7 +3,8 @@
 The report lands beside the sweep (``results.csv``, ``results.md``, ``results.png``). An experiment run
 exactly as its make target runs it (``gpipe-run -m experiment=NAME``, no other override) also
 publishes it to ``reports/NAME/``; a run with other overrides does not touch the committed report —
-the console says why.
+the console says why. An experiment with a report of its own (``report.experiments.REPORTS``: Table 5,
+Fig. 3) also gets that one, in ``<sweep>/report/``, and it is the one published.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from .experiments import REPORTS, experiment_report, hardware_header
 from .gather import console_table, load_rows, write_report
 
 __all__ = ["GatherCallback", "canonical"]
@@ -44,6 +46,14 @@ class GatherCallback(Callback):
         paths = write_report(rows, sweep, name, header)
         lines = [console_table(rows), "", f"table: {paths['md']}", f"csv:   {paths['csv']}", f"plot:  {paths['png']}",
                  f"runs:  {sweep}/<job>/ (metrics.json, trace.json, timeline.png)"]
+        own = experiment_report(experiment)
+        if own is not None:  # the experiment's own report replaces the generic one as what gets published
+            try:
+                paths = own(sweep, sweep / "report", hardware_header(sweep, f"gpipe-run -m experiment={experiment}"))
+                lines.append(f"{experiment} report: {paths['md']}")
+            except Exception as err:  # noqa: BLE001 - reporting must not lose the sweep
+                lines.append(f"{experiment} report failed: {err}; re-run it: python -m "
+                             f"{REPORTS[str(experiment)]} {sweep}")
         if experiment:
             task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
             if canonical(task, str(experiment)):

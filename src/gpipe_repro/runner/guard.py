@@ -78,6 +78,8 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
 
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
+    if plan.info.kind == "pairs":  # translation batches count target tokens: the widest shape holds
+        mb = max(1, mb // plan.info.tokens_per_sample)  # batch / max_len sentences of max_len tokens
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
     loss: Callable[[Any], torch.Tensor] = classification_loss if plan.model.task == "classify" else lm_loss
     stages = plan_stages(plan.layers, plan.info.example, loss, bal, K=p.K, M=p.M, micro_batch=mb,

@@ -52,8 +52,10 @@ def nll_per_token(
     data: TranslationDataset,
     split: str = "dev",
     batch_tokens: int = 4096,
+    rows: Sequence[int] | None = None,
 ) -> tuple[float, int]:
-    """(mean NLL per target token, number of target tokens) of a whole split, teacher-forced."""
+    """(mean NLL per target token, number of target tokens) of a whole split (or its ``rows``),
+    teacher-forced."""
     split_layers(layers)  # a full translation model
     device = next(layers[0].parameters()).device
     model = nn.Sequential(*layers)
@@ -61,7 +63,7 @@ def nll_per_token(
     model.eval()
     total, tokens = 0.0, 0
     try:
-        for _, ((src, tgt_in), (tgt, _count)) in data.eval_pairs(split, batch_tokens):
+        for _, ((src, tgt_in), (tgt, _count)) in data.eval_pairs(split, batch_tokens, rows):
             logits = model((src.to(device), tgt_in.to(device))).float()
             tgt = tgt.to(device)
             total += float(
@@ -82,21 +84,52 @@ def evaluate_translation(
     limit: int | None = None,
     batch_sentences: int = 64,
 ) -> dict:
-    """BLEU (greedy decoding of the first ``limit`` sentences, all by default) and NLL of a split."""
-    nll, tokens = nll_per_token(layers, data, split)
-    sources = data.source_ids(split)[:limit]
-    refs = data.references(split)[:limit]
-    hyps = data.vocab.decode(translate_ids(layers, sources, batch_sentences=batch_sentences))
-    score = bleu(hyps, refs)
+    """BLEU (greedy decoding of the first ``limit`` sentences, all by default) and NLL of a split.
+
+    A many->English mix (``data.corpus.parts``) is scored per language as well: ``by_language`` maps
+    each source language to its own BLEU and NLL on its own rows of the split (``limit`` sentences
+    of each), with its labels (corpus, synthetic, resource, training pairs); the overall BLEU is then
+    over the decoded sentences of all languages together, the overall NLL over all their tokens."""
+    parts = data.corpus.parts
+    groups = [(None, None)] if not parts else [(p, p.rows(split)) for p in parts]
+    hyps_all: list[str] = []
+    refs_all: list[str] = []
+    nll_sum, tokens_all = 0.0, 0
+    by_language: dict[str, dict] = {}
+    sources_all, refs_split = data.source_ids(split), data.references(split)
+    for part, rows in groups:
+        nll, tokens = nll_per_token(layers, data, split, rows=rows)
+        chosen = list(rows if rows is not None else range(len(sources_all)))[:limit]
+        refs = [refs_split[i] for i in chosen]
+        ids = translate_ids(
+            layers, [sources_all[i] for i in chosen], batch_sentences=batch_sentences
+        )
+        hyps = data.vocab.decode(ids)
+        hyps_all += hyps
+        refs_all += refs
+        nll_sum, tokens_all = nll_sum + nll * tokens, tokens_all + tokens
+        if part is not None:
+            score = bleu(hyps, refs)
+            by_language[part.src] = {
+                **part.describe(),
+                "bleu": score.score,
+                "bleu_detail": score.text,
+                "nll": nll,
+                "nll_tokens": tokens,
+                "sentences": len(refs),
+                "examples": [{"hyp": h, "ref": r} for h, r in list(zip(hyps, refs))[:2]],
+            }
+    score = bleu(hyps_all, refs_all)
     return {
         "split": split,
         "bleu": score.score,
         "bleu_signature": score.signature,
         "bleu_detail": score.text,
-        "nll": nll,
-        "nll_tokens": tokens,
-        "bleu_sentences": len(refs),
+        "nll": nll_sum / max(tokens_all, 1),
+        "nll_tokens": tokens_all,
+        "bleu_sentences": len(refs_all),
         "corpus": data.corpus.name,
         "synthetic": data.corpus.synthetic,
-        "examples": [{"hyp": h, "ref": r} for h, r in list(zip(hyps, refs))[:3]],
+        "examples": [{"hyp": h, "ref": r} for h, r in list(zip(hyps_all, refs_all))[:3]],
+        "by_language": by_language or None,
     }

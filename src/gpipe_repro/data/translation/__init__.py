@@ -1,5 +1,6 @@
-"""Real parallel text offline: corpora from Debian packages or a user's root, a shared SentencePiece
-vocabulary, and token-count mini-batches for the translation model (paper §5, Table 5, Fig. 3).
+"""Real parallel text offline: corpora from Debian packages or a user's root, many->English mixes of
+them, a shared SentencePiece vocabulary, and token-count mini-batches for the translation model
+(paper §5, Table 5, Fig. 3).
 
 ``data=translation``: its options are ``TranslationConfig``; ``train.batch_size`` counts target tokens
 per mini-batch for this dataset (see ``batches``)."""
@@ -9,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import UserError
 from ...options import opt
 from ..base import DataInfo
 from .batches import TranslationDataset, pad_pairs
-from .corpus import CORPORA, SYNTHETIC, Corpus, check_root, load_corpus
+from .corpus import CORPORA, SYNTHETIC, Corpus, Part, check_root, load_corpus
+from .mix import is_root, load_mix, mix_corpora
 from .vocab import BOS, DEFAULT_SIZE, EOS, PAD, UNK, Vocab, build_vocab
 
 __all__ = [
@@ -21,6 +24,7 @@ __all__ = [
     "Corpus",
     "EOS",
     "PAD",
+    "Part",
     "SYNTHETIC",
     "TranslationConfig",
     "TranslationDataset",
@@ -28,6 +32,8 @@ __all__ = [
     "Vocab",
     "build_vocab",
     "load_corpus",
+    "load_mix",
+    "mix_corpora",
     "pad_pairs",
     "translation",
 ]
@@ -41,7 +47,7 @@ class TranslationConfig:
     name: str = "translation"
     corpus: str = opt(
         "es-en",
-        "the corpus (ignored when root is set); *-synthetic ones have machine-made sources",
+        "the corpus (ignored when root or corpora is set); *-synthetic ones have machine-made sources",
         choices=[*CORPORA, *SYNTHETIC],
     )
     root: str | None = opt(
@@ -60,20 +66,72 @@ class TranslationConfig:
     vocab_size: int = opt(DEFAULT_SIZE, "SentencePiece pieces shared by both languages", min=8)
     max_len: int = opt(128, "longest training pair in tokens (longer ones are left out)", min=2)
     bucket_width: int = opt(8, "batch shapes are padded to multiples of this many tokens", min=1)
+    corpora: list[str] | None = opt(
+        None,
+        "many->English: one model trained on these corpora at once (names as for corpus, or folders "
+        "as for root), per-language test BLEU; null = the one corpus above",
+    )
+    train_sizes: list[int | None] | None = opt(
+        None,
+        "with corpora: keep the first N training pairs of each (null entries: all); null = all",
+        allowed="null or one integer >= 1 (or null) per corpora entry",
+    )
+    temperature: float = opt(
+        1.0,
+        "with corpora: draw languages ~ pairs^(1/T) (1 = as the data come; 5 = the multilingual "
+        "literature's up-sampling of low-resource languages)",
+        min=1,
+    )
 
     def info(self) -> DataInfo:
         return DataInfo("pairs", (self.max_len,), self.vocab_size)
 
     def check(self) -> None:
         """At the edge, before any rank starts: a given root holds the files (nothing is read)."""
-        if self.root is not None:
+        if self.corpora is not None:
+            self._check_mix(self.corpora)
+        elif self.train_sizes is not None:
+            raise UserError(
+                f"data.train_sizes={self.train_sizes} needs data.corpora; allowed: null, "
+                f"or data.train_size for the one corpus"
+            )
+        elif self.root is not None:
             check_root(Path(self.root).expanduser(), self.src, self.tgt)
+
+    def _check_mix(self, corpora: list[str]) -> None:
+        known = [*CORPORA, *SYNTHETIC]
+        if not corpora:
+            raise UserError("data.corpora=[] is empty; allowed: null or a list of corpora")
+        if self.root is not None or self.train_size is not None:
+            raise UserError(
+                "data.corpora excludes data.root and data.train_size; allowed: folders inside "
+                "data.corpora, sizes in data.train_sizes"
+            )
+        for entry in corpora:
+            if is_root(entry):
+                check_root(Path(entry).expanduser(), None, self.tgt)
+            elif entry not in known:
+                raise UserError(
+                    f"data.corpora entry {entry!r} is unknown; allowed: {', '.join(known)}, "
+                    f"or a folder of train/dev/test.<lang> files"
+                )
+        sizes = self.train_sizes
+        if sizes is not None and (
+            len(sizes) != len(corpora) or any(n is not None and n < 1 for n in sizes)
+        ):
+            raise UserError(
+                f"data.train_sizes={list(sizes)} is invalid for {len(corpora)} corpora; allowed: "
+                f"one integer >= 1 (or null) per data.corpora entry"
+            )
 
 
 def translation(c: TranslationConfig) -> TranslationDataset:
-    """The dataset of ``data=translation``: the corpus fetched/parsed and its vocabulary trained on
-    first use, both cached."""
-    corpus = load_corpus(c.corpus, root=c.root, src=c.src, tgt=c.tgt, train_size=c.train_size)
+    """The dataset of ``data=translation``: the corpus (or the many->English mix of corpora) fetched
+    and parsed and its vocabulary trained on first use, both cached."""
+    if c.corpora is not None:
+        corpus = load_mix(c.corpora, c.train_sizes, c.temperature, tgt=c.tgt)
+    else:
+        corpus = load_corpus(c.corpus, root=c.root, src=c.src, tgt=c.tgt, train_size=c.train_size)
     return TranslationDataset(
         corpus,
         build_vocab(corpus, c.vocab_size),

@@ -40,6 +40,7 @@ _TOOLS = [
 APERTIUM_PAIRS: dict[str, tuple[str, list[str]]] = {
     "eng-spa": ("apertium-eng-spa", []),
     "eng-cat": ("apertium-eng-cat", ["apertium-anaphora", "apertium-separable", "cg3", "libcg3-1"]),
+    "en-gl": ("apertium-en-gl", []),
 }
 _SHARE = "/usr/share/apertium/"
 _SPACE = re.compile(r"\s+")
@@ -107,7 +108,9 @@ def translate_cached(
             got = path.read_text(encoding="utf-8").split("\n")[:-1]
         else:
             got = translate(chunk, pair)
-            tmp = path.with_suffix(".tmp")
+            # one temporary file per process: the first and last stages of a K >= 2 run may build
+            # the same cache file at once; each replace is atomic and they write the same bytes
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text("".join(g + "\n" for g in got), encoding="utf-8")
             os.replace(tmp, path)
         if len(got) != len(chunk):

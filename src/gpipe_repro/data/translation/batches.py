@@ -155,12 +155,14 @@ class TranslationDataset(Dataset):
         return next(self.batches(step, batch_size, seed))
 
     def eval_pairs(
-        self, split: str = "dev", batch_tokens: int = 4096
+        self, split: str = "dev", batch_tokens: int = 4096, rows: Sequence[int] | None = None
     ) -> Iterator[tuple[list[int], tuple[Any, Any]]]:
-        """``(pair indices, (inputs, targets))`` over a whole split, sorted by length and padded
-        per batch (no length limit): for dev/test NLL. Indices refer to ``corpus.split(split)``."""
+        """``(pair indices, (inputs, targets))`` over a whole split (or its ``rows``: one language
+        of a mix, ``Part.rows``), sorted by length and padded per batch (no length limit): for
+        dev/test NLL. Indices refer to ``corpus.split(split)``."""
         src, tgt = self._split_ids(split)
-        order = sorted(range(len(src)), key=lambda i: (max(len(src[i]), len(tgt[i])), i))
+        pool = range(len(src)) if rows is None else rows
+        order = sorted(pool, key=lambda i: (max(len(src[i]), len(tgt[i])), i))
         start = 0
         while start < len(order):
             L = max(len(src[order[start]]), len(tgt[order[start]])) + 1

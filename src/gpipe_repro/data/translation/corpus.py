@@ -2,9 +2,9 @@
 
 - ``de-en``: German->English example sentences of the ding dictionary (``trans-de-en``), ~18,300.
 - ``es-en``: Spanish->English Bible verses, Reina-Valera 1909 / World English Bible, ~31,000.
-- ``ca-en-synthetic``, ``es-en-synthetic``: **synthetic** sources, apertium's Catalan or Spanish
-  translation of the ``es-en`` English side (same verses in every split, so test sets stay
-  parallel across languages); labelled synthetic in name and description.
+- ``ca-en-synthetic``, ``gl-en-synthetic``, ``es-en-synthetic``: **synthetic** sources, apertium's
+  Catalan, Galician or Spanish translation of the ``es-en`` English side (same verses in every
+  split, so test sets stay parallel across languages); labelled synthetic in name and description.
 - ``root=DIR``: a user's corpus, plain UTF-8 text, one sentence per line, line i of
   ``train.<src>`` translating line i of ``train.<tgt>``; likewise ``dev.*`` and ``test.*``.
 
@@ -17,6 +17,7 @@ Files: ``$GPIPE_DATA_CACHE/translation/<name>/{train,dev,test}.tsv`` (``source<T
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +28,55 @@ from ...errors import UserError
 from . import apertium, bible, ding
 from .fetch import _fetch, translation_cache
 
-__all__ = ["CORPORA", "Corpus", "Pair", "check_root", "load_corpus", "split_pairs", "read_root"]
+__all__ = [
+    "CORPORA",
+    "Corpus",
+    "Pair",
+    "Part",
+    "check_root",
+    "load_corpus",
+    "split_pairs",
+    "read_root",
+]
 
 Pair = tuple[str, str]
 SPLITS = ("train", "dev", "test")
 SPLIT_SEED = 1234
 EVAL_SIZE = 1000
 _VERSION = "v1"  # bump when parsing changes: old caches are then ignored
+
+
+@dataclass(frozen=True)
+class Part:
+    """One source language of a many->English mix (``mix.mix_corpora``): where its pairs sit in the
+    mixed corpus's dev and test splits, and what it is (real or synthetic, high or low resource)."""
+
+    corpus: str  # the corpus it came from (es-en, ca-en-synthetic, root:NAME)
+    src: str  # its source language code: the key of per-language results
+    synthetic: bool  # machine-made (apertium) sources
+    note: str
+    train_pairs: int  # distinct training pairs
+    copies: int  # times each training pair is repeated in the mixed stream (temperature sampling)
+    resource: str  # "high" or "low" (mix.resource_of)
+    dev: tuple[int, int]  # [start, end) rows of the mixed corpus's dev split
+    test: tuple[int, int]  # [start, end) rows of its test split
+
+    def rows(self, split: str) -> range:
+        """This language's rows of the mixed corpus's ``split`` (dev or test)."""
+        if split not in ("dev", "test"):
+            raise UserError(f"split={split!r} has no per-language rows; allowed: dev, test")
+        return range(*getattr(self, split))
+
+    def describe(self) -> dict:
+        return {
+            "corpus": self.corpus,
+            "src": self.src,
+            "synthetic": self.synthetic,
+            "resource": self.resource,
+            "train_pairs": self.train_pairs,
+            "copies": self.copies,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -47,6 +90,7 @@ class Corpus:
     synthetic: bool = False
     note: str = ""
     key: str = field(default="", compare=False)  # names the cache folder of its vocabularies
+    parts: tuple[Part, ...] = ()  # a many->English mix: its languages (mix.mix_corpora); else empty
 
     def split(self, name: str) -> list[Pair]:
         if name not in SPLITS:
@@ -61,6 +105,7 @@ class Corpus:
             "synthetic": self.synthetic,
             "note": self.note,
             **{f"{s}_pairs": len(self.split(s)) for s in SPLITS},
+            **({"languages": [p.describe() for p in self.parts]} if self.parts else {}),
         }
 
 
@@ -81,7 +126,9 @@ def split_pairs(
 
 
 def _write_tsv(path: Path, pairs: list[Pair]) -> None:
-    tmp = path.with_suffix(".tmp")
+    # one temporary file per process: the first and last stages of a K >= 2 run may build
+    # the same cache file at once; each replace is atomic and they write the same bytes
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for s, t in pairs:
             f.write(f"{' '.join(s.split())}\t{' '.join(t.split())}\n")
@@ -131,6 +178,7 @@ CORPORA: dict[str, tuple[str, str, Callable[[], dict[str, list[Pair]]], str]] = 
 SYNTHETIC: dict[str, tuple[str, str]] = {
     "ca-en-synthetic": ("ca", "eng-cat"),
     "es-en-synthetic": ("es", "eng-spa"),
+    "gl-en-synthetic": ("gl", "en-gl"),
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,9 @@ def build_vocab(corpus: Corpus, size: int = DEFAULT_SIZE) -> Vocab:
     if path.exists():
         return Vocab(path.read_bytes(), path)
     model = _train(lines, size)
-    tmp = path.with_suffix(".tmp")
+    # one temporary file per process: the first and last stages of a K >= 2 run may build
+    # the same cache file at once; each replace is atomic and they write the same bytes
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(model)
     tmp.replace(path)
     return Vocab(model, path)
