@@ -59,7 +59,7 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
                               balance=list(p.balance) if p.balance else None, balance_by=p.balance_by,
                               replicas=p.replicas),
         optim={"name": spec.optim.name, **_options(spec.optim)},
-        batch_size=spec.train.batch_size, steps=spec.train.steps, warmup_steps=spec.train.timed_from,
+        batch_size=spec.train.batch_size, batch_mode=spec.train.batch_mode, steps=spec.train.steps, warmup_steps=spec.train.timed_from,
         seed=spec.seed, device="cuda" if spec.device.startswith("cuda") else "cpu",
         world_size=spec.world_size, experiment=spec.experiment_name, env=env_info(launcher=launcher),
     )
@@ -118,5 +118,9 @@ def summarize(spec: RunConfig, results: Sequence[RankResult], tokens_per_sample:
     m.layer_costs = results[0].costs
     m.eval = EvalMetrics(**ev) if ev is not None else None
     m.env = env_info(results, launcher)
+    if spec.train.predict:  # TODO(lead): belongs in runner.run after summarize (runner/ is being edited)
+        from ..runner.predict import attach_prediction
+
+        attach_prediction(spec, m)
     keep = set(steps[-spec.train.trace_steps:])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]

@@ -61,6 +61,7 @@ class CostModel(Protocol):
 
     link: Link
     overhead_s: float  # fixed cost per micro-batch and action on every stage (launch, bookkeeping)
+    step_overhead_s: float  # fixed cost per step on every stage (loss sum, BatchNorm commit)
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]: ...
 

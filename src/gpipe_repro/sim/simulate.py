@@ -12,8 +12,8 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
   one transfer in flight per direction, in issue order: it starts at max(issued, link free) and takes
   ``link.time(bytes)``. Each directed link has a single sender, so issue order is that stage's order.
 - A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
-- At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then runs
-  its optimiser step (``update_s``).
+- At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
+  the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
 
 Whether a send occupies its sender is a switch, ``sender_busy``: gloo on CPU copies the tensor into
 the socket in the calling thread, so the stage cannot compute meanwhile (default, the configuration
@@ -97,16 +97,21 @@ def simulate(
     overhead_s: float = 0.0,
     *,
     sender_busy: bool = True,
+    step_overhead_s: float = 0.0,
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
     ``stages[k]`` holds stage k's costs per micro-batch; ``stages[k].out_bytes`` is both the
     activation sent to k+1 and the gradient sent back from k+1. ``sender_busy``: a send occupies the
     sending stage for its transfer (gloo on CPU, the default) or overlaps with compute (nccl).
+    ``step_overhead_s``: a fixed cost per step on every stage (the loss sum, the BatchNorm commit, the
+    optimiser call), spent after its last send and before its ``update_s``.
     """
     uses_remat(checkpoint, 0, M)  # validates the mode
     acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
     _check(K, M, stages, overhead_s)
+    if not step_overhead_s >= 0:
+        raise ValueError(f"step_overhead_s={step_overhead_s} is invalid; allowed: a number >= 0")
     st = [_Stage(k, acts[k]) for k in range(K)]
     events: list[Event] = []
     # arrival time of micro-batch m's activation at stage k ("F", k, m) / gradient ("B", k, m)
@@ -188,8 +193,8 @@ def simulate(
         done = max(s.free, s.last_send_end)
         ev("send", -1, s.free, done, s.k)  # the engine's final wait for outstanding sends
         ev("step", -1, 0.0, done, s.k)
-        ev("update", -1, done, done + stages[s.k].update_s, s.k)
-        ends.append(done + stages[s.k].update_s)
+        ev("update", -1, done, done + step_overhead_s + stages[s.k].update_s, s.k)
+        ends.append(done + step_overhead_s + stages[s.k].update_s)
     span, bubble, busy = measured_bubble(events, K)
     return SimResult(
         step_s=max(ends),
