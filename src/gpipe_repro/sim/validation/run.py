@@ -1,0 +1,274 @@
+"""``make validate-sim``: measure cells on this machine, simulate them on the calibrated costs, compare.
+
+1. **Calibrate** (nothing here is fitted to the cells being validated): every validation model's
+   layers profiled at each micro-batch the sweep uses (``profile.profile_layers``: median of repeats,
+   in this process with one thread and the engine's host-memory setting); this device's link and the
+   engine's per-action and per-step overheads from a separate reference model (``device.device_model``,
+   measured afresh, not from the cache); the emulator's sleep overshoot.
+2. **Real cells**: K in {1, 2} x M in {1, 2, 4, 8, 32} x both schedules x remat never/always, each
+   model, ``rounds`` rounds of fresh processes in a shuffled order (``cells``).
+3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost.
+4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
+   measured median, simulated, relative error, the spread of the measured steps) plus the events of
+   each cell's last step (``events.jsonl``) for the report's traces (``report.sim_validation``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...engine import balance_by_cost, launch
+from ...engine.hostmem import apply_host_memory
+from ..costs import LayerCost, stage_costs
+from ..device import DeviceModel, device_model
+from ..measure import LayerProfile, profile_layers
+from ..simulate import SimResult, simulate
+from . import cells as C
+from .models import MODELS, N
+
+__all__ = ["Settings", "Validation", "validate", "simulate_cell", "CSV_COLUMNS"]
+
+CSV_COLUMNS = [
+    "model",
+    "K",
+    "M",
+    "schedule",
+    "checkpoint",
+    "kind",
+    "balance",
+    "micro_batch",
+    "measured_step_s",
+    "simulated_step_s",
+    "rel_error",
+    "measured_iqr_s",
+    "steps_timed",
+    "measured_bubble",
+    "simulated_bubble",
+]
+
+
+@dataclass
+class Settings:
+    models: list[str] = field(default_factory=lambda: list(MODELS))
+    real_K: list[int] = field(default_factory=lambda: [1, 2])
+    emulated_K: list[int] = field(default_factory=lambda: [4, 8])
+    emulated_models: list[str] = field(default_factory=lambda: ["amoebanet", "transformer"])
+    Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 32])
+    schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b"])
+    checkpoints: list[str] = field(default_factory=lambda: ["never", "always"])
+    rounds: int = 3
+    emulated_rounds: int = 2
+    warmup: int = 2
+    steps: int = 4
+    repeats: int = 7  # profile repeats per layer and size
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> Settings:
+        """A smoke run of the whole pipeline (a minute or two): fewer cells, rounds and steps."""
+        return cls(
+            models=["transformer", "imbalanced"],
+            emulated_models=["transformer"],
+            Ms=[1, 4, 32],
+            schedules=["gpipe", "1f1b"],
+            checkpoints=["never", "always"],
+            rounds=1,
+            emulated_rounds=1,
+            warmup=1,
+            steps=2,
+            repeats=3,
+            emulated_K=[4],
+        )
+
+
+def _grid(s: Settings) -> list[dict]:
+    return [
+        {"M": M, "schedule": sc, "checkpoint": ck}
+        for M in s.Ms
+        for sc in s.schedules
+        for ck in s.checkpoints
+    ]
+
+
+def _partition(profile: LayerProfile, K: int) -> list[int]:
+    """The min-max partition of the profiled forward + backward time at micro-batch N (M = 1)."""
+    return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[N]], K)
+
+
+def _plus(c: LayerCost, o: float) -> LayerCost:
+    return LayerCost(
+        c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
+    )
+
+
+def simulate_cell(
+    cell: dict,
+    K: int,
+    balance: list[int],
+    layer_costs: list[LayerCost],
+    dm: DeviceModel,
+    extra_step_s: float = 0.0,
+) -> SimResult:
+    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch)."""
+    return simulate(
+        K,
+        cell["M"],
+        cell["schedule"],
+        cell["checkpoint"],
+        stage_costs(layer_costs, balance),
+        dm.link,
+        dm.overhead_s,
+        sender_busy=dm.sender_busy,
+        step_overhead_s=dm.step_overhead_s + extra_step_s,
+    )
+
+
+def _bubble(events: list[dict], K: int) -> float | None:
+    from ...engine.events import Event, measured_bubble
+
+    evs = [Event(**e) for e in events if e["action"] != "step"]
+    return measured_bubble(evs, K)[1] if evs else None
+
+
+def _rounds(
+    kind: str,
+    model: str,
+    K: int,
+    balance: list[int],
+    grid: list[dict],
+    rounds: int,
+    s: Settings,
+    fn: Callable[..., Any],
+    extra: tuple,
+    log: Callable[[str], None],
+) -> list[tuple[dict, list, list]]:
+    """Every cell of ``grid`` in ``rounds`` launches of fresh processes, each in its own order."""
+    rng = random.Random(f"{s.seed}-{kind}-{model}-{K}")
+    times: dict[str, list[float]] = {}
+    events: dict[str, list[dict]] = {}
+    for r in range(rounds):
+        order = grid[:]
+        rng.shuffle(order)
+        t0 = time.perf_counter()
+        per_rank = launch(fn, K, (model, K, balance, order, *extra, s.warmup, s.steps), threads=1)
+        for cell, ts, evs in C.step_times(per_rank):
+            key = json.dumps(cell, sort_keys=True)
+            times.setdefault(key, []).extend(ts)
+            events[key] = evs
+        log(
+            f"{kind} {model} K={K} round {r + 1}/{rounds}: {len(grid)} cells in {time.perf_counter() - t0:.1f} s"
+        )
+    return [(json.loads(k), v, events[k]) for k, v in times.items()]
+
+
+@dataclass
+class Validation:
+    rows: list[dict]
+    profiles: dict[str, LayerProfile]
+    device: DeviceModel
+    calibration: dict[str, Any]
+
+
+def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Validation:
+    """Run everything; write ``validation.csv`` and ``events.jsonl`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    apply_host_memory("retain")
+    t_start = time.perf_counter()
+    sizes = sorted({N // M for M in s.Ms})
+    profiles: dict[str, LayerProfile] = {}
+    for name in dict.fromkeys(s.models + s.emulated_models):
+        vm = MODELS[name]
+        t0 = time.perf_counter()
+        profiles[name] = profile_layers(
+            vm.layers(s.seed), vm.sample, sizes, loss_fn=vm.loss, repeats=s.repeats, use_cache=False
+        )
+        log(f"profiled {name} at micro-batches {sizes} in {time.perf_counter() - t0:.1f} s")
+    dm = device_model(use_cache=False)
+    overshoot = C.sleep_overshoot()
+    log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
+    grid = _grid(s)
+    rows: list[dict] = []
+    with open(out / "events.jsonl", "w") as ev_file:
+        plan = [("real", m, K) for m in s.models for K in s.real_K] + [
+            ("emulated", m, K) for m in s.emulated_models for K in s.emulated_K
+        ]
+        for kind, name, K in plan:
+            prof = profiles[name]
+            balance = _partition(prof, K)
+            if kind == "real":
+                measured = _rounds(kind, name, K, balance, grid, s.rounds, s, C.real_rank, (), log)
+            else:
+                measured = _rounds(
+                    kind,
+                    name,
+                    K,
+                    balance,
+                    grid,
+                    s.emulated_rounds,
+                    s,
+                    C.emulated_rank,
+                    (prof.costs,),
+                    log,
+                )
+            for cell, ts, evs in measured:
+                n = N // cell["M"]
+                lc = (
+                    prof.costs[n]
+                    if kind == "real"
+                    else [_plus(c, overshoot) for c in prof.costs[n]]
+                )
+                res = simulate_cell(
+                    cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0
+                )
+                med = statistics.median(ts)
+                q = statistics.quantiles(ts, n=4) if len(ts) >= 2 else [med, med, med]
+                row = {
+                    "model": name,
+                    "K": K,
+                    **cell,
+                    "kind": kind,
+                    "balance": "-".join(map(str, balance)),
+                    "micro_batch": n,
+                    "measured_step_s": med,
+                    "simulated_step_s": res.step_s,
+                    "rel_error": (res.step_s - med) / med,
+                    "measured_iqr_s": q[2] - q[0],
+                    "steps_timed": len(ts),
+                    "measured_bubble": _bubble(evs, K),
+                    "simulated_bubble": res.bubble_fraction,
+                }
+                rows.append(row)
+                key = {k: row[k] for k in ("model", "K", "M", "schedule", "checkpoint", "kind")}
+                ev_file.write(
+                    json.dumps(
+                        {**key, "measured": evs, "simulated": [e.to_dict() for e in res.events]}
+                    )
+                    + "\n"
+                )
+    import csv
+
+    with open(out / "validation.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    calib = {
+        "settings": asdict(s),
+        "device": dm.to_json(),
+        "sleep_overshoot_s": overshoot,
+        "profiles": {k: v.to_json() for k, v in profiles.items()},
+        "seconds": time.perf_counter() - t_start,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+    }
+    return Validation(rows, profiles, dm, calib)
