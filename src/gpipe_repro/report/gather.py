@@ -18,8 +18,8 @@ COLUMNS = ["job", "status", "source", "hardware", "model", "K", "M", "checkpoint
            "balance", "batch_size", "batch_mode", "micro_batch", "param_count", "throughput",
            "normalized_throughput", "tokens_per_s", "step_time_s", "predicted_step_time_s",
            "predicted_throughput", "bubble_fraction", "bubble_ideal", "stage_busy_s",
-           "max_stage_memory_bytes", "stage_memory_bytes", "memory_source", "eval_accuracy", "final_loss",
-           "error"]
+           "max_stage_memory_bytes", "stage_memory_bytes", "memory_source", "fits_memory", "eval_accuracy",
+           "final_loss", "error"]
 
 
 def _row(job: str, m: dict[str, Any]) -> dict[str, Any]:
@@ -49,6 +49,7 @@ def _row(job: str, m: dict[str, Any]) -> dict[str, Any]:
         "max_stage_memory_bytes": max(mem) if mem else None,
         "stage_memory_bytes": ";".join(str(x) for x in mem) or None,
         "memory_source": stages[0].get("memory_source") if stages else None,
+        "fits_memory": hw.get("fits_memory"),
         "eval_accuracy": ev.get("accuracy"), "final_loss": losses[-1] if losses else None,
         "error": m.get("error"),
     }

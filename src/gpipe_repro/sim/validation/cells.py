@@ -30,7 +30,18 @@ from ..costs import LayerCost
 from ..emulate import emulated_layers, emulated_loss, sleep_until
 from .models import MODELS, N
 
-__all__ = ["real_rank", "emulated_rank", "step_times", "sleep_overshoot"]
+__all__ = ["real_rank", "emulated_rank", "step_times", "sleep_overshoot", "run_delay_s"]
+
+
+def run_delay_s() -> float:
+    """Seconds this thread has waited on a run queue (runnable, but another process had the core):
+    Linux's /proc/thread-self/schedstat, 0 where it is missing. A step's share of it measures how much
+    other load on the machine disturbed that step."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _topology(K: int, timeout_s: float) -> Any:
@@ -45,11 +56,14 @@ def _timed(
     warmup: int,
     steps: int,
     update_s: float = 0.0,
-) -> list[float]:
-    """Run warmup + steps training steps; the timed steps' seconds on this rank."""
+) -> tuple[list[float], list[float]]:
+    """Run warmup + steps training steps; the timed steps' seconds on this rank, and the seconds of
+    each it spent waiting for a core (``run_delay_s``)."""
     topo = pipe.topo
-    out = []
+    out: list[float] = []
+    waits: list[float] = []
     for s in range(warmup + steps):
+        w0 = run_delay_s()
         t0 = time.perf_counter()
         pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
         if opt is not None:
@@ -64,16 +78,18 @@ def _timed(
             )
         if s >= warmup:
             out.append(time.perf_counter() - t0)
-    return out
+            waits.append(run_delay_s() - w0)
+    return out, waits
 
 
-def _result(cfg: dict, pipe: Pipeline, times: list[float]) -> dict:
-    """The cell's step times on this rank and the events of its last step (for traces)."""
+def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float]]) -> dict:
+    """The cell's step times and core waits on this rank, the events of its last step (traces)."""
     last = pipe.recorder.step - 1
     return {
         "cell": cfg,
         "stage": pipe.topo.stage,
-        "times": times,
+        "times": timed[0],
+        "waits": timed[1],
         "events": [e.to_dict() for e in pipe.recorder.events if e.step == last],
     }
 
@@ -143,13 +159,20 @@ def emulated_rank(
     return out
 
 
-def step_times(per_rank: Sequence[list[dict]]) -> list[tuple[dict, list[float], list[dict]]]:
-    """Per cell: the slowest rank's time of each timed step, and every rank's events of the last step."""
+def step_times(
+    per_rank: Sequence[list[dict]],
+) -> list[tuple[dict, list[float], list[float], list[dict]]]:
+    """Per cell: the slowest rank's time of each timed step, the largest share of a step any rank
+    waited for a core, and every rank's events of the last step."""
     out = []
     for i, first in enumerate(per_rank[0]):
-        times = [max(r[i]["times"][s] for r in per_rank) for s in range(len(first["times"]))]
+        steps = range(len(first["times"]))
+        times = [max(r[i]["times"][s] for r in per_rank) for s in steps]
+        waits = [
+            max(r[i]["waits"][s] / max(r[i]["times"][s], 1e-9) for r in per_rank) for s in steps
+        ]
         events = [e for r in per_rank for e in r[i]["events"]]
-        out.append((first["cell"], times, events))
+        out.append((first["cell"], times, waits, events))
     return out
 
 

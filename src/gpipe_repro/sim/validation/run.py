@@ -52,6 +52,7 @@ CSV_COLUMNS = [
     "rel_error",
     "measured_iqr_s",
     "steps_timed",
+    "core_wait_share",
     "measured_bubble",
     "simulated_bubble",
 ]
@@ -155,20 +156,22 @@ def _rounds(
     """Every cell of ``grid`` in ``rounds`` launches of fresh processes, each in its own order."""
     rng = random.Random(f"{s.seed}-{kind}-{model}-{K}")
     times: dict[str, list[float]] = {}
+    waits: dict[str, list[float]] = {}
     events: dict[str, list[dict]] = {}
     for r in range(rounds):
         order = grid[:]
         rng.shuffle(order)
         t0 = time.perf_counter()
         per_rank = launch(fn, K, (model, K, balance, order, *extra, s.warmup, s.steps), threads=1)
-        for cell, ts, evs in C.step_times(per_rank):
+        for cell, ts, ws, evs in C.step_times(per_rank):
             key = json.dumps(cell, sort_keys=True)
             times.setdefault(key, []).extend(ts)
+            waits.setdefault(key, []).extend(ws)
             events[key] = evs
         log(
             f"{kind} {model} K={K} round {r + 1}/{rounds}: {len(grid)} cells in {time.perf_counter() - t0:.1f} s"
         )
-    return [(json.loads(k), v, events[k]) for k, v in times.items()]
+    return [(json.loads(k), v, waits[k], events[k]) for k, v in times.items()]
 
 
 @dataclass
@@ -221,7 +224,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     (prof.costs,),
                     log,
                 )
-            for cell, ts, evs in measured:
+            for cell, ts, ws, evs in measured:
                 n = N // cell["M"]
                 lc = (
                     prof.costs[n]
@@ -245,6 +248,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     "rel_error": (res.step_s - med) / med,
                     "measured_iqr_s": q[2] - q[0],
                     "steps_timed": len(ts),
+                    "core_wait_share": statistics.median(ws),
                     "measured_bubble": _bubble(evs, K),
                     "simulated_bubble": res.bubble_fraction,
                 }
