@@ -51,7 +51,11 @@ def _options(cfg: Any) -> dict[str, Any]:
 def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, launcher: str = "local") -> RunMetrics:
     """What is known of a run before it runs: its configuration."""
     p = spec.pipeline
+    simulated = spec.backend == "sim"
+    hw = dict(spec.hardware) if simulated and spec.hardware is not None else {}
     return RunMetrics(
+        source="simulated" if simulated else "measured",
+        hardware={"name": hw.get("name", "measured")} if simulated else None,
         status=status, error=error,
         model=ModelInfo(name=spec.model.name, config=_options(spec.model)),
         data={"name": spec.data.name, **_options(spec.data)},

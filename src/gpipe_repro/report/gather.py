@@ -16,7 +16,7 @@ __all__ = ["COLUMNS", "load_rows", "write_report", "markdown_table", "console_ta
 
 COLUMNS = ["job", "status", "source", "hardware", "model", "K", "M", "checkpoint", "schedule", "replicas",
            "balance", "batch_size", "batch_mode", "micro_batch", "param_count", "throughput",
-           "normalized_throughput", "tokens_per_s", "step_time_s", "predicted_step_time_s",
+           "normalized_throughput", "speedup_vs_k1", "speedup_ideal", "tokens_per_s", "step_time_s", "predicted_step_time_s",
            "predicted_throughput", "bubble_fraction", "bubble_ideal", "stage_busy_s",
            "max_stage_memory_bytes", "stage_memory_bytes", "memory_source", "fits_memory", "eval_accuracy",
            "final_loss", "error"]
@@ -41,7 +41,8 @@ def _row(job: str, m: dict[str, Any]) -> dict[str, Any]:
         "batch_size": batch, "batch_mode": m.get("batch_mode"),
         "micro_batch": batch // M // replicas if isinstance(batch, int) and isinstance(M, int) and M else None,
         "param_count": (m.get("model") or {}).get("param_count"),
-        "throughput": m.get("throughput"), "normalized_throughput": None, "tokens_per_s": m.get("tokens_per_s"),
+        "throughput": m.get("throughput"), "normalized_throughput": None,
+        "speedup_vs_k1": None, "speedup_ideal": None, "tokens_per_s": m.get("tokens_per_s"),
         "step_time_s": m.get("step_time_s"), "predicted_step_time_s": m.get("predicted_step_time_s"),
         "predicted_throughput": m.get("predicted_throughput"), "bubble_fraction": m.get("bubble_fraction"),
         "bubble_ideal": m.get("bubble_ideal"),
@@ -73,6 +74,14 @@ def load_rows(sweep_dir: Path) -> list[dict[str, Any]]:
         base = min(group, key=lambda r: (r["K"], r["M"]))["throughput"]
         for r in group:
             r["normalized_throughput"] = r["throughput"] / base
+    # Against K = 1 at the same M (and schedule, remat, series), where the sweep has it: the pipeline's
+    # speed-up, beside GPipe's ideal K*M/(M+K-1) (§2.3: only the bubble is lost).
+    for r in ok:
+        same = [q for q in ok if q["K"] == 1 and q["M"] == r["M"] and series(q) == series(r)
+                and (q["schedule"], q["checkpoint"]) == (r["schedule"], r["checkpoint"])]
+        if same and isinstance(r["K"], int) and isinstance(r["M"], int):
+            r["speedup_vs_k1"] = r["throughput"] / same[0]["throughput"]
+            r["speedup_ideal"] = r["K"] * r["M"] / (r["M"] + r["K"] - 1)
     return rows
 
 
@@ -86,8 +95,11 @@ def _fmt(v: Any, col: str) -> str:
         return "—"
     if col in ("throughput", "predicted_throughput"):
         return f"{v:.1f}"
-    if col in ("bubble_fraction", "bubble_ideal", "eval_accuracy", "normalized_throughput", "final_loss"):
+    if col in ("bubble_fraction", "bubble_ideal", "eval_accuracy", "normalized_throughput", "speedup_vs_k1",
+               "speedup_ideal"):
         return f"{v:.3f}"
+    if col == "final_loss":
+        return f"{v:.6f}"
     if col in ("step_time_s", "predicted_step_time_s"):
         return f"{v * 1e3:.1f} ms"
     if col == "stage_memory_bytes":
@@ -98,12 +110,13 @@ def _fmt(v: Any, col: str) -> str:
 TABLE_COLS = [("K", "K"), ("M", "M"), ("checkpoint", "remat"), ("schedule", "schedule"),
               ("source", "source"), ("hardware", "hardware"), ("batch_mode", "batch mode"),
               ("status", "status"), ("throughput", "samples/s"), ("predicted_throughput", "predicted samples/s"),
-              ("normalized_throughput", "normalised"),
+              ("normalized_throughput", "normalised"), ("speedup_vs_k1", "speed-up vs K=1"),
+              ("speedup_ideal", "K·M/(M+K-1)"),
               ("bubble_fraction", "bubble"), ("bubble_ideal", "(K-1)/(M+K-1)"),
               ("stage_memory_bytes", "memory/stage MiB"), ("eval_accuracy", "accuracy"),
               ("final_loss", "final loss"), ("error", "error")]
 # Shown only when some row has them (a simulated sweep, a train.predict sweep, a batch_mode sweep).
-OPTIONAL = ("source", "hardware", "batch_mode", "predicted_throughput")
+OPTIONAL = ("source", "hardware", "batch_mode", "predicted_throughput", "speedup_vs_k1", "speedup_ideal")
 
 
 def _table_cols(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:

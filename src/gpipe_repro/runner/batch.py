@@ -23,6 +23,10 @@ GiB = 2**30
 ROUNDS = 4
 
 
+def _size(n: float) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
+
+
 def host_memory_bytes() -> int:
     """Physical memory of this machine (what ``hardware=measured`` on a CPU calls device memory)."""
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
@@ -49,9 +53,9 @@ def fit_micro_batch(
             free = memory_bytes - st.state
             if free < st.per_sample or st.per_sample <= 0 and free < 0:
                 raise UserError(
-                    f"train.batch_mode=fit: no batch fits {where} ({memory_bytes / GiB:.2f} GiB per device) at "
-                    f"pipeline.K={spec.pipeline.K}: stage {k} needs {st.state / GiB:.2f} GiB of weights and "
-                    f"optimiser state + {st.per_sample / GiB:.3f} GiB per sample; raise pipeline.K or use "
+                    f"train.batch_mode=fit: no batch fits {where} ({_size(memory_bytes)} per device) at "
+                    f"pipeline.K={spec.pipeline.K}: stage {k} needs {_size(st.state)} of weights and "
+                    f"optimiser state + {_size(st.per_sample)} per sample; raise pipeline.K or use "
                     "train.batch_mode=fixed"
                 )
             fits.append(int(free // st.per_sample) if st.per_sample > 0 else 1 << 30)

@@ -62,7 +62,8 @@ def _counts(key: str, plan: Plan) -> list[Any]:
     """Per-layer counts at one sample (they scale linearly), once per model in this process: a sweep
     over K and M counts the model once."""
     if key not in _COUNTS:
-        _COUNTS[key] = count_layers(plan.layers, plan.info.example(1, "meta"), _out_loss(plan))
+        # at 2 samples: BatchNorm refuses one sample per channel in training mode (counts scale linearly)
+        _COUNTS[key] = count_layers(plan.layers, plan.info.example(2, "meta"), _out_loss(plan))
     return _COUNTS[key]
 
 
@@ -84,11 +85,18 @@ def profile_sizes(cap: int) -> list[int]:
     return sizes
 
 
+_MEASURED: dict[tuple, CostModel] = {}
+
+
 def measured_model(spec: RunConfig, plan: Plan, sizes: list[int], repeats: int = 5) -> CostModel:
     """This device's costs for ``plan``: each distinct layer timed at ``sizes`` (one layer in memory at a
-    time, cached), beyond them the largest size's per-sample cost; the link and engine overheads
-    calibrated once per device (``sim.device``)."""
+    time, cached on disk, and in this process for the rest of a sweep), beyond them the largest size's
+    per-sample cost; the link and engine overheads calibrated once per device (``sim.device``)."""
     from ..sim.device import measured_costs
+
+    memo = (_model_key(spec, plan), spec.seed, spec.train.threads, tuple(sizes), repeats)
+    if memo in _MEASURED:
+        return _MEASURED[memo]
 
     torch.set_num_threads(spec.train.threads)
     info = plan.info
@@ -98,6 +106,7 @@ def measured_model(spec: RunConfig, plan: Plan, sizes: list[int], repeats: int =
 
     costs, _ = measured_costs(plan.layers, info.example, targets, sizes, loss_fn=plan.model.loss_fn,
                               seed=spec.seed, repeats=repeats, extrapolate="proportional")
+    _MEASURED[memo] = costs
     return costs
 
 

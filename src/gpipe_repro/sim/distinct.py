@@ -45,8 +45,8 @@ def _meta_like(x: Batch) -> Batch:
 @torch.no_grad()
 def layer_groups(layers: Sequence[nn.Module], example: ExampleFn) -> tuple[list[int], list[Batch]]:
     """For each layer, the index of the first layer identical to it (structure and input shapes,
-    first/last position included); and each layer's meta input at one sample."""
-    x: Batch = example(1, "meta")
+    first/last position included); and each layer's meta input (at two samples)."""
+    x: Batch = example(2, "meta")  # 2: BatchNorm refuses one sample per channel when training
     rep: list[int] = []
     inputs: list[Batch] = []
     seen: dict[str, int] = {}

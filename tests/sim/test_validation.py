@@ -1,0 +1,49 @@
+"""A small real K = 2 run and its simulation on this device's measured costs agree (``sim.validation``)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+import torch
+
+from gpipe_repro.engine import balance_by_cost, launch
+from gpipe_repro.engine.hostmem import apply_host_memory
+from gpipe_repro.sim.device import device_model
+from gpipe_repro.sim.measure import profile_layers
+from gpipe_repro.sim.validation import cells as C
+from gpipe_repro.sim.validation.models import MODELS, N
+from gpipe_repro.sim.validation.run import simulate_cell
+
+# Generous, because this runs on shared CI cores: the simulated step within 35% of the measured median.
+TOLERANCE = 0.35
+# Above this share of a step spent waiting for a core, other load decides the time, not the pipeline.
+TOO_BUSY = 0.10
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
+    torch.set_num_threads(1)
+    apply_host_memory("retain")
+    vm = MODELS["transformer"]
+    prof = profile_layers(vm.layers(), vm.sample, [N, N // 4], loss_fn=vm.loss, repeats=5)
+    balance = balance_by_cost([c.forward_s + c.backward_s for c in prof.costs[N]], 2)
+    dm = device_model()
+    cells = [{"M": 4, "schedule": "gpipe", "checkpoint": "never"},
+             {"M": 4, "schedule": "1f1b", "checkpoint": "always"}]
+    per_rank = launch(C.real_rank, 2, ("transformer", 2, balance, cells, 2, 5), threads=1)
+    for cell, times, waits, events in C.step_times(per_rank):
+        measured = statistics.median(times)
+        wait = statistics.median(waits)
+        if wait > TOO_BUSY:
+            pytest.skip(f"the machine is busy: the ranks waited {wait:.0%} of each step for a core")
+        sim = simulate_cell(cell, 2, balance, prof.costs[N // cell["M"]], dm).step_s
+        print(f"{cell}: measured {measured * 1e3:.1f} ms, simulated {sim * 1e3:.1f} ms, core wait {wait:.0%}")
+        assert abs(math.log(sim / measured)) <= math.log(1 + TOLERANCE), (cell, measured, sim)
+        assert {e["stage"] for e in events} == {0, 1}  # both ranks' last step came back for the trace
