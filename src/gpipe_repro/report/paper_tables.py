@@ -223,7 +223,7 @@ def _markdown(rows: Sequence[dict[str, Any]], table: int, sources: list[str]) ->
                                  f"— | — | — | — | — | {r['why']} |")
                     continue
                 lines.append(f"| {r['M']} | {r['K']} | {r['batch_size']} | {r['micro_batch']} | {fits} | "
-                             f"{r['throughput']:.1f} | {r['normalized']:.2f} | {paper} | {ratio} | {r['bound']:.2f} | "
+                             f"{r['throughput']:.4g} | {r['normalized']:.2f} | {paper} | {ratio} | {r['bound']:.2f} | "
                              f"{r['balance']:.2f} | {r['transfers']:.2f} | {r['efficiency']:.2f} | {r['why']} |")
             lines.append("")
     return "\n".join(lines)
