@@ -21,8 +21,11 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _meta_stack() -> list[nn.Module]:
     with torch.device("meta"):
-        return [nn.Linear(16, 64), *[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(5)],
-                nn.Linear(64, 10)]
+        return [
+            nn.Linear(16, 64),
+            *[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(5)],
+            nn.Linear(64, 10),
+        ]
 
 
 def _example(n: int, device: str = "cpu") -> torch.Tensor:
@@ -42,8 +45,9 @@ def test_identical_layers_form_one_group_and_first_and_last_are_their_own():
 def test_a_meta_model_is_profiled_one_representative_per_group_and_left_on_meta():
     layers = _meta_stack()
     logged: list[str] = []
-    prof = profile_planned(layers, _example, _targets, [2, 8], loss_fn=F.cross_entropy, repeats=2,
-                           log=logged.append)
+    prof = profile_planned(
+        layers, _example, _targets, [2, 8], loss_fn=F.cross_entropy, repeats=2, log=logged.append
+    )
     assert prof.distinct == 3 and len(logged) == 3  # first, one of the five, last
     assert all(p.device.type == "meta" for layer in layers for p in layer.parameters())
     for n in (2, 8):
@@ -56,8 +60,10 @@ def test_a_meta_model_is_profiled_one_representative_per_group_and_left_on_meta(
 
 
 def _profile(sizes: list[int], per_sample: dict[int, float]) -> LayerProfile:
-    costs = {n: [LayerCost(per_sample[n] * n, per_sample[n] * n, 2 * per_sample[n] * n, 100 * n, 0.5)]
-             for n in sizes}
+    costs = {
+        n: [LayerCost(per_sample[n] * n, per_sample[n] * n, 2 * per_sample[n] * n, 100 * n, 0.5)]
+        for n in sizes
+    }
     return LayerProfile(sizes, costs)
 
 
@@ -65,7 +71,9 @@ def test_extrapolation_beyond_the_profile():
     prof = _profile([1, 2], {1: 1.0, 2: 0.75})  # per-sample cost falls from 1 to 0.75
     lin = MeasuredCosts(prof, Link(0.0, 1.0), extrapolate="linear")
     prop = MeasuredCosts(prof, Link(0.0, 1.0), extrapolate="proportional")
-    assert lin.layer_costs(8)[0].forward_s == pytest.approx(1.0 + 0.5 * 7)  # the line through 1 and 2
+    assert lin.layer_costs(8)[0].forward_s == pytest.approx(
+        1.0 + 0.5 * 7
+    )  # the line through 1 and 2
     assert prop.layer_costs(8)[0].forward_s == pytest.approx(0.75 * 8)  # the per-sample cost of 2
     for c in (lin, prop):
         got = c.layer_costs(8)[0]

@@ -35,8 +35,10 @@ def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
     prof = profile_layers(vm.layers(), vm.sample, [N, N // 4], loss_fn=vm.loss, repeats=5)
     balance = balance_by_cost([c.forward_s + c.backward_s for c in prof.costs[N]], 2)
     dm = device_model()
-    cells = [{"M": 4, "schedule": "gpipe", "checkpoint": "never"},
-             {"M": 4, "schedule": "1f1b", "checkpoint": "always"}]
+    cells = [
+        {"M": 4, "schedule": "gpipe", "checkpoint": "never"},
+        {"M": 4, "schedule": "1f1b", "checkpoint": "always"},
+    ]
     per_rank = launch(C.real_rank, 2, ("transformer", 2, balance, cells, 2, 5), threads=1)
     for cell, times, waits, events in C.step_times(per_rank):
         measured = statistics.median(times)
@@ -44,6 +46,11 @@ def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
         if wait > TOO_BUSY:
             pytest.skip(f"the machine is busy: the ranks waited {wait:.0%} of each step for a core")
         sim = simulate_cell(cell, 2, balance, prof.costs[N // cell["M"]], dm).step_s
-        print(f"{cell}: measured {measured * 1e3:.1f} ms, simulated {sim * 1e3:.1f} ms, core wait {wait:.0%}")
+        print(
+            f"{cell}: measured {measured * 1e3:.1f} ms, simulated {sim * 1e3:.1f} ms, core wait {wait:.0%}"
+        )
         assert abs(math.log(sim / measured)) <= math.log(1 + TOLERANCE), (cell, measured, sim)
-        assert {e["stage"] for e in events} == {0, 1}  # both ranks' last step came back for the trace
+        assert {e["stage"] for e in events} == {
+            0,
+            1,
+        }  # both ranks' last step came back for the trace

@@ -38,30 +38,81 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAPER", "EXPERIMENTS", "load", "decompose", "explain", "build_rows", "write_tables", "COLUMNS"]
+__all__ = [
+    "PAPER",
+    "EXPERIMENTS",
+    "load",
+    "decompose",
+    "explain",
+    "build_rows",
+    "write_tables",
+    "COLUMNS",
+]
 
 # GPipe Table 2 (TPU v3) and Table 3 (P100s over PCIe, M = 32): normalised throughput per (K, M).
 PAPER: dict[int, dict[str, dict[tuple[int, int], float]]] = {
     2: {
-        "amoebanet_d": {(2, 1): 1.0, (4, 1): 1.13, (8, 1): 1.38, (2, 4): 1.07, (4, 4): 1.26, (8, 4): 1.72,
-                        (2, 32): 1.21, (4, 32): 1.84, (8, 32): 3.48},
-        "transformer_lm": {(2, 1): 1.0, (4, 1): 1.07, (8, 1): 1.3, (2, 4): 1.7, (4, 4): 3.2, (8, 4): 4.8,
-                           (2, 32): 1.8, (4, 32): 3.4, (8, 32): 6.3},
+        "amoebanet_d": {
+            (2, 1): 1.0,
+            (4, 1): 1.13,
+            (8, 1): 1.38,
+            (2, 4): 1.07,
+            (4, 4): 1.26,
+            (8, 4): 1.72,
+            (2, 32): 1.21,
+            (4, 32): 1.84,
+            (8, 32): 3.48,
+        },
+        "transformer_lm": {
+            (2, 1): 1.0,
+            (4, 1): 1.07,
+            (8, 1): 1.3,
+            (2, 4): 1.7,
+            (4, 4): 3.2,
+            (8, 4): 4.8,
+            (2, 32): 1.8,
+            (4, 32): 3.4,
+            (8, 32): 6.3,
+        },
     },
     3: {
         "amoebanet_d": {(2, 32): 1.0, (4, 32): 1.7, (8, 32): 2.7},
         "transformer_lm": {(2, 32): 1.0, (4, 32): 1.8, (8, 32): 3.3},
     },
 }
-TITLES = {2: "Table 2 — normalised training throughput on TPUs (GPipe §5)",
-          3: "Table 3 — normalised throughput on GPUs without NVLink, M = 32 (GPipe §6)"}
-NAMES = {2: {"amoebanet_d": "AmoebaNet-D(18, 256)", "transformer_lm": "Transformer-48"},
-         3: {"amoebanet_d": "AmoebaNet-D(18, 128)", "transformer_lm": "Transformer-24"}}
+TITLES = {
+    2: "Table 2 — normalised training throughput on TPUs (GPipe §5)",
+    3: "Table 3 — normalised throughput on GPUs without NVLink, M = 32 (GPipe §6)",
+}
+NAMES = {
+    2: {"amoebanet_d": "AmoebaNet-D(18, 256)", "transformer_lm": "Transformer-48"},
+    3: {"amoebanet_d": "AmoebaNet-D(18, 128)", "transformer_lm": "Transformer-24"},
+}
 EXPERIMENTS = {t: [f"table{t}_amoebanet", f"table{t}_transformer"] for t in (2, 3)}
 REFERENCE = {2: (2, 1), 3: (2, 32)}
-COLUMNS = ["table", "model", "K", "M", "batch_size", "batch_mode", "micro_batch", "source", "hardware", "fits_memory",
-           "step_s", "throughput", "reference", "normalized", "paper_normalized", "ratio", "bound", "balance",
-           "transfers", "efficiency", "why"]
+COLUMNS = [
+    "table",
+    "model",
+    "K",
+    "M",
+    "batch_size",
+    "batch_mode",
+    "micro_batch",
+    "source",
+    "hardware",
+    "fits_memory",
+    "step_s",
+    "throughput",
+    "reference",
+    "normalized",
+    "paper_normalized",
+    "ratio",
+    "bound",
+    "balance",
+    "transfers",
+    "efficiency",
+    "why",
+]
 
 
 def _num(v: Any) -> float | None:
@@ -86,14 +137,26 @@ def load(reports: Path, table: int) -> list[dict[str, Any]]:
                     continue
                 ok = r["status"] == "ok"
                 busy = [float(x) for x in (r.get("stage_busy_s") or "").split(";") if x]
-                rows.append({"model": r["model"], "K": int(r["K"]), "M": int(r["M"]),
-                             "batch_size": int(r["batch_size"]) if r.get("batch_size") else None,
-                             "batch_mode": r.get("batch_mode") or "fixed",
-                             "micro_batch": int(r["micro_batch"]) if ok and r.get("micro_batch") else None,
-                             "source": r.get("source") or "measured", "hardware": r.get("hardware") or "?",
-                             "fits_memory": r.get("fits_memory") or "", "ok": ok, "error": r.get("error") or "",
-                             "step_s": float(r["step_time_s"]) if ok else None,
-                             "throughput": float(r["throughput"]) if ok else None, "busy": busy})
+                rows.append(
+                    {
+                        "model": r["model"],
+                        "K": int(r["K"]),
+                        "M": int(r["M"]),
+                        "batch_size": int(r["batch_size"]) if r.get("batch_size") else None,
+                        "batch_mode": r.get("batch_mode") or "fixed",
+                        "micro_batch": int(r["micro_batch"])
+                        if ok and r.get("micro_batch")
+                        else None,
+                        "source": r.get("source") or "measured",
+                        "hardware": r.get("hardware") or "?",
+                        "fits_memory": r.get("fits_memory") or "",
+                        "ok": ok,
+                        "error": r.get("error") or "",
+                        "step_s": float(r["step_time_s"]) if ok else None,
+                        "throughput": float(r["throughput"]) if ok else None,
+                        "busy": busy,
+                    }
+                )
     seen, out = set(), []
     for r in rows:  # an engine sweep measures each cell once per hardware label: keep one
         key = (r["model"], r["source"], r["hardware"], r["batch_mode"], r["K"], r["M"])
@@ -118,20 +181,32 @@ def decompose(r: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
     """``normalised = bound x balance x transfers x efficiency`` against the reference cell."""
     s, b, o, c = _parts(r)
     s0, b0, o0, c0 = _parts(ref)
-    return {"bound": (r["K"] * s) / (ref["K"] * s0), "balance": b / b0, "transfers": o / o0, "efficiency": c0 / c}
+    return {
+        "bound": (r["K"] * s) / (ref["K"] * s0),
+        "balance": b / b0,
+        "transfers": o / o0,
+        "efficiency": c0 / c,
+    }
 
 
-_WHAT = {"balance": "partition imbalance", "transfers": "transfers, optimiser step and overhead",
-         "efficiency": "per-sample compute efficiency"}
+_WHAT = {
+    "balance": "partition imbalance",
+    "transfers": "transfers, optimiser step and overhead",
+    "efficiency": "per-sample compute efficiency",
+}
 
 
-def explain(r: dict[str, Any], ref: dict[str, Any], f: dict[str, float], paper: float | None) -> str:
+def explain(
+    r: dict[str, Any], ref: dict[str, Any], f: dict[str, float], paper: float | None
+) -> str:
     """One sentence from the numbers: how far the bubble bound goes, what moves us off it, and the paper."""
     ours = r["normalized"]
     if (r["K"], r["M"]) == (ref["K"], ref["M"]):
         return "the reference cell (1 by definition)"
     parts = [f"bubble bound {f['bound']:.2f}"]
-    movers = sorted(("balance", "transfers", "efficiency"), key=lambda k: -abs(math.log(max(f[k], 1e-9))))
+    movers = sorted(
+        ("balance", "transfers", "efficiency"), key=lambda k: -abs(math.log(max(f[k], 1e-9)))
+    )
     for k in movers:
         if abs(math.log(max(f[k], 1e-9))) >= 0.03:
             detail = ""
@@ -158,22 +233,44 @@ def build_rows(rows: Sequence[dict[str, Any]], table: int) -> list[dict[str, Any
         rs = [r for r in rows if (r["model"], r["source"], r["hardware"], r["batch_mode"]) == key]
         done = sorted((r for r in rs if r["ok"]), key=lambda r: (r["K"], r["M"]))
         # The paper's reference cell; where it failed (it does not fit, say), the smallest cell that ran.
-        ref = next((r for r in done if (r["K"], r["M"]) == REFERENCE[table]), done[0] if done else None)
+        ref = next(
+            (r for r in done if (r["K"], r["M"]) == REFERENCE[table]), done[0] if done else None
+        )
         for r in sorted(rs, key=lambda r: (r["M"], r["K"])):
             r = dict(r, table=table, reference=f"K={ref['K']}, M={ref['M']}" if ref else None)
             paper = PAPER[table][r["model"]].get((r["K"], r["M"]))
             if not r["ok"] or ref is None:
-                out.append({**r, "normalized": None, "paper_normalized": paper, "ratio": None, "bound": None,
-                            "balance": None, "transfers": None, "efficiency": None,
-                            "why": f"failed: {r['error']}"})
+                out.append(
+                    {
+                        **r,
+                        "normalized": None,
+                        "paper_normalized": paper,
+                        "ratio": None,
+                        "bound": None,
+                        "balance": None,
+                        "transfers": None,
+                        "efficiency": None,
+                        "why": f"failed: {r['error']}",
+                    }
+                )
                 continue
             r["normalized"] = r["throughput"] / ref["throughput"]
             f = decompose(r, ref)
             why = explain(r, ref, f, paper)
             if (ref["K"], ref["M"]) != REFERENCE[table]:
-                why = f"normalised to K={ref['K']}, M={ref['M']} (the paper's reference failed); " + why
-            out.append({**r, "paper_normalized": paper, "ratio": r["normalized"] / paper if paper else None,
-                        **f, "why": why})
+                why = (
+                    f"normalised to K={ref['K']}, M={ref['M']} (the paper's reference failed); "
+                    + why
+                )
+            out.append(
+                {
+                    **r,
+                    "paper_normalized": paper,
+                    "ratio": r["normalized"] / paper if paper else None,
+                    **f,
+                    "why": why,
+                }
+            )
     return out
 
 
@@ -182,22 +279,35 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def _markdown(rows: Sequence[dict[str, Any]], table: int, sources: list[str]) -> str:
-    lines = [f"# {TITLES[table]}", "",
-             f"Generated by `make table{table}` (`python -m gpipe_repro.report.paper_tables --table {table}`) from "
-             + ", ".join(f"`{s}`" for s in sources) + ". Every cell is labelled *source · hardware · batch*: "
-             "*measured* by the engine where the host had K devices, else *simulated* (`backend=auto`); "
-             "*fixed* batch as configured, or *fit*: the largest batch that fits each K on the hardware's "
-             "memory (the paper: 'adjusted to fit memory'). Each series is normalised to its own "
-             + ("K = 2, M = 1" if table == 2 else "K = 2") + ", as the paper normalises each model.", "",
-             "`normalised = bound × balance × transfers × efficiency` (see `report/paper_tables.py`): the "
-             "bubble bound K·M/(M+K−1) relative to the reference cell, the slowest stage's extra work, "
-             "transfers and per-step overhead, and compute per sample (micro-batch size, batch).", ""]
+    lines = [
+        f"# {TITLES[table]}",
+        "",
+        f"Generated by `make table{table}` (`python -m gpipe_repro.report.paper_tables --table {table}`) from "
+        + ", ".join(f"`{s}`" for s in sources)
+        + ". Every cell is labelled *source · hardware · batch*: "
+        "*measured* by the engine where the host had K devices, else *simulated* (`backend=auto`); "
+        "*fixed* batch as configured, or *fit*: the largest batch that fits each K on the hardware's "
+        "memory (the paper: 'adjusted to fit memory'). Each series is normalised to its own "
+        + ("K = 2, M = 1" if table == 2 else "K = 2")
+        + ", as the paper normalises each model.",
+        "",
+        "`normalised = bound × balance × transfers × efficiency` (see `report/paper_tables.py`): the "
+        "bubble bound K·M/(M+K−1) relative to the reference cell, the slowest stage's extra work, "
+        "transfers and per-step overhead, and compute per sample (micro-batch size, batch).",
+        "",
+    ]
     for model in dict.fromkeys(r["model"] for r in rows):
         ms = [r for r in rows if r["model"] == model]
         labels = list(dict.fromkeys(_label(r) for r in ms))
-        lines += [f"## {NAMES[table][model]}", "", "| M | K | paper | " + " | ".join(f"{lb} | ratio" for lb in labels) + " |",
-                  "|---|---|---|" + "---|---|" * len(labels)]
-        for (K, M), paper in sorted(PAPER[table][model].items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        lines += [
+            f"## {NAMES[table][model]}",
+            "",
+            "| M | K | paper | " + " | ".join(f"{lb} | ratio" for lb in labels) + " |",
+            "|---|---|---|" + "---|---|" * len(labels),
+        ]
+        for (K, M), paper in sorted(
+            PAPER[table][model].items(), key=lambda kv: (kv[0][1], kv[0][0])
+        ):
             cells = []
             for lb in labels:
                 r = next((x for x in ms if _label(x) == lb and (x["K"], x["M"]) == (K, M)), None)
@@ -206,25 +316,36 @@ def _markdown(rows: Sequence[dict[str, Any]], table: int, sources: list[str]) ->
                 elif r["normalized"] is None:
                     cells += ["failed", "—"]
                 else:
-                    cells += [f"{r['normalized']:.2f}", "—" if r["ratio"] is None else f"{r['ratio']:.2f}"]
+                    cells += [
+                        f"{r['normalized']:.2f}",
+                        "—" if r["ratio"] is None else f"{r['ratio']:.2f}",
+                    ]
             lines.append(f"| {M} | {K} | {paper:g} | " + " | ".join(cells) + " |")
         lines.append("")
         for lb in labels:
             rs = [r for r in ms if _label(r) == lb]
-            lines += [f"### {NAMES[table][model]} — {lb}", "",
-                      "| M | K | batch | micro-batch | fits | samples/s | ours | paper | ratio | bound | balance | "
-                      "transfers | efficiency | why |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [
+                f"### {NAMES[table][model]} — {lb}",
+                "",
+                "| M | K | batch | micro-batch | fits | samples/s | ours | paper | ratio | bound | balance | "
+                "transfers | efficiency | why |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for r in rs:
                 fits = {"True": "yes", "False": "**no**"}.get(str(r["fits_memory"]), "—")
                 paper = "—" if r["paper_normalized"] is None else f"{r['paper_normalized']:g}"
                 ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
                 if r["normalized"] is None:
-                    lines.append(f"| {r['M']} | {r['K']} | {r['batch_size'] or '—'} | — | — | — | failed | {paper} | "
-                                 f"— | — | — | — | — | {r['why']} |")
+                    lines.append(
+                        f"| {r['M']} | {r['K']} | {r['batch_size'] or '—'} | — | — | — | failed | {paper} | "
+                        f"— | — | — | — | — | {r['why']} |"
+                    )
                     continue
-                lines.append(f"| {r['M']} | {r['K']} | {r['batch_size']} | {r['micro_batch']} | {fits} | "
-                             f"{r['throughput']:.4g} | {r['normalized']:.2f} | {paper} | {ratio} | {r['bound']:.2f} | "
-                             f"{r['balance']:.2f} | {r['transfers']:.2f} | {r['efficiency']:.2f} | {r['why']} |")
+                lines.append(
+                    f"| {r['M']} | {r['K']} | {r['batch_size']} | {r['micro_batch']} | {fits} | "
+                    f"{r['throughput']:.4g} | {r['normalized']:.2f} | {paper} | {ratio} | {r['bound']:.2f} | "
+                    f"{r['balance']:.2f} | {r['transfers']:.2f} | {r['efficiency']:.2f} | {r['why']} |"
+                )
             lines.append("")
     return "\n".join(lines)
 
@@ -237,20 +358,44 @@ def _plot(rows: Sequence[dict[str, Any]], table: int, path: Path) -> None:
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     Ms = sorted({M for m in models for (_, M) in PAPER[table][m]})
-    fig, axes = plt.subplots(len(models), len(Ms), figsize=(4.2 * len(Ms), 3.4 * len(models)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(models), len(Ms), figsize=(4.2 * len(Ms), 3.4 * len(models)), squeeze=False
+    )
     for i, model in enumerate(models):
         for j, M in enumerate(Ms):
             ax = axes[i][j]
             pts = sorted((K, v) for (K, m), v in PAPER[table][model].items() if m == M)
             ax.plot([k for k, _ in pts], [v for _, v in pts], "ko-", lw=2, label="paper")
-            ax.plot([k for k, _ in pts], [k * M / (M + k - 1) / (2 * REFERENCE[table][1]
-                     / (REFERENCE[table][1] + 1)) for k, _ in pts], "k:", alpha=0.5, label="bubble bound")
+            ax.plot(
+                [k for k, _ in pts],
+                [
+                    k * M / (M + k - 1) / (2 * REFERENCE[table][1] / (REFERENCE[table][1] + 1))
+                    for k, _ in pts
+                ],
+                "k:",
+                alpha=0.5,
+                label="bubble bound",
+            )
             for lb in dict.fromkeys(_label(r) for r in rows if r["model"] == model):
-                rs = sorted((r for r in rows if r["model"] == model and _label(r) == lb and r["M"] == M
-                             and r["normalized"] is not None), key=lambda r: r["K"])
+                rs = sorted(
+                    (
+                        r
+                        for r in rows
+                        if r["model"] == model
+                        and _label(r) == lb
+                        and r["M"] == M
+                        and r["normalized"] is not None
+                    ),
+                    key=lambda r: r["K"],
+                )
                 if rs:
                     ax.plot([r["K"] for r in rs], [r["normalized"] for r in rs], "o--", label=lb)
-            ax.set(title=f"{NAMES[table][model]}, M = {M}", xlabel="K", ylabel="normalised throughput", xscale="log")
+            ax.set(
+                title=f"{NAMES[table][model]}, M = {M}",
+                xlabel="K",
+                ylabel="normalised throughput",
+                xscale="log",
+            )
             ax.set_xticks([2, 4, 8], ["2", "4", "8"])
             ax.minorticks_off()
             ax.grid(alpha=0.3)
@@ -260,19 +405,31 @@ def _plot(rows: Sequence[dict[str, Any]], table: int, path: Path) -> None:
     plt.close(fig)
 
 
-def write_tables(table: int, reports: Path = Path("reports"), out: Path | None = None) -> dict[str, Path]:
+def write_tables(
+    table: int, reports: Path = Path("reports"), out: Path | None = None
+) -> dict[str, Path]:
     out = out or reports / f"table{table}"
     rows = build_rows(load(reports, table), table)
     if not rows:
-        raise SystemExit(f"no results for table {table}: run gpipe-run -m experiment=table{table}_amoebanet "
-                         f"and experiment=table{table}_transformer first (reports/table{table}_*/results.csv)")
+        raise SystemExit(
+            f"no results for table {table}: run gpipe-run -m experiment=table{table}_amoebanet "
+            f"and experiment=table{table}_transformer first (reports/table{table}_*/results.csv)"
+        )
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out / "results.csv", "md": out / f"table{table}.md", "png": out / f"table{table}.png"}
+    paths = {
+        "csv": out / "results.csv",
+        "md": out / f"table{table}.md",
+        "png": out / f"table{table}.png",
+    }
     with open(paths["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    sources = [f"reports/{e}/results.csv" for e in EXPERIMENTS[table] if (reports / e / "results.csv").exists()]
+    sources = [
+        f"reports/{e}/results.csv"
+        for e in EXPERIMENTS[table]
+        if (reports / e / "results.csv").exists()
+    ]
     paths["md"].write_text(_markdown(rows, table, sources) + "\n")
     _plot(rows, table, paths["png"])
     return paths

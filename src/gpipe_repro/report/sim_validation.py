@@ -108,6 +108,33 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def variants(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What each modelling choice buys: the errors with it undone (``simulated_<variant>_s`` columns)."""
+    from ..sim.validation.run import VARIANTS
+
+    lines = [
+        "## What each modelling choice buys",
+        "",
+        "The same cells simulated with one choice of the model undone (every number from "
+        "`validation.csv`):",
+        "",
+        "| model | real: median / max abs. error | emulated: median / max abs. error |",
+        "|---|---|---|",
+    ]
+    for v, what in VARIANTS.items():
+        col = "simulated_step_s" if v == "model" else f"simulated_{v}_s"
+        cells = []
+        for kind in ("real", "emulated"):
+            errs = [
+                abs(r[col] - r["measured_step_s"]) / r["measured_step_s"]
+                for r in rows
+                if r["kind"] == kind and r.get(col) is not None
+            ]
+            cells.append(f"{statistics.median(errs):.1%} / {max(errs):.1%}" if errs else "—")
+        lines.append(f"| {what} | {cells[0]} | {cells[1]} |")
+    return [*lines, ""]
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:+.1f}%"
 
@@ -368,7 +395,10 @@ def write_report(out: Path) -> Path:
         "## Calibration (measured before the cells; nothing is fitted to them)",
         "",
         f"- link (gloo, 2 ranks, ping-pong): latency {1e6 * link.get('latency_s', 0):.0f} µs, bandwidth "
-        f"{link.get('bandwidth_Bps', 0) / 1e9:.2f} GB/s; a send occupies its sender: {dev.get('sender_busy')}",
+        f"{link.get('bandwidth_Bps', 0) / 1e9:.2f} GB/s; posting a send / a receive costs the calling rank "
+        f"{1e6 * link.get('send_call_s', 0):.0f} / {1e6 * link.get('recv_call_s', 0):.0f} µs (gloo moves the "
+        f"data on its own threads once the receive is posted; the engine posts 4 actions ahead); a send "
+        f"occupies its sender for the whole transfer: {dev.get('sender_busy')}",
         f"- engine overhead, from K = 1 runs of a separate reference model: {1e6 * dev.get('overhead_s', 0):.0f} µs "
         f"per forward/backward action, {1e3 * dev.get('step_overhead_s', 0):.2f} ms per step and stage",
         f"- emulation: `time.sleep` overshoots by {1e6 * calib.get('sleep_overshoot_s', 0):.0f} µs per call "
@@ -425,6 +455,8 @@ def write_report(out: Path) -> Path:
                     f"{(r.get('core_wait_share') or 0.0):.0%} | {mb} / {r['simulated_bubble']:.3f} |"
                 )
             lines.append("")
+    if any(r.get("simulated_sender_busy_s") is not None for r in rows):
+        lines += variants(rows)
     lines += _roofline(out)
     path = out / "sim.md"
     path.write_text("\n".join(lines) + "\n")

@@ -24,7 +24,7 @@ __all__ = ["predict", "attach_prediction"]
 def predict(spec: RunConfig, balance: list[int]) -> SimResult:
     """Simulate ``spec`` with ``balance`` on this device's measured costs."""
     from ..rank import plan_model
-    from .simulated import measured_model
+    from .simulated import LOOKAHEAD, measured_model
 
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
@@ -38,8 +38,9 @@ def predict(spec: RunConfig, balance: list[int]) -> SimResult:
         stage_costs(costs.layer_costs(mb), balance),
         costs.link,
         costs.overhead_s,
-        sender_busy=spec.device != "cuda",
+        sender_busy=False,
         step_overhead_s=costs.step_overhead_s,
+        lookahead=LOOKAHEAD,
     )
 
 

@@ -38,6 +38,7 @@ __all__ = ["simulate_run", "hardware_profile", "measured_model", "profile_sizes"
 
 MEASURED = "measured"
 GiB = 2**30
+LOOKAHEAD = 4  # engine.Pipeline's default: receives are posted 4 actions ahead (gloo waits for them)
 
 
 def hardware_profile(hw: Any) -> HardwareProfile | None:
@@ -175,8 +176,8 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
                             f"{per_layer[worst] / GiB:.2f} GiB > the {hw.memory_bytes / GiB:.2f} GiB of one device "
                             "at this micro-batch; a single layer must fit (GPipe §6)")
     res = simulate(p.K, p.M, p.schedule, p.checkpoint, stage_costs(lc, balance), costs.link, costs.overhead_s,
-                   sender_busy=hw.send_occupies_sender if hw is not None else spec.device != "cuda",
-                   step_overhead_s=costs.step_overhead_s)
+                   sender_busy=hw.send_occupies_sender if hw is not None else False,
+                   step_overhead_s=costs.step_overhead_s, lookahead=None if hw is not None else LOOKAHEAD)
     m = base_metrics(spec, launcher="sim")
     assert m.model is not None and m.pipeline is not None
     m.source = "simulated"

@@ -11,8 +11,10 @@ not depend on the model is measured once per device and cached (``cache``):
   reference is small (a few narrow linear layers) so that the residual is the engine's bookkeeping
   (splitting, event spans, autograd entry, the loss sum, the BatchNorm commit) rather than noise in
   large layer times;
-- whether a send occupies the sending rank: on CPU gloo copies into the socket from the calling
-  thread (the engine's ``send`` spans show it), nccl on CUDA runs on a side stream.
+- what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
+  gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
+  posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
+  occupy its sender (``sender_busy=False``) on either backend.
 
 ``measured_costs`` joins a model's profile with these into the ``CostModel`` the simulator takes.
 """
@@ -46,7 +48,7 @@ class DeviceModel:
     link: Link
     overhead_s: float  # the engine's cost per forward or backward action of a micro-batch
     step_overhead_s: float  # the engine's cost per step and stage
-    sender_busy: bool  # a send occupies the sending rank (gloo on CPU)
+    sender_busy: bool  # a send occupies the sending rank for its whole transfer (no: gloo, nccl)
     source: str = "measured"  # measured | cache
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +82,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "reference": REFERENCE,
+        "format": 2,  # 2: the link holds the send/receive call costs
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
@@ -115,9 +118,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         repeats=REFERENCE["repeats"],
         profile=prof,
     )
-    model = DeviceModel(
-        cache.device_name(dev), link, fit.overhead_s, max(0.0, fit.fixed_s), dev.type == "cpu"
-    )
+    model = DeviceModel(cache.device_name(dev), link, fit.overhead_s, max(0.0, fit.fixed_s), False)
     if use_cache:
         cache.save("device", key, model.to_json())
     return model

@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,17 @@ from ..simulate import SimResult, simulate
 from . import cells as C
 from .models import MODELS, N
 
-__all__ = ["Settings", "Validation", "validate", "simulate_cell", "CSV_COLUMNS"]
+__all__ = ["Settings", "Validation", "validate", "simulate_cell", "CSV_COLUMNS", "VARIANTS"]
+
+# The calibrated model, and each of its modelling choices undone: the report shows what each one buys.
+VARIANTS = {
+    "model": "the calibrated model",
+    "sender_busy": "a send occupies its sender for the whole transfer",
+    "posted": "receives always posted (no gloo rendezvous)",
+    "no_calls": "posting sends and receives is free",
+    "no_overhead": "no engine overhead per action or step",
+}
+LOOKAHEAD = 4  # engine.Pipeline's default
 
 CSV_COLUMNS = [
     "model",
@@ -55,6 +65,7 @@ CSV_COLUMNS = [
     "core_wait_share",
     "measured_bubble",
     "simulated_bubble",
+    *[f"simulated_{v}_s" for v in VARIANTS if v != "model"],
 ]
 
 
@@ -119,18 +130,25 @@ def simulate_cell(
     layer_costs: list[LayerCost],
     dm: DeviceModel,
     extra_step_s: float = 0.0,
+    variant: str = "model",
 ) -> SimResult:
-    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch)."""
+    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch); ``variant`` undoes
+    one modelling choice (``VARIANTS``)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} is unknown; allowed: {', '.join(VARIANTS)}")
+    link = replace(dm.link, send_call_s=0.0, recv_call_s=0.0) if variant == "no_calls" else dm.link
+    none = variant == "no_overhead"
     return simulate(
         K,
         cell["M"],
         cell["schedule"],
         cell["checkpoint"],
         stage_costs(layer_costs, balance),
-        dm.link,
-        dm.overhead_s,
-        sender_busy=dm.sender_busy,
-        step_overhead_s=dm.step_overhead_s + extra_step_s,
+        link,
+        0.0 if none else dm.overhead_s,
+        sender_busy=variant == "sender_busy" or dm.sender_busy,
+        step_overhead_s=(0.0 if none else dm.step_overhead_s) + extra_step_s,
+        lookahead=None if variant == "posted" else LOOKAHEAD,
     )
 
 
@@ -252,6 +270,12 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     "measured_bubble": _bubble(evs, K),
                     "simulated_bubble": res.bubble_fraction,
                 }
+                for v in VARIANTS:
+                    if v != "model":
+                        extra = overshoot if kind == "emulated" else 0.0
+                        row[f"simulated_{v}_s"] = simulate_cell(
+                            cell, K, balance, lc, dm, extra, v
+                        ).step_s
                 rows.append(row)
                 key = {k: row[k] for k in ("model", "K", "M", "schedule", "checkpoint", "kind")}
                 ev_file.write(
