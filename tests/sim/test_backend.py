@@ -182,3 +182,16 @@ def test_batch_mode_fit_says_when_not_one_sample_fits(tmp_path):
 def test_batch_mode_fit_is_refused_for_the_engine():
     with pytest.raises(UserError, match="train.batch_mode=fit is planned by the simulator only"):
         compose([*MLP, "train.batch_mode=fit"], cuda_available=False)
+
+
+def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
+    from gpipe_repro.rank import plan_model
+    from gpipe_repro.runner.batch import engine_batch
+
+    spec = compose(["model=tuplenet", "data=synthetic", "pipeline.K=2", "pipeline.M=4", "train.batch_size=16",
+                    "pipeline.checkpoint=never", "backend=sim", "train.batch_mode=fit"], cuda_available=False)
+    fitted = engine_batch(spec, plan_model(spec), memory_bytes=100_000_000)
+    assert fitted.train.batch_size % 4 == 0 and fitted.train.batch_size > 16
+    assert engine_batch(fitted, plan_model(spec), memory_bytes=10**12).train.batch_size > fitted.train.batch_size
+    fixed = compose(["model=tuplenet", "data=synthetic"], cuda_available=False)
+    assert engine_batch(fixed, plan_model(fixed)) is fixed

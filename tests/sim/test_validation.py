@@ -54,3 +54,22 @@ def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
             0,
             1,
         }  # both ranks' last step came back for the trace
+
+
+@pytest.mark.slow
+def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path):
+    from gpipe_repro.config.compose import compose
+    from gpipe_repro.report.gather import load_rows
+    from gpipe_repro.runner import run
+
+    spec = compose(["model=tuplenet", "model.dropout=0", "data=digits", "train.steps=6", "train.warmup_steps=2",
+                    "train.batch_size=16", "pipeline.M=2", "train.predict=true", "logger=none",
+                    "train.progress=false", "train.eval=false"], cuda_available=False)
+    m = run(spec, tmp_path / "0_K1-M2")
+    assert m is not None and m.status == "ok", m and m.error
+    assert m.source == "measured" and m.predicted_step_time_s is not None and m.predicted_step_time_s > 0
+    assert m.predicted_throughput == pytest.approx(16 / m.predicted_step_time_s)
+    # a generous sanity bound (the machine may be loaded): the same order of magnitude
+    assert 0.2 < m.predicted_step_time_s / m.step_time_s < 5
+    (row,) = load_rows(tmp_path)
+    assert row["predicted_throughput"] == pytest.approx(m.predicted_throughput)

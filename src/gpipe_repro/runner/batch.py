@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..config import RunConfig
 from ..errors import UserError
 from ..planner.stages import StagePlan
 
-__all__ = ["fit_micro_batch", "host_memory_bytes", "GiB"]
+if TYPE_CHECKING:
+    from ..rank import Plan
+
+__all__ = ["fit_micro_batch", "engine_batch", "host_memory_bytes", "GiB"]
 
 GiB = 2**30
 ROUNDS = 4
@@ -65,3 +69,54 @@ def fit_micro_batch(
         seen.add((best, tuple(balance)))
         n = best
     return n, balance_at(n)
+
+
+def engine_batch(spec: RunConfig, plan: Plan, memory_bytes: int | None = None) -> RunConfig:
+    """``spec`` with ``train.batch_mode=fit`` resolved for a run on the engine: the largest batch whose
+    stages fit ``memory_bytes`` (default: the CUDA device's, else this host's memory), partitioned as
+    the engine will (explicit balance, else the min-max partition of ``balance_by`` — counted on meta;
+    ``time`` and ``memory`` are measured by the ranks, so FLOPs stand in for them here). A ``fixed``
+    spec comes back unchanged. (``runner.run`` should call this before launching the ranks.)"""
+    from dataclasses import replace
+
+    import torch
+
+    from ..engine import balance_by_cost
+    from ..engine.cost import layer_costs
+    from ..planner.stages import plan_stages
+    from ..sim.count import classification_loss, lm_loss
+
+    if spec.train.batch_mode != "fit":
+        return spec
+    p = spec.pipeline
+    if memory_bytes is None:
+        cuda = spec.device == "cuda" and torch.cuda.is_available()
+        memory_bytes = (
+            int(torch.cuda.get_device_properties(0).total_memory) if cuda else host_memory_bytes()
+        )
+    kind = p.balance_by if p.balance_by in ("params", "flops") else "flops"
+    loss = lm_loss if plan.model.task == "lm" else classification_loss
+
+    def balance_at(n: int) -> list[int]:
+        if p.balance is not None:
+            return list(p.balance)
+        return balance_by_cost(layer_costs(plan.layers, plan.info.example(n, "meta"), kind), p.K)
+
+    def plan_at(balance: Sequence[int], n: int) -> list[StagePlan]:
+        return plan_stages(
+            plan.layers,
+            plan.info.example,
+            loss,
+            balance,
+            K=p.K,
+            M=p.M,
+            micro_batch=n,
+            schedule=p.schedule,
+            checkpoint=p.checkpoint,
+            optim=spec.optim.name,
+            key=f"{spec.model!r}|{plan.info!r}",
+        )
+
+    start = spec.train.batch_size // p.replicas // p.M
+    mb, _ = fit_micro_batch(spec, memory_bytes, start, balance_at, plan_at, f"device={spec.device}")
+    return replace(spec, train=replace(spec.train, batch_size=mb * p.M * p.replicas))
