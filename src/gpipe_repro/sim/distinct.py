@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..engine.batchnorm import convert_batchnorm
 from ..engine.microbatch import Batch, as_tuple, from_tuple
 from . import cache
 from .costs import LayerCost
@@ -116,6 +117,7 @@ def profile_planned(
         "repeats": repeats,
         "warmup": warmup,
         "stat": stat,
+        "hooks": True,  # forward timed with the engine's saved-tensor hooks (profile._time_layer)
         "seed": seed,
         "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
         "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
@@ -134,6 +136,7 @@ def profile_planned(
     for i in sorted(set(rep)):
         t0 = time.perf_counter()
         (lay,) = materialize([copy.deepcopy(layers[i])], seed, first_index=i)
+        lay = convert_batchnorm(lay)  # as the engine runs it
         per: dict[int, LayerCost] = {}
         for n in sizes:
             x = _real_input(inputs[i], n, i == 0, example, g)
