@@ -14,10 +14,9 @@ from typing import Any
 
 from ..engine.events import Event, chrome_trace
 from ..metrics.timeline import COLORS
+from ..sim.validation.run import KEY
 
-__all__ = ["trace_cell", "plot_cells", "plot_roofline", "KEY"]
-
-KEY = ("model", "K", "M", "schedule", "checkpoint", "kind")
+__all__ = ["trace_cell", "plot_cells", "plot_roofline"]
 
 
 def _events(path: Path, cell: dict[str, Any]) -> tuple[list[Event], list[Event]] | None:

@@ -10,7 +10,8 @@
 3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost.
 4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
    measured median, simulated, relative error, the spread of the measured steps) plus the events of
-   each cell's last step (``events.jsonl``) for the report's traces (``report.sim_validation``).
+   the traced cells' last step (``events.jsonl``: ``TRACE_CELL`` and the worst real and emulated
+   cells) for the report's traces (``report.sim_validation``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,17 @@ from ..simulate import SimResult, simulate
 from . import cells as C
 from .models import MODELS, N
 
-__all__ = ["Settings", "Validation", "validate", "simulate_cell", "CSV_COLUMNS", "VARIANTS"]
+__all__ = [
+    "Settings",
+    "Validation",
+    "validate",
+    "simulate_cell",
+    "traced_cells",
+    "CSV_COLUMNS",
+    "VARIANTS",
+    "TRACE_CELL",
+    "KEY",
+]
 
 # The calibrated model, and each of its modelling choices undone: the report shows what each one buys.
 VARIANTS = {
@@ -47,6 +58,17 @@ VARIANTS = {
     "no_overhead": "no engine overhead per action or step",
 }
 LOOKAHEAD = 4  # engine.Pipeline's default
+
+# The cell drawn measured-above-simulated in the report (remat: the recompute runs before the gradient).
+TRACE_CELL = {
+    "model": "transformer",
+    "K": 2,
+    "M": 8,
+    "schedule": "gpipe",
+    "checkpoint": "always",
+    "kind": "real",
+}
+KEY = ("model", "K", "M", "schedule", "checkpoint", "kind")
 
 CSV_COLUMNS = [
     "model",
@@ -192,6 +214,27 @@ def _rounds(
     return [(json.loads(k), v, waits[k], events[k]) for k, v in times.items()]
 
 
+def traced_cells(rows: list[dict]) -> list[dict]:
+    """The cells whose traces the report draws: ``TRACE_CELL`` and the worst real and emulated cells."""
+    cells = [dict(TRACE_CELL)]
+    for kind in ("real", "emulated"):
+        rs = [r for r in rows if r["kind"] == kind]
+        if rs:
+            w = max(rs, key=lambda r: abs(r["rel_error"]))
+            cells.append({k: w[k] for k in KEY})
+    return cells
+
+
+def _keep_traced(every: Path, path: Path, rows: list[dict]) -> None:
+    keep = traced_cells(rows)
+    with open(every) as src, open(path, "w") as dst:
+        for line in src:
+            d = json.loads(line)
+            if any(all(d[k] == c[k] for k in KEY) for c in keep):
+                dst.write(line)
+    every.unlink()
+
+
 @dataclass
 class Validation:
     rows: list[dict]
@@ -220,7 +263,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
     grid = _grid(s)
     rows: list[dict] = []
-    with open(out / "events.jsonl", "w") as ev_file:
+    every = out / "events-all.jsonl.tmp"  # every cell's last step; only the traced cells are kept
+    with open(every, "w") as ev_file:
         plan = [("real", m, K) for m in s.models for K in s.real_K] + [
             ("emulated", m, K) for m in s.emulated_models for K in s.emulated_K
         ]
@@ -284,6 +328,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     )
                     + "\n"
                 )
+    _keep_traced(every, out / "events.jsonl", rows)
     import csv
 
     with open(out / "validation.csv", "w", newline="") as f:
