@@ -73,3 +73,25 @@ def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path)
     assert 0.2 < m.predicted_step_time_s / m.step_time_s < 5
     (row,) = load_rows(tmp_path)
     assert row["predicted_throughput"] == pytest.approx(m.predicted_throughput)
+
+
+@pytest.mark.slow
+def test_the_validation_pipeline_writes_its_report(tmp_path):
+    import csv
+
+    from gpipe_repro.report.sim_validation import write_report
+    from gpipe_repro.sim.validation.run import CSV_COLUMNS, Settings, validate
+
+    s = Settings(models=["imbalanced"], real_K=[1], emulated_models=["transformer"], emulated_K=[2], Ms=[4],
+                 schedules=["gpipe"], checkpoints=["always"], rounds=1, emulated_rounds=1, warmup=1, steps=2,
+                 repeats=2)
+    v = validate(tmp_path, s, log=lambda msg: None)
+    assert [(r["kind"], r["K"], r["M"]) for r in v.rows] == [("real", 1, 4), ("emulated", 2, 4)]
+    with open(tmp_path / "validation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == CSV_COLUMNS and len(rows) == 2
+    assert all(float(r["measured_step_s"]) > 0 and float(r["simulated_step_s"]) > 0 for r in rows)
+    (tmp_path / "calibration.json").write_text(__import__("json").dumps(v.calibration))
+    md = write_report(tmp_path).read_text()
+    assert "| real | 1 |" in md and "| emulated | 1 |" in md and "What each modelling choice buys" in md
+    assert (tmp_path / "trace_worst_emulated_measured.json").exists()

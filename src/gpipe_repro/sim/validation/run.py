@@ -109,11 +109,11 @@ class Settings:
 
     @classmethod
     def quick(cls) -> Settings:
-        """A smoke run of the whole pipeline (a minute or two): fewer cells, rounds and steps."""
+        """A smoke run of every step (a few minutes): fewer cells, one round, two timed steps."""
         return cls(
             models=["transformer", "imbalanced"],
             emulated_models=["transformer"],
-            Ms=[1, 4, 32],
+            Ms=[1, 8, 32],  # M = 8: the traced cell (TRACE_CELL)
             schedules=["gpipe", "1f1b"],
             checkpoints=["never", "always"],
             rounds=1,
