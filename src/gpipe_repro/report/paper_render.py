@@ -35,7 +35,7 @@ def markdown(rows: Sequence[dict[str, Any]], table: int, sources: list[str]) -> 
         "",
         "`normalised = bound × balance × transfers × efficiency` (see `report/paper_tables.py`): the "
         "bubble bound K·M/(M+K−1) relative to the reference cell, the slowest stage's extra work, "
-        "transfers and per-step overhead, and compute per sample (micro-batch size, batch).",
+        "transfers, the optimiser step and per-step overhead, and compute per sample (micro-batch size, batch).",
         "",
     ]
     for model in dict.fromkeys(r["model"] for r in rows):

@@ -106,7 +106,7 @@ def measured_model(spec: RunConfig, plan: Plan, sizes: list[int], repeats: int =
         return torch.zeros(n, *(info.shape if info.kind != "image" else ()), dtype=torch.long)
 
     costs, _ = measured_costs(plan.layers, info.example, targets, sizes, loss_fn=plan.model.loss_fn,
-                              seed=spec.seed, repeats=repeats, extrapolate="proportional")
+                              seed=spec.seed, repeats=repeats, extrapolate="proportional", on=spec.device)
     _MEASURED[memo] = costs
     return costs
 

@@ -137,10 +137,11 @@ def measured_costs(
     device: DeviceModel | None = None,
     use_cache: bool = True,
     log: Callable[[str], None] | None = None,
+    on: str = "cpu",
 ) -> tuple[MeasuredCosts, DeviceModel]:
     """The ``measured`` cost model of a model planned on ``meta``: its distinct layers profiled at
     ``sizes`` (``distinct.profile_planned``) and this device's link and overheads."""
-    dm = device or device_model(use_cache=use_cache)
+    dm = device or device_model(on, use_cache=use_cache)
     prof = profile_planned(
         layers,
         example,
@@ -151,6 +152,7 @@ def measured_costs(
         repeats=repeats,
         use_cache=use_cache,
         log=log,
+        device=on,
     )
     costs = MeasuredCosts(prof, dm.link, dm.overhead_s, extrapolate, dm.step_overhead_s)
     return costs, dm

@@ -30,7 +30,16 @@ from ..engine.batchnorm import convert_batchnorm
 from ..engine.microbatch import Batch, as_tuple, from_tuple
 from . import cache
 from .costs import LayerCost
-from .profile import STATS, LayerProfile, LossFn, OptimizerFn, _rmsprop, _time_layer, _time_update
+from .profile import (
+    STATS,
+    LayerProfile,
+    LossFn,
+    OptimizerFn,
+    _rmsprop,
+    _time_layer,
+    _time_update,
+    _to,
+)
 
 __all__ = ["profile_planned", "layer_groups"]
 
@@ -94,6 +103,7 @@ def profile_planned(
     optimizer_fn: OptimizerFn | None = None,
     use_cache: bool = True,
     log: Callable[[str], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> LayerProfile:
     """Per-layer costs at every micro-batch size in ``sizes`` for ``layers`` built on ``meta``.
 
@@ -110,7 +120,7 @@ def profile_planned(
     rep, inputs = layer_groups(layers, example)
     key = {
         "kind": "planned",
-        "device": cache.device_name("cpu"),
+        "device": cache.device_name(device),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "sizes": sizes,
@@ -129,21 +139,21 @@ def profile_planned(
             return LayerProfile.from_json(stored, key)
         except (KeyError, TypeError, ValueError):
             pass  # corrupt content: measure again
-    dev = torch.device("cpu")
+    dev = torch.device(device)
     timed: dict[int, dict[int, LayerCost]] = {}
     g = torch.Generator().manual_seed(seed)
     last = len(layers) - 1
     for i in sorted(set(rep)):
         t0 = time.perf_counter()
-        (lay,) = materialize([copy.deepcopy(layers[i])], seed, first_index=i)
+        (lay,) = materialize([copy.deepcopy(layers[i])], seed, first_index=i, device=dev)
         lay = convert_batchnorm(lay)  # as the engine runs it
         per: dict[int, LayerCost] = {}
         for n in sizes:
-            x = _real_input(inputs[i], n, i == 0, example, g)
+            x = _to(_real_input(inputs[i], n, i == 0, example, g), dev)
             cost, _ = _time_layer(
                 lay,
                 x,
-                targets(n) if i == last else None,
+                _to(targets(n), dev) if i == last else None,
                 loss_fn if i == last else None,
                 i == 0,
                 dev,
