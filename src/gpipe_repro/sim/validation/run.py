@@ -135,8 +135,10 @@ def _grid(s: Settings) -> list[dict]:
 
 
 def _partition(profile: LayerProfile, K: int) -> list[int]:
-    """The min-max partition of the profiled forward + backward time at micro-batch N (M = 1)."""
-    return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[N]], K)
+    """The min-max partition of the profiled forward + backward time at the largest profiled
+    micro-batch (N, M = 1, in the full grid); one partition for every M of a (model, K)."""
+    top = max(profile.sizes)
+    return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[top]], K)
 
 
 def _plus(c: LayerCost, o: float) -> LayerCost:
