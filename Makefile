@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 clean table5 table5-quick fig3 fig3-quick
+.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -79,3 +79,16 @@ fig3: $(STAMP) ## Fig. 3: many->English BLEU per language vs depth/width/tricks,
 
 fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (2 models, 10 updates, 2 seeds); report beside the sweep in multirun/
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK)
+
+validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
+	$(BIN)/python -m gpipe_repro.sim.validation --out reports/sim
+
+table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
+	$(BIN)/gpipe-run -m experiment=table2_amoebanet
+	$(BIN)/gpipe-run -m experiment=table2_transformer
+	$(BIN)/python -m gpipe_repro.report.paper_tables --table 2
+
+table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else simulated on P100 PCIe and here) -> reports/table3/
+	$(BIN)/gpipe-run -m experiment=table3_amoebanet
+	$(BIN)/gpipe-run -m experiment=table3_transformer
+	$(BIN)/python -m gpipe_repro.report.paper_tables --table 3

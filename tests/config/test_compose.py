@@ -93,7 +93,10 @@ def test_every_experiment_runs_two_steps(name, tmp_path, monkeypatch):
                     *_offline_text(name, tmp_path, monkeypatch)], cuda_available=False)
     m = run(spec, tmp_path)
     assert m.status == "ok", m.error
-    assert len(m.losses) == 2
+    if m.source == "simulated":  # backend=auto on a host without a GPU per stage: no losses to report
+        assert m.step_time_s and len(m.step_times_s) == 2
+    else:
+        assert len(m.losses) == 2
 
 
 def test_to_spec_gives_typed_sections():

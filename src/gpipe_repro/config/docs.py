@@ -62,7 +62,7 @@ def markdown() -> str:
              "`model=mlp data=mnist pipeline=gpipe optim=rmsprop logger=wandb`.", ""]
     lines += ["## Run", "", *_table(RunConfig, ""), ""]
     for section, cls in [("pipeline", "PipelineConfig"), ("train", "TrainConfig"), ("logger", "LoggerConfig"),
-                         ("sweep", "SweepConfig")]:
+                         ("sweep", "SweepConfig"), ("sim", "SimConfig")]:
         sub = typing.get_type_hints(RunConfig)[section]
         lines += [f"## {section}", "", (sub.__doc__ or "").strip(), "", *_table(sub, f"{section}."), ""]
         if section in groups:

@@ -20,11 +20,12 @@ from ..engine.hostmem import HOST_MEMORY_MODES
 from ..optim import LR_SCHEDULES
 from ..options import opt
 
-__all__ = ["BACKENDS", "PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "RunConfig", "DEVICES",
+__all__ = ["BACKENDS", "BATCH_MODES", "PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "SimConfig", "RunConfig", "DEVICES",
            "LOGGERS", "WANDB_MODES"]
 
 DEVICES = ("auto", "cpu", "cuda")
-BACKENDS = ("engine", "sim")
+BACKENDS = ("engine", "sim", "auto")
+BATCH_MODES = ("fixed", "fit")
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -57,6 +58,10 @@ class TrainConfig:
     micro_batch_size: int | None = opt(None, "grow the mini-batch through M: when set, train.batch_size "
                                        "becomes pipeline.M * pipeline.replicas * this (samples, or target "
                                        "tokens for data=translation); null = train.batch_size", min=1)
+    batch_mode: str = opt("fixed", "fixed: train.batch_size as given; fit: the largest multiple of "
+                          "pipeline.M * replicas whose every stage fits the device memory at this K (the "
+                          "paper's Table 2: 'adjusted to fit memory'; planned on the meta device; "
+                          "backend=sim)", choices=BATCH_MODES)
     steps: int = opt(50, "optimiser steps", min=1)
     warmup_steps: int | None = opt(None, "steps excluded from step_time_s; null = min(5, (steps - 1) // 2)",
                                    min=0, allowed="null or an integer in 0..steps-1")
@@ -82,6 +87,8 @@ class TrainConfig:
                                       "null = the last layer (the classifier: a new head)")
     memory_check: bool = opt(True, "refuse, before allocating, a run whose planned memory exceeds the "
                              "device's (each GPU, or this host's RAM)")
+    predict: bool = opt(False, "engine runs: also simulate the run on this device's measured costs "
+                        "(hardware=measured) and report predicted_step_time_s beside the measurement")
     stop_grace_s: float = opt(60.0, "after SIGINT/SIGTERM, how long to wait for the current step (and "
                               "save) before stopping at once", min=0)
 
@@ -111,6 +118,17 @@ class SweepConfig:
 
 
 @dataclass
+class SimConfig:
+    """How ``backend=sim`` times a run on ``hardware=measured``: each distinct layer profiled on this device
+    (cached per model and sizes, so a sweep profiles once)."""
+
+    profile_max_micro_batch: int = opt(64, "layers are profiled at the powers of two up to this micro-batch; "
+                                       "larger micro-batches keep the per-sample cost of the largest (for "
+                                       "paper-size models: 1 or 2 bounds the profiling time)", min=1)
+    profile_repeats: int = opt(5, "timed repeats per layer and size (their median)", min=1)
+
+
+@dataclass
 class RunConfig:
     """The root: one run (one Hydra job)."""
 
@@ -123,10 +141,13 @@ class RunConfig:
     train: TrainConfig = opt(TrainConfig())
     logger: LoggerConfig = opt(LoggerConfig())
     sweep: SweepConfig = opt(SweepConfig())
+    sim: SimConfig = opt(SimConfig())
     seed: int = opt(0, "seeds weights (per layer), data order and dropout", min=0)
     device: str = opt("auto", "auto = cuda when available, else cpu", choices=DEVICES)
     backend: str = opt("engine", "engine = run the pipeline and measure; sim = simulate it on the hardware "
-                       "profile (nothing allocated)", choices=BACKENDS)
+                       "profile (nothing allocated); auto = engine where the host has a CUDA device per "
+                       "rank, else sim (resolved at validation; metrics.json's source says which)",
+                       choices=BACKENDS)
     experiment_name: str | None = opt(None, "set by conf/experiment/*.yaml; names reports/<experiment_name>/")
 
     @property

@@ -16,7 +16,7 @@ from ..errors import UserError
 from ..options import check_fields
 from .schema import RunConfig
 
-__all__ = ["validate", "engine_error", "ENGINE_KEYS"]
+__all__ = ["validate", "engine_error", "resolve_backend", "resolve_device", "ENGINE_KEYS"]
 
 # The engine's parameter names -> the config keys that set them.
 ENGINE_KEYS = {
@@ -80,21 +80,41 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
                         + (f" / {p.replicas} replicas" if p.replicas > 1 else "")
                         + f"; allowed: a divisor of {per_replica}")
     device = resolve_device(cfg.device, cuda_available)
-    if cfg.backend == "sim":
+    backend = resolve_backend(cfg.backend, device, cfg.world_size)
+    if backend == "sim":
         from ..sim.hardware import HardwareError, hardware_profile
 
         try:
             hardware_profile(cfg.hardware)  # one line when the profile is invalid
         except HardwareError as err:
             raise UserError(str(err)) from None
-    elif device == "cuda" and cuda_available is None:
+    else:
+        if t.batch_mode != "fixed":
+            raise UserError(f"train.batch_mode={t.batch_mode} is planned by the simulator only; allowed with "
+                            f"backend={cfg.backend}: fixed (or run backend=sim)")
+        if device == "cuda" and cuda_available is None:
+            import torch
+
+            n = torch.cuda.device_count()
+            if cfg.world_size > n:
+                raise UserError(f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks but this host has {n} "
+                                f"CUDA device(s); one rank per device: lower pipeline.K, or simulate with "
+                                f"backend=sim (or backend=auto)")
+    return replace(cfg, device=device, backend=backend)
+
+
+def resolve_backend(backend: str, device: str, world_size: int, device_count: int | None = None) -> str:
+    """``auto``: the engine where the host has a CUDA device for every rank, else the simulator (a CPU
+    host always simulates: its ranks would share its cores). ``device_count`` None = ask torch."""
+    if backend != "auto":
+        return backend
+    if device != "cuda":
+        return "sim"
+    if device_count is None:
         import torch
 
-        n = torch.cuda.device_count()
-        if cfg.world_size > n:
-            raise UserError(f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks but this host has {n} CUDA "
-                            f"device(s); one rank per device: lower pipeline.K, or simulate with backend=sim")
-    return replace(cfg, device=device)
+        device_count = torch.cuda.device_count()
+    return "engine" if device_count >= world_size else "sim"
 
 
 def resolve_device(device: str, cuda_available: bool | None = None) -> str:

@@ -101,7 +101,9 @@ class RunMetrics:
     data: dict[str, Any] | None = opt(None, "the dataset's options")
     pipeline: PipelineInfo | None = opt(None, "the pipeline as run")
     optim: dict[str, Any] | None = opt(None, "the optimiser's options")
-    batch_size: int | None = opt(None, "the mini-batch N")
+    batch_size: int | None = opt(None, "the mini-batch N (as run: after train.batch_mode=fit chose it)")
+    batch_mode: str = opt("fixed", "fixed (train.batch_size as given) or fit (the largest batch that fits "
+                          "the device memory at this K)")
     steps: int | None = opt(None, "optimiser steps asked for")
     warmup_steps: int | None = opt(None, "steps excluded from step_time_s")
     seed: int | None = opt(None, "the run's seed")
@@ -116,6 +118,9 @@ class RunMetrics:
     tokens_per_s: float | None = opt(None, "tokens per second (sequence models)")
     bubble_fraction: float | None = opt(None, "measured share of stage time idle inside a step")
     bubble_ideal: float | None = opt(None, "(K-1)/(M+K-1), GPipe §2.3")
+    predicted_step_time_s: float | None = opt(None, "train.predict: the step time the simulator predicts for "
+                                              "this run on this device's measured costs (simulated)")
+    predicted_throughput: float | None = opt(None, "samples per second from predicted_step_time_s")
     stages: list[StageMetrics] = opt([], "one per stage")
     layer_costs: list[float] = opt([], "the per-layer costs the partition used")
     eval: EvalMetrics | None = opt(None, "evaluation after training, when it ran")

@@ -89,7 +89,11 @@ def _options(cfg: Any) -> dict[str, Any]:
 def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, launcher: str = "local") -> RunMetrics:
     """What is known of a run before it runs: its configuration."""
     p = spec.pipeline
+    simulated = spec.backend == "sim"
+    hw = dict(spec.hardware) if simulated and spec.hardware is not None else {}
     return RunMetrics(
+        source="simulated" if simulated else "measured",
+        hardware={"name": hw.get("name", "measured")} if simulated else None,
         status=status, error=error,
         model=ModelInfo(name=spec.model.name, config=_options(spec.model)),
         data={"name": spec.data.name, **_options(spec.data)},
@@ -97,7 +101,7 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
                               balance=list(p.balance) if p.balance else None, balance_by=p.balance_by,
                               replicas=p.replicas),
         optim={"name": spec.optim.name, **_options(spec.optim)},
-        batch_size=spec.train.batch_size, steps=spec.train.steps, warmup_steps=spec.train.timed_from,
+        batch_size=spec.train.batch_size, batch_mode=spec.train.batch_mode, steps=spec.train.steps, warmup_steps=spec.train.timed_from,
         seed=spec.seed, device="cuda" if spec.device.startswith("cuda") else "cpu",
         world_size=spec.world_size, experiment=spec.experiment_name, env=env_info(launcher=launcher),
     )
@@ -159,5 +163,9 @@ def summarize(spec: RunConfig, results: Sequence[RankResult],
     m.layer_costs = results[0].costs
     m.eval = EvalMetrics(**ev) if ev is not None else None
     m.env = env_info(results, launcher)
+    if spec.train.predict:  # TODO(lead): belongs in runner.run after summarize (runner/ is being edited)
+        from ..runner.predict import attach_prediction
+
+        attach_prediction(spec, m)
     keep = set(steps[-spec.train.trace_steps:])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]

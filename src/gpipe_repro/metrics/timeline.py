@@ -23,13 +23,19 @@ def plot_timeline(events: Sequence[Event], K: int, path: Path, title: str = "") 
     fig, ax = plt.subplots(figsize=(11, 0.6 * K + 1.4))
     if evs:
         t0 = min(e.start for e in evs)
+        # One broken_barh per (stage, action): thousands of single-box calls (K = 8, M = 32) each
+        # re-autoscale the axes and take tens of seconds.
+        groups: dict[tuple[int, str], list[tuple[float, float]]] = {}
         for e in evs:
-            y = K - 1 - e.stage
-            h = 0.8 if e.action in ("forward", "backward", "recompute") else 0.3
-            ax.broken_barh([((e.start - t0) * 1e3, (e.end - e.start) * 1e3)], (y - h / 2, h),
-                           facecolors=COLORS[e.action])
-            if e.action in ("forward", "backward") and (e.end - e.start) * 1e3 > 0:
-                ax.text((e.start - t0 + (e.end - e.start) / 2) * 1e3, y, str(e.mb), ha="center",
+            groups.setdefault((e.stage, e.action), []).append(((e.start - t0) * 1e3, (e.end - e.start) * 1e3))
+        for (stage, action), bars in groups.items():
+            y = K - 1 - stage
+            h = 0.8 if action in ("forward", "backward", "recompute") else 0.3
+            ax.broken_barh(bars, (y - h / 2, h), facecolors=COLORS[action])
+        labelled = [e for e in evs if e.action in ("forward", "backward") and e.end > e.start]
+        if len(labelled) <= 400:  # beyond that the numbers are unreadable anyway
+            for e in labelled:
+                ax.text((e.start - t0 + (e.end - e.start) / 2) * 1e3, K - 1 - e.stage, str(e.mb), ha="center",
                         va="center", fontsize=6, color="white")
     ax.set_yticks(range(K), [f"stage {K - 1 - i}" for i in range(K)])
     ax.set_xlabel("time (ms)")

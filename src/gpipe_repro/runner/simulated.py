@@ -5,13 +5,15 @@ Same input (the validated ``RunConfig`` and its meta-device plan), same output (
 wandb), so sweeps, reports and wandb never ask which backend produced a row. Per-layer costs come from
 the ``hardware`` option: a published device (``sim.roofline`` on the FLOPs and bytes counted on the
 meta device — nothing is allocated, a paper-size model simulates in seconds) or ``measured`` (each
-layer timed on this device at the run's micro-batch, the link measured over the real backend,
-cached: ``sim.measure``). Memory per stage is planned on the meta device (``planner.stages``).
+distinct layer timed on this device at the micro-batches ``sim.profile_max_micro_batch`` allows, one
+layer in memory at a time; the link and the engine's overheads calibrated once per device; all
+cached: ``sim.device``). Memory per stage is planned on the meta device (``planner.stages``), and
+``train.batch_mode=fit`` raises the batch to the largest that fits the device (``runner.batch``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,12 @@ from ..sim.costs import CostModel, LayerCost, stage_costs
 from ..sim.count import classification_loss, count_layers, lm_loss
 from ..sim.hardware import MEASURED, HardwareError, HardwareProfile, hardware_profile
 from ..sim.simulate import simulate
+from .batch import fit_micro_batch, host_memory_bytes
 
-__all__ = ["simulate_run"]
+__all__ = ["simulate_run", "measured_model", "profile_sizes"]
 
 GiB = 2**30
+LOOKAHEAD = 4  # engine.Pipeline's default: receives are posted 4 actions ahead (gloo waits for them)
 
 
 def _out_loss(plan: Plan) -> Any:
@@ -47,35 +51,52 @@ def _counts(key: str, plan: Plan) -> list[Any]:
     """Per-layer counts at one sample (they scale linearly), once per model in this process: a sweep
     over K and M counts the model once."""
     if key not in _COUNTS:
-        _COUNTS[key] = count_layers(plan.layers, plan.info.example(1, "meta"), _out_loss(plan))
+        # at 2 samples: BatchNorm refuses one sample per channel in training mode (counts scale linearly)
+        _COUNTS[key] = count_layers(plan.layers, plan.info.example(2, "meta"), _out_loss(plan))
     return _COUNTS[key]
 
 
-def _cost_model(spec: RunConfig, plan: Plan, hw: HardwareProfile | None, micro_batch: int) -> CostModel:
+def _cost_model(spec: RunConfig, plan: Plan, hw: HardwareProfile | None) -> CostModel:
     if hw is not None:
         from ..sim.roofline import RooflineCosts
 
         return RooflineCosts(hw, _counts(_model_key(spec, plan), plan))
-    from ..models import materialize
-    from ..sim.measure import MeasuredCosts, measure_link, profile_layers
+    return measured_model(spec, plan, profile_sizes(spec.sim.profile_max_micro_batch),
+                          repeats=spec.sim.profile_repeats)
+
+
+def profile_sizes(cap: int) -> list[int]:
+    """The micro-batches ``hardware=measured`` profiles at: the powers of two up to ``cap`` (the same
+    for every job of a sweep, so the sweep profiles once; others are interpolated)."""
+    sizes = [1]
+    while sizes[-1] * 2 <= cap:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+_MEASURED: dict[tuple, CostModel] = {}
+
+
+def measured_model(spec: RunConfig, plan: Plan, sizes: list[int], repeats: int = 5) -> CostModel:
+    """This device's costs for ``plan``: each distinct layer timed at ``sizes`` (one layer in memory at a
+    time, cached on disk, and in this process for the rest of a sweep), beyond them the largest size's
+    per-sample cost; the link and engine overheads calibrated once per device (``sim.device``)."""
+    from ..sim.device import measured_costs
+
+    memo = (_model_key(spec, plan), spec.seed, spec.train.threads, tuple(sizes), repeats)
+    if memo in _MEASURED:
+        return _MEASURED[memo]
 
     torch.set_num_threads(spec.train.threads)
-    real = materialize([_copy(m) for m in plan.layers], spec.seed)
     info = plan.info
 
-    def sample(n: int) -> tuple[Any, Any]:
-        x = info.example(n)
-        y = torch.zeros(n, *(info.shape if info.kind != "image" else ()), dtype=torch.long)
-        return x, y
+    def targets(n: int) -> torch.Tensor:
+        return torch.zeros(n, *(info.shape if info.kind != "image" else ()), dtype=torch.long)
 
-    prof = profile_layers(real, sample, [micro_batch], loss_fn=plan.model.loss_fn)
-    return MeasuredCosts(prof, measure_link().link, 0.0)
-
-
-def _copy(m: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
-    return copy.deepcopy(m)
+    costs, _ = measured_costs(plan.layers, info.example, targets, sizes, loss_fn=plan.model.loss_fn,
+                              seed=spec.seed, repeats=repeats, extrapolate="proportional", on=spec.device)
+    _MEASURED[memo] = costs
+    return costs
 
 
 def _model_key(spec: RunConfig, plan: Plan) -> str:
@@ -104,20 +125,40 @@ def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
                         checkpoint=spec.pipeline.checkpoint, optim=spec.optim.name, key=_model_key(spec, plan))
 
 
+def _memory(spec: RunConfig, plan: Plan, balance: list[int], mb: int) -> list[Any]:
+    p = spec.pipeline
+    return plan_stages(plan.layers, plan.info.example, _out_loss(plan), balance, K=p.K, M=p.M, micro_batch=mb,
+                       schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
+                       key=_model_key(spec, plan))
+
+
+def _device_memory(hw: HardwareProfile | None, spec: RunConfig) -> int:
+    if hw is not None:
+        return hw.memory_bytes
+    if spec.device == "cuda":
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    return host_memory_bytes()
+
+
 def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, list[Any]]:
     """Simulate one training step of ``spec``; the metrics and the simulated events (trace)."""
-    p, t = spec.pipeline, spec.train
-    mb = t.batch_size // p.replicas // p.M
+    p = spec.pipeline
     try:
         hw = hardware_profile(spec.hardware)
     except HardwareError as err:
         raise UserError(str(err)) from None
-    costs = _cost_model(spec, plan, hw, mb)
+    costs = _cost_model(spec, plan, hw)
+    mb = spec.train.batch_size // p.replicas // p.M
+    if spec.train.batch_mode == "fit":
+        where = f"hardware={hw.name if hw is not None else MEASURED}"
+        mb, _ = fit_micro_batch(spec, _device_memory(hw, spec), mb,
+                                lambda n: _balance(spec, plan, costs.layer_costs(n), n)[0],
+                                lambda bal, n: _memory(spec, plan, list(bal), n), where)
+        spec = replace(spec, train=replace(spec.train, batch_size=mb * p.M * p.replicas))
+    t = spec.train
     lc = costs.layer_costs(mb)
     balance, part_costs = _balance(spec, plan, lc, mb)
-    mem = plan_stages(plan.layers, plan.info.example, _out_loss(plan), balance, K=p.K, M=p.M, micro_batch=mb,
-                      schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
-                      key=_model_key(spec, plan))
+    mem = _memory(spec, plan, balance, mb)
     if hw is not None:
         per_layer = _layer_memory(spec, plan, mb)
         worst = max(range(len(per_layer)), key=lambda i: per_layer[i])
@@ -126,7 +167,8 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
                             f"{per_layer[worst] / GiB:.2f} GiB > the {hw.memory_bytes / GiB:.2f} GiB of one device "
                             "at this micro-batch; a single layer must fit (GPipe §6)")
     res = simulate(p.K, p.M, p.schedule, p.checkpoint, stage_costs(lc, balance), costs.link, costs.overhead_s,
-                   sender_busy=hw.send_occupies_sender if hw is not None else True)
+                   sender_busy=hw.send_occupies_sender if hw is not None else False,
+                   step_overhead_s=costs.step_overhead_s, lookahead=None if hw is not None else LOOKAHEAD)
     m = base_metrics(spec, launcher="sim")
     assert m.model is not None and m.pipeline is not None
     m.source = "simulated"
@@ -151,9 +193,9 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
             busy_s=res.busy_s[k]))
         start += b
     m.layer_costs = part_costs
-    budget = hw.memory_bytes if hw is not None else None
+    budget = _device_memory(hw, spec)
     m.hardware = {**(asdict(hw) if hw is not None else {"name": MEASURED, "device": spec.device}),
-                  "fits_memory": None if budget is None else max(s.total for s in mem) <= budget,
+                  "memory_bytes": budget, "fits_memory": max(s.total for s in mem) <= budget,
                   "peak_in_flight": res.peak_in_flight, "micro_batch": mb}
     m.env.device_names = [hw.name if hw is not None else f"{MEASURED} ({spec.device})"]
     progress = ProgressWriter(out / PROGRESS_FILE)

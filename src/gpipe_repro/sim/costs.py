@@ -46,11 +46,16 @@ class Link:
     """A point-to-point link between neighbouring stages, one direction.
 
     A transfer of ``n`` bytes takes ``hops * (latency_s + n / bandwidth_Bps)``; ``hops`` = 2 models
-    device -> host -> device copies over PCIe without a direct path (the paper's Table 3)."""
+    device -> host -> device copies over PCIe without a direct path (the paper's Table 3).
+    ``send_call_s`` / ``recv_call_s``: what posting one send / one receive costs the calling rank's
+    thread when the backend then moves the data in the background (gloo's ``isend`` returns at once and
+    its own threads copy; measured in ``link.measure_link``)."""
 
     latency_s: float
     bandwidth_Bps: float
     hops: int = 1
+    send_call_s: float = 0.0
+    recv_call_s: float = 0.0
 
     def time(self, nbytes: int) -> float:
         return self.hops * (self.latency_s + nbytes / self.bandwidth_Bps)
@@ -61,6 +66,7 @@ class CostModel(Protocol):
 
     link: Link
     overhead_s: float  # fixed cost per micro-batch and action on every stage (launch, bookkeeping)
+    step_overhead_s: float  # fixed cost per step on every stage (loss sum, BatchNorm commit)
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]: ...
 

@@ -8,6 +8,10 @@ squares on relative residuals, so the small messages that fix the latency count 
 large ones that fix the bandwidth. A measured round trip includes both ranks' Python and backend
 overheads, as every transfer in the engine does.
 
+Then each rank times its own side of small ``isend`` / ``irecv`` calls: what posting a transfer costs
+the calling thread (gloo's ``isend`` returns once posted and moves the data on its own threads, and
+only after the receiver has posted its ``irecv``), the link's ``send_call_s`` and ``recv_call_s``.
+
 Results are cached like the layer profiles (see ``cache``), keyed by device, torch version, backend,
 sizes and repeat counts.
 """
@@ -32,7 +36,7 @@ DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
 
 @dataclass(frozen=True)
 class LinkProfile:
-    link: Link
+    link: Link  # with the measured send_call_s / recv_call_s
     points: list[tuple[int, float]]  # (bytes, median one-way seconds)
     source: str = "measured"  # "measured" or "cache"
 
@@ -59,8 +63,10 @@ def fit_link(points: Sequence[tuple[int, float]]) -> Link:
 
 def _ping_pong(
     sizes: list[int], repeats: int, warmup: int, device: str, timeout_s: float
-) -> list[tuple[int, float]] | None:
-    """One rank of the measurement (module level, so spawned ranks can import it)."""
+) -> tuple[list[tuple[int, float]], float]:
+    """One rank of the measurement (module level, so spawned ranks can import it): rank 0's points
+    (empty on rank 1), and the median time this rank's thread spends in one ``isend`` (rank 0) or
+    ``irecv`` (rank 1) call of a small tensor — the backend moves the data afterwards."""
     import torch.distributed as dist
 
     from ..engine.topology import init_topology
@@ -88,8 +94,18 @@ def _ping_pong(
                 dist.send(buf, peer)
         if topo.rank == 0:
             points.append((n, statistics.median(rtts) / 2))
+    small = torch.zeros(1024, dtype=torch.uint8, device=dev)
+    calls = []
+    for r in range(warmup + 4 * repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        work = dist.isend(small, peer) if topo.rank == 0 else dist.irecv(small, peer)
+        t1 = time.perf_counter()
+        work.wait()
+        if r >= warmup:
+            calls.append(t1 - t0)
     dist.barrier()
-    return points if topo.rank == 0 else None
+    return points, statistics.median(calls)
 
 
 def measure_link(
@@ -121,24 +137,27 @@ def measure_link(
         "sizes": sizes,
         "repeats": repeats,
         "warmup": warmup,
+        "calls": True,  # the record holds the isend/irecv call costs
     }
     if use_cache and (stored := cache.load("link", key)) is not None:
         try:
             pts = [(int(n), float(t)) for n, t in stored["points"]]
-            return LinkProfile(
-                Link(float(stored["latency_s"]), float(stored["bandwidth_Bps"])), pts, "cache"
-            )
+            link = Link(float(stored["latency_s"]), float(stored["bandwidth_Bps"]),
+                        send_call_s=float(stored["send_call_s"]), recv_call_s=float(stored["recv_call_s"]))
+            return LinkProfile(link, pts, "cache")
         except (KeyError, TypeError, ValueError):
             pass  # corrupt content: measure again
     from ..engine.launch import launch
 
     res = launch(_ping_pong, 2, (sizes, repeats, warmup, dev.type, timeout_s), threads=1)
-    points = [(int(n), float(t)) for n, t in res[0]]
-    link = fit_link(points)
+    points = [(int(n), float(t)) for n, t in res[0][0]]
+    fit = fit_link(points)
+    link = Link(fit.latency_s, fit.bandwidth_Bps, send_call_s=float(res[0][1]), recv_call_s=float(res[1][1]))
     if use_cache:
         cache.save(
             "link",
             key,
-            {"latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps, "points": points},
+            {"latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps, "points": points,
+             "send_call_s": link.send_call_s, "recv_call_s": link.recv_call_s},
         )
     return LinkProfile(link, points)

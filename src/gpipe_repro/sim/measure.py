@@ -43,6 +43,7 @@ from .profile import LayerProfile, SampleFn, profile_layers
 __all__ = [
     "LayerProfile",
     "LinkProfile",
+    "EXTRAPOLATIONS",
     "MeasuredCosts",
     "OverheadFit",
     "fit_link",
@@ -66,13 +67,40 @@ def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     return max(0.0, float(y0 + (y1 - y0) * (x - x0) / (x1 - x0)))
 
 
+EXTRAPOLATIONS = ("linear", "proportional")
+
+
 @dataclass
 class MeasuredCosts:
-    """A ``CostModel`` from a measured profile, a link and a per-action overhead."""
+    """A ``CostModel`` from a measured profile, a link and a per-action overhead.
+
+    Between measured sizes costs are piecewise linear. Beyond the largest size, ``extrapolate``:
+    ``linear`` continues the line through the last two sizes; ``proportional`` keeps the per-sample
+    cost of the largest size (the efficiency has saturated: right for paper-size layers profiled at a
+    few samples, whose single operations are already large). Below the smallest size both use the
+    line through the first two sizes; with one size, costs are proportional to the micro-batch.
+    ``update_s`` never scales. ``step_overhead_s``: a per-step cost of every stage (the loss sum, the
+    BatchNorm commit, the wait for the last sends), see ``simulate``."""
 
     profile: LayerProfile
     link: Link
     overhead_s: float = 0.0
+    extrapolate: str = "linear"
+    step_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.extrapolate not in EXTRAPOLATIONS:
+            raise ValueError(
+                f"extrapolate={self.extrapolate!r} is unknown; allowed: {', '.join(EXTRAPOLATIONS)}"
+            )
+
+    def _value(self, ys: list[float], n: int, scales: bool) -> float:
+        sizes = self.profile.sizes
+        if scales and len(sizes) == 1:
+            return max(0.0, ys[0] * n / sizes[0])
+        if scales and self.extrapolate == "proportional" and n > sizes[-1]:
+            return max(0.0, ys[-1] * n / sizes[-1])
+        return interpolate(sizes, ys, n)
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]:
         if micro_batch < 1:
@@ -84,7 +112,7 @@ class MeasuredCosts:
             vals: dict[str, Any] = {}
             for f in fields(LayerCost):
                 ys = [float(getattr(row[i], f.name)) for row in rows]
-                v = interpolate(sizes, ys, micro_batch)
+                v = self._value(ys, micro_batch, f.name != "update_s")
                 vals[f.name] = int(round(v)) if f.name == "out_bytes" else v
             out.append(LayerCost(**vals))
         return out

@@ -4,7 +4,9 @@ For every micro-batch size ``n`` the layers run in sequence on real activations 
 is layer i-1's output) and each layer is timed alone, as it runs inside a pipeline cell:
 
 - ``forward_nograd_s``: forward under ``no_grad`` (the first pass of a rematerialised micro-batch);
-- ``forward_s``: graph-building forward (also the recompute under remat, paper §2.3);
+- ``forward_s``: graph-building forward (also the recompute under remat, paper §2.3), with the
+  engine's saved-tensor accounting hooks on (``engine.memory.ActivationMeter``) and its micro-batch
+  BatchNorm (``engine.batchnorm``), as in a cell;
 - ``backward_s``: backward through that layer only, its input requiring grad (layer 0's input is
   data and does not); gradients accumulate as they do over a step's micro-batches;
 - ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
@@ -40,6 +42,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..engine.batchnorm import commit as commit_batchnorm
+from ..engine.batchnorm import convert_batchnorm
+from ..engine.memory import ActivationMeter
 from . import cache
 from .costs import LayerCost
 
@@ -125,6 +130,7 @@ def _time_layer(
     nograd, fwd, bwd = [], [], []
     grads: list[torch.Tensor] | None = None
     y: Batch = x
+    meter = ActivationMeter(layer.parameters())  # the engine counts what autograd saves, per op
     for r in range(warmup + repeats):
         xin = _input(x, not first)
         with torch.no_grad():  # entered outside the timed region, as the engine does per cell
@@ -134,11 +140,12 @@ def _time_layer(
             _sync(device)
             t1 = time.perf_counter()
         xin = _input(x, not first)
-        _sync(device)
-        t2 = time.perf_counter()
-        y, loss = run()
-        _sync(device)
-        t3 = time.perf_counter()
+        with meter.record(r):
+            _sync(device)
+            t2 = time.perf_counter()
+            y, loss = run()
+            _sync(device)
+            t3 = time.perf_counter()
         if loss is not None:
             outs, grads = [loss], None
         else:
@@ -151,6 +158,8 @@ def _time_layer(
             torch.autograd.backward(outs, grads)
         _sync(device)
         t5 = time.perf_counter()
+        meter.release(r)
+        commit_batchnorm(layer)  # the engine folds micro-batch statistics once per step, untimed
         if r >= warmup:
             nograd.append(t1 - t0)
             fwd.append(t3 - t2)
@@ -238,6 +247,7 @@ def profile_layers(
         "repeats": repeats,
         "warmup": warmup,
         "stat": stat,
+        "hooks": True,  # forward timed with the engine's saved-tensor hooks
         "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
         "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
         "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
@@ -274,7 +284,8 @@ def _measure(
     distinct = 0
     for i, layer in enumerate(layers):
         last = i == len(layers) - 1
-        lay = copy.deepcopy(layer).to(device)  # the caller's layer keeps its state and buffers
+        # a copy (the caller's layer keeps its state and buffers), with the engine's micro-batch BatchNorm
+        lay = convert_batchnorm(copy.deepcopy(layer)).to(device)
         shape = cache.key_digest(cache.structure(lay))
         timed = False
         for n in sizes:

@@ -55,6 +55,7 @@ class RooflineCosts:
         self.update_passes = update_passes
         self.link: Link = hw.link
         self.overhead_s: float = hw.overhead_s
+        self.step_overhead_s: float = 0.0
 
     def layer_cost(self, c: LayerCount) -> LayerCost:
         """One layer's costs at the batch ``c`` was counted (or scaled) at."""

@@ -11,14 +11,18 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
 - Every transfer runs on its own directed link (k -> k+1 for activations, k -> k-1 for gradients),
   one transfer in flight per direction, in issue order: it starts at max(issued, link free) and takes
   ``link.time(bytes)``. Each directed link has a single sender, so issue order is that stage's order.
+  Posting a send costs the sender ``link.send_call_s`` (when the send does not occupy it for the whole
+  transfer) and posting a receive costs the receiver ``link.recv_call_s``.
 - A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
-- At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then runs
-  its optimiser step (``update_s``).
+- At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
+  the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
 
-Whether a send occupies its sender is a switch, ``sender_busy``: gloo on CPU copies the tensor into
-the socket in the calling thread, so the stage cannot compute meanwhile (default, the configuration
-the engine runs and is validated on here); nccl on CUDA (and a TPU's DMA) overlaps the transfer with
-compute (pass ``False``). The result carries ``engine.events.Event`` records, so the bubble is
+Whether a send occupies its sender is a switch, ``sender_busy``. gloo on CPU returns from ``isend``
+once the send is posted (``link.send_call_s``) and moves the data on its own threads after the
+receiver has posted its receive; nccl on CUDA (and a TPU's DMA) runs on a side stream: for all of these
+``sender_busy=False`` is the engine's behaviour. ``True`` (the default, kept for the tests' closed
+forms) makes the sending stage wait for its transfer — a blocking send, or copy threads that compete
+with the stage for its only core. The result carries ``engine.events.Event`` records, so the bubble is
 computed by ``engine.events.measured_bubble`` and ``engine.events.chrome_trace`` writes the same
 ``trace.json`` format as a measured run.
 
@@ -97,40 +101,70 @@ def simulate(
     overhead_s: float = 0.0,
     *,
     sender_busy: bool = True,
+    step_overhead_s: float = 0.0,
+    lookahead: int | None = None,
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
     ``stages[k]`` holds stage k's costs per micro-batch; ``stages[k].out_bytes`` is both the
     activation sent to k+1 and the gradient sent back from k+1. ``sender_busy``: a send occupies the
     sending stage for its transfer (gloo on CPU, the default) or overlaps with compute (nccl).
+    ``step_overhead_s``: a fixed cost per step on every stage (the loss sum, the BatchNorm commit, the
+    optimiser call), spent after its last send and before its ``update_s``. ``lookahead``: with
+    ``sender_busy=False``, a transfer starts only once its receiver has posted the receive, which the
+    engine does at the start of the action ``lookahead - 1`` actions earlier (``Pipeline(lookahead=4)``,
+    gloo's rendezvous); None: receives are always posted.
     """
     uses_remat(checkpoint, 0, M)  # validates the mode
     acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
     _check(K, M, stages, overhead_s)
+    if not step_overhead_s >= 0:
+        raise ValueError(f"step_overhead_s={step_overhead_s} is invalid; allowed: a number >= 0")
+    if lookahead is not None and lookahead < 1:
+        raise ValueError(f"lookahead={lookahead} is invalid; allowed: None or an integer >= 1")
     st = [_Stage(k, acts[k]) for k in range(K)]
     events: list[Event] = []
     # arrival time of micro-batch m's activation at stage k ("F", k, m) / gradient ("B", k, m)
     arrival: dict[tuple[str, int, int], float] = {}
+    # sends posted but not yet timed (the transfer's start needs the receiver's post): key -> (ready,
+    # bytes, sender); timed in consumption order, which on every directed link is the issue order
+    issued: dict[tuple[str, int, int], tuple[float, int, int]] = {}
+    starts: list[list[float]] = [[] for _ in range(K)]  # when each stage began each of its actions
     link_free: dict[tuple[int, int], float] = {}
 
     def ev(action: str, mb: int, start: float, end: float, k: int) -> None:
         events.append(Event(action, mb, start, end, stage=k))
 
     def send(s: _Stage, dst: int, nbytes: int, mb: int, key: tuple[str, int, int]) -> None:
+        if not sender_busy:
+            s.free += link.send_call_s  # posting the send; the transfer starts once it is posted
         ready = s.free
+        if not sender_busy:  # an isend that returns after posting; the link carries it later
+            ev("send", mb, ready - link.send_call_s, ready, s.k)
+            issued[key] = (ready, nbytes, s.k)
+            return
         start = max(ready, link_free.get((s.k, dst), 0.0))
         end = start + link.time(nbytes)
         link_free[(s.k, dst)] = end
         arrival[key] = end
         s.last_send_end = max(s.last_send_end, end)
-        if sender_busy:  # the sending thread copies the data: busy until the transfer ends
-            ev("send", mb, ready, end, s.k)
-            s.free = end
-        else:  # an isend that returns at once; the link carries it in the background
-            ev("send", mb, ready, ready, s.k)
+        ev("send", mb, ready, end, s.k)  # the sending thread is busy until the transfer ends
+        s.free = end
+
+    def arrive(s: _Stage, key: tuple[str, int, int]) -> float:
+        """When ``key`` reaches stage s, which is at its action ``s.pos`` (whose start is recorded)."""
+        if key not in arrival:
+            ready, nbytes, src = issued.pop(key)
+            posted = 0.0 if lookahead is None else starts[s.k][max(0, s.pos - lookahead + 1)]
+            start = max(ready, posted, link_free.get((src, s.k), 0.0))
+            arrival[key] = start + link.time(nbytes)
+            link_free[(src, s.k)] = arrival[key]
+            st[src].last_send_end = max(st[src].last_send_end, arrival[key])
+        return arrival[key]
 
     def wait(s: _Stage, mb: int, key: tuple[str, int, int]) -> None:
-        t = max(s.free, arrival[key])
+        s.free += link.recv_call_s  # posting the receive (the engine posts ahead; the cost is the same)
+        t = max(s.free, arrive(s, key))
         ev("wait", mb, s.free, t, s.k)
         s.free = t
 
@@ -141,8 +175,9 @@ def simulate(
         cost = stages[k]
         if a.kind == "F":
             key = ("F", k, a.mb)
-            if k > 0 and key not in arrival:
+            if k > 0 and key not in arrival and key not in issued:
                 return False
+            starts[k].append(s.free)
             if k > 0:
                 wait(s, a.mb, key)
             dur = (cost.forward_nograd_s if remat else cost.forward_s) + overhead_s
@@ -152,8 +187,9 @@ def simulate(
                 send(s, k + 1, cost.out_bytes, a.mb, ("F", k + 1, a.mb))
         else:
             key = ("B", k, a.mb)
-            if k < K - 1 and key not in arrival:
+            if k < K - 1 and key not in arrival and key not in issued:
                 return False  # the recompute's timing does not depend on when we get here
+            starts[k].append(s.free)
             if remat:  # recompute before the gradient arrives (§2.3)
                 ev("recompute", a.mb, s.free, s.free + cost.forward_s, k)
                 s.free += cost.forward_s
@@ -188,8 +224,8 @@ def simulate(
         done = max(s.free, s.last_send_end)
         ev("send", -1, s.free, done, s.k)  # the engine's final wait for outstanding sends
         ev("step", -1, 0.0, done, s.k)
-        ev("update", -1, done, done + stages[s.k].update_s, s.k)
-        ends.append(done + stages[s.k].update_s)
+        ev("update", -1, done, done + step_overhead_s + stages[s.k].update_s, s.k)
+        ends.append(done + step_overhead_s + stages[s.k].update_s)
     span, bubble, busy = measured_bubble(events, K)
     return SimResult(
         step_s=max(ends),

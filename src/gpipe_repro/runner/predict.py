@@ -1,0 +1,61 @@
+"""``train.predict``: the simulator's step time for an engine run, beside the measured one.
+
+After a measured run, its configuration is simulated on this device's measured costs
+(``hardware=measured``: each distinct layer profiled at exactly the run's micro-batch, the link and the
+engine overheads calibrated once per device, all cached) with the partition the run used. The result
+fills ``predicted_step_time_s`` and ``predicted_throughput`` of ``metrics.json``, so a report can print
+prediction and measurement side by side (``make demo``). Profiling runs after the ranks have finished,
+so it never disturbs the measurement; a prediction that fails leaves the fields empty and says why on
+stderr rather than failing the run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..config import RunConfig
+from ..metrics.contract import RunMetrics
+from ..sim.costs import stage_costs
+from ..sim.simulate import SimResult, simulate
+
+__all__ = ["predict", "attach_prediction"]
+
+
+def predict(spec: RunConfig, balance: list[int]) -> SimResult:
+    """Simulate ``spec`` with ``balance`` on this device's measured costs."""
+    from ..rank import plan_model
+    from .simulated import LOOKAHEAD, measured_model
+
+    p = spec.pipeline
+    mb = spec.train.batch_size // p.replicas // p.M
+    plan = plan_model(spec)
+    costs = measured_model(spec, plan, [mb], repeats=spec.sim.profile_repeats)
+    return simulate(
+        p.K,
+        p.M,
+        p.schedule,
+        p.checkpoint,
+        stage_costs(costs.layer_costs(mb), balance),
+        costs.link,
+        costs.overhead_s,
+        sender_busy=False,
+        step_overhead_s=costs.step_overhead_s,
+        lookahead=LOOKAHEAD,
+    )
+
+
+def attach_prediction(spec: RunConfig, m: RunMetrics) -> None:
+    """Fill ``m.predicted_step_time_s`` / ``m.predicted_throughput`` for a finished measured run."""
+    if m.status != "ok" or m.pipeline is None or not m.pipeline.balance:
+        return
+    try:
+        res = predict(spec, list(m.pipeline.balance))
+    except Exception as err:  # noqa: BLE001 - a prediction must never cost the measured run
+        print(
+            f"gpipe-run: train.predict failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    m.predicted_step_time_s = res.step_s
+    m.predicted_throughput = spec.train.batch_size / res.step_s

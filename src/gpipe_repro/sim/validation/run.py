@@ -1,0 +1,349 @@
+"""``make validate-sim``: measure cells on this machine, simulate them on the calibrated costs, compare.
+
+1. **Calibrate** (nothing here is fitted to the cells being validated): every validation model's
+   layers profiled at each micro-batch the sweep uses (``profile.profile_layers``: median of repeats,
+   in this process with one thread and the engine's host-memory setting); this device's link and the
+   engine's per-action and per-step overheads from a separate reference model (``device.device_model``,
+   measured afresh, not from the cache); the emulator's sleep overshoot.
+2. **Real cells**: K in {1, 2} x M in {1, 2, 4, 8, 32} x both schedules x remat never/always, each
+   model, ``rounds`` rounds of fresh processes in a shuffled order (``cells``).
+3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost.
+4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
+   measured median, simulated, relative error, the spread of the measured steps) plus the events of
+   the traced cells' last step (``events.jsonl``: ``TRACE_CELL`` and the worst real and emulated
+   cells) for the report's traces (``report.sim_validation``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...engine import balance_by_cost, launch
+from ...engine.hostmem import apply_host_memory
+from ..costs import LayerCost, stage_costs
+from ..device import DeviceModel, device_model
+from ..measure import LayerProfile, profile_layers
+from ..simulate import SimResult, simulate
+from . import cells as C
+from .models import MODELS, N
+
+__all__ = [
+    "Settings",
+    "Validation",
+    "validate",
+    "simulate_cell",
+    "traced_cells",
+    "CSV_COLUMNS",
+    "VARIANTS",
+    "TRACE_CELL",
+    "KEY",
+]
+
+# The calibrated model, and each of its modelling choices undone: the report shows what each one buys.
+VARIANTS = {
+    "model": "the calibrated model",
+    "sender_busy": "a send occupies its sender for the whole transfer",
+    "posted": "receives always posted (no gloo rendezvous)",
+    "no_calls": "posting sends and receives is free",
+    "no_overhead": "no engine overhead per action or step",
+}
+LOOKAHEAD = 4  # engine.Pipeline's default
+
+# The cell drawn measured-above-simulated in the report (remat: the recompute runs before the gradient).
+TRACE_CELL = {
+    "model": "transformer",
+    "K": 2,
+    "M": 8,
+    "schedule": "gpipe",
+    "checkpoint": "always",
+    "kind": "real",
+}
+KEY = ("model", "K", "M", "schedule", "checkpoint", "kind")
+
+CSV_COLUMNS = [
+    "model",
+    "K",
+    "M",
+    "schedule",
+    "checkpoint",
+    "kind",
+    "balance",
+    "micro_batch",
+    "measured_step_s",
+    "simulated_step_s",
+    "rel_error",
+    "measured_iqr_s",
+    "steps_timed",
+    "core_wait_share",
+    "measured_bubble",
+    "simulated_bubble",
+    *[f"simulated_{v}_s" for v in VARIANTS if v != "model"],
+]
+
+
+@dataclass
+class Settings:
+    models: list[str] = field(default_factory=lambda: list(MODELS))
+    real_K: list[int] = field(default_factory=lambda: [1, 2])
+    emulated_K: list[int] = field(default_factory=lambda: [4, 8])
+    emulated_models: list[str] = field(default_factory=lambda: ["amoebanet", "transformer"])
+    Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 32])
+    schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b"])
+    checkpoints: list[str] = field(default_factory=lambda: ["never", "always"])
+    rounds: int = 3
+    emulated_rounds: int = 2
+    warmup: int = 2
+    steps: int = 4
+    repeats: int = 7  # profile repeats per layer and size
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> Settings:
+        """A smoke run of every step (a few minutes): fewer cells, one round, two timed steps."""
+        return cls(
+            models=["transformer", "imbalanced"],
+            emulated_models=["transformer"],
+            Ms=[1, 8, 32],  # M = 8: the traced cell (TRACE_CELL)
+            schedules=["gpipe", "1f1b"],
+            checkpoints=["never", "always"],
+            rounds=1,
+            emulated_rounds=1,
+            warmup=1,
+            steps=2,
+            repeats=3,
+            emulated_K=[4],
+        )
+
+
+def _grid(s: Settings) -> list[dict]:
+    return [
+        {"M": M, "schedule": sc, "checkpoint": ck}
+        for M in s.Ms
+        for sc in s.schedules
+        for ck in s.checkpoints
+    ]
+
+
+def _partition(profile: LayerProfile, K: int) -> list[int]:
+    """The min-max partition of the profiled forward + backward time at the largest profiled
+    micro-batch (N, M = 1, in the full grid); one partition for every M of a (model, K)."""
+    top = max(profile.sizes)
+    return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[top]], K)
+
+
+def _plus(c: LayerCost, o: float) -> LayerCost:
+    return LayerCost(
+        c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
+    )
+
+
+def simulate_cell(
+    cell: dict,
+    K: int,
+    balance: list[int],
+    layer_costs: list[LayerCost],
+    dm: DeviceModel,
+    extra_step_s: float = 0.0,
+    variant: str = "model",
+) -> SimResult:
+    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch); ``variant`` undoes
+    one modelling choice (``VARIANTS``)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} is unknown; allowed: {', '.join(VARIANTS)}")
+    link = replace(dm.link, send_call_s=0.0, recv_call_s=0.0) if variant == "no_calls" else dm.link
+    none = variant == "no_overhead"
+    return simulate(
+        K,
+        cell["M"],
+        cell["schedule"],
+        cell["checkpoint"],
+        stage_costs(layer_costs, balance),
+        link,
+        0.0 if none else dm.overhead_s,
+        sender_busy=variant == "sender_busy" or dm.sender_busy,
+        step_overhead_s=(0.0 if none else dm.step_overhead_s) + extra_step_s,
+        lookahead=None if variant == "posted" else LOOKAHEAD,
+    )
+
+
+def _bubble(events: list[dict], K: int) -> float | None:
+    from ...engine.events import Event, measured_bubble
+
+    evs = [Event(**e) for e in events if e["action"] != "step"]
+    return measured_bubble(evs, K)[1] if evs else None
+
+
+def _rounds(
+    kind: str,
+    model: str,
+    K: int,
+    balance: list[int],
+    grid: list[dict],
+    rounds: int,
+    s: Settings,
+    fn: Callable[..., Any],
+    extra: tuple,
+    log: Callable[[str], None],
+) -> list[tuple[dict, list, list]]:
+    """Every cell of ``grid`` in ``rounds`` launches of fresh processes, each in its own order."""
+    rng = random.Random(f"{s.seed}-{kind}-{model}-{K}")
+    times: dict[str, list[float]] = {}
+    waits: dict[str, list[float]] = {}
+    events: dict[str, list[dict]] = {}
+    for r in range(rounds):
+        order = grid[:]
+        rng.shuffle(order)
+        t0 = time.perf_counter()
+        per_rank = launch(fn, K, (model, K, balance, order, *extra, s.warmup, s.steps), threads=1)
+        for cell, ts, ws, evs in C.step_times(per_rank):
+            key = json.dumps(cell, sort_keys=True)
+            times.setdefault(key, []).extend(ts)
+            waits.setdefault(key, []).extend(ws)
+            events[key] = evs
+        log(
+            f"{kind} {model} K={K} round {r + 1}/{rounds}: {len(grid)} cells in {time.perf_counter() - t0:.1f} s"
+        )
+    return [(json.loads(k), v, waits[k], events[k]) for k, v in times.items()]
+
+
+def traced_cells(rows: list[dict]) -> list[dict]:
+    """The cells whose traces the report draws: ``TRACE_CELL`` and the worst real and emulated cells."""
+    cells = [dict(TRACE_CELL)]
+    for kind in ("real", "emulated"):
+        rs = [r for r in rows if r["kind"] == kind]
+        if rs:
+            w = max(rs, key=lambda r: abs(r["rel_error"]))
+            cells.append({k: w[k] for k in KEY})
+    return cells
+
+
+def _keep_traced(every: Path, path: Path, rows: list[dict]) -> None:
+    keep = traced_cells(rows)
+    with open(every) as src, open(path, "w") as dst:
+        for line in src:
+            d = json.loads(line)
+            if any(all(d[k] == c[k] for k in KEY) for c in keep):
+                dst.write(line)
+    every.unlink()
+
+
+@dataclass
+class Validation:
+    rows: list[dict]
+    profiles: dict[str, LayerProfile]
+    device: DeviceModel
+    calibration: dict[str, Any]
+
+
+def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Validation:
+    """Run everything; write ``validation.csv`` and ``events.jsonl`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    apply_host_memory("retain")
+    t_start = time.perf_counter()
+    sizes = sorted({N // M for M in s.Ms})
+    profiles: dict[str, LayerProfile] = {}
+    for name in dict.fromkeys(s.models + s.emulated_models):
+        vm = MODELS[name]
+        t0 = time.perf_counter()
+        profiles[name] = profile_layers(
+            vm.layers(s.seed), vm.sample, sizes, loss_fn=vm.loss, repeats=s.repeats, use_cache=False
+        )
+        log(f"profiled {name} at micro-batches {sizes} in {time.perf_counter() - t0:.1f} s")
+    dm = device_model(use_cache=False)
+    overshoot = C.sleep_overshoot()
+    log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
+    grid = _grid(s)
+    rows: list[dict] = []
+    every = out / "events-all.jsonl.tmp"  # every cell's last step; only the traced cells are kept
+    with open(every, "w") as ev_file:
+        plan = [("real", m, K) for m in s.models for K in s.real_K] + [
+            ("emulated", m, K) for m in s.emulated_models for K in s.emulated_K
+        ]
+        for kind, name, K in plan:
+            prof = profiles[name]
+            balance = _partition(prof, K)
+            if kind == "real":
+                measured = _rounds(kind, name, K, balance, grid, s.rounds, s, C.real_rank, (), log)
+            else:
+                measured = _rounds(
+                    kind,
+                    name,
+                    K,
+                    balance,
+                    grid,
+                    s.emulated_rounds,
+                    s,
+                    C.emulated_rank,
+                    (prof.costs,),
+                    log,
+                )
+            for cell, ts, ws, evs in measured:
+                n = N // cell["M"]
+                lc = (
+                    prof.costs[n]
+                    if kind == "real"
+                    else [_plus(c, overshoot) for c in prof.costs[n]]
+                )
+                res = simulate_cell(
+                    cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0
+                )
+                med = statistics.median(ts)
+                q = statistics.quantiles(ts, n=4) if len(ts) >= 2 else [med, med, med]
+                row = {
+                    "model": name,
+                    "K": K,
+                    **cell,
+                    "kind": kind,
+                    "balance": "-".join(map(str, balance)),
+                    "micro_batch": n,
+                    "measured_step_s": med,
+                    "simulated_step_s": res.step_s,
+                    "rel_error": (res.step_s - med) / med,
+                    "measured_iqr_s": q[2] - q[0],
+                    "steps_timed": len(ts),
+                    "core_wait_share": statistics.median(ws),
+                    "measured_bubble": _bubble(evs, K),
+                    "simulated_bubble": res.bubble_fraction,
+                }
+                for v in VARIANTS:
+                    if v != "model":
+                        extra = overshoot if kind == "emulated" else 0.0
+                        row[f"simulated_{v}_s"] = simulate_cell(
+                            cell, K, balance, lc, dm, extra, v
+                        ).step_s
+                rows.append(row)
+                key = {k: row[k] for k in ("model", "K", "M", "schedule", "checkpoint", "kind")}
+                ev_file.write(
+                    json.dumps(
+                        {**key, "measured": evs, "simulated": [e.to_dict() for e in res.events]}
+                    )
+                    + "\n"
+                )
+    _keep_traced(every, out / "events.jsonl", rows)
+    import csv
+
+    with open(out / "validation.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    calib = {
+        "settings": asdict(s),
+        "device": dm.to_json(),
+        "sleep_overshoot_s": overshoot,
+        "profiles": {k: v.to_json() for k, v in profiles.items()},
+        "seconds": time.perf_counter() - t_start,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+    }
+    return Validation(rows, profiles, dm, calib)

@@ -1,0 +1,197 @@
+"""The sim backend's contract and inputs: one metrics.json for both backends, backend=auto, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gpipe_repro.config.compose import compose, preflight
+from gpipe_repro.errors import UserError
+from gpipe_repro.metrics.schema import json_schema, validate
+from gpipe_repro.report.gather import load_rows, markdown_table
+from gpipe_repro.runner import run
+
+MLP = [
+    "model=mlp",
+    "model.hidden=32",
+    "model.depth=2",
+    "logger=none",
+    "train.progress=false",
+    "train.eval=false",
+    "train.steps=3",
+    "train.warmup_steps=1",
+    "train.batch_size=16",
+    "pipeline.M=2",
+]
+SIM = [*MLP, "backend=sim", "hardware=tpu_v3"]
+
+
+def _keys(d: object, prefix: str = "") -> set[str]:
+    """Every key path of a JSON document (list items merged)."""
+    out: set[str] = set()
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out |= {f"{prefix}{k}"} | _keys(v, f"{prefix}{k}.")
+    elif isinstance(d, list):
+        for v in d:
+            out |= _keys(v, prefix)
+    return out
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """One measured (engine, K=1) and one simulated (TPU v3, K=2) job in one sweep folder."""
+    sweep = tmp_path_factory.mktemp("sweep")
+    measured = run(compose(MLP, cuda_available=False), sweep / "0_K1-M2")
+    simulated = run(compose([*SIM, "pipeline.K=2"], cuda_available=False), sweep / "1_K2-M2")
+    assert measured is not None and measured.status == "ok", measured and measured.error
+    assert simulated is not None and simulated.status == "ok", simulated and simulated.error
+    return {
+        "sweep": sweep,
+        "measured": json.loads((sweep / "0_K1-M2" / "metrics.json").read_text()),
+        "simulated": json.loads((sweep / "1_K2-M2" / "metrics.json").read_text()),
+    }
+
+
+def test_a_simulated_metrics_json_has_every_key_of_a_measured_one_and_fits_the_schema(both):
+    meas, sim = both["measured"], both["simulated"]
+    assert meas["source"] == "measured" and sim["source"] == "simulated"
+    missing = _keys(meas) - _keys(sim) - {f"eval.{k}" for k in ("accuracy", "loss", "samples")}
+    # eval: a simulated run trains nothing to evaluate; the measured run here has eval off as well
+    assert not missing, missing
+    assert (
+        sim["hardware"]["name"] == "tpu_v3"
+        and sim["pipeline"]["K"] == 2
+        and len(sim["stages"]) == 2
+    )
+    schema = json_schema()
+    validate(meas, schema)
+    validate(sim, schema)
+    for folder in ("0_K1-M2", "1_K2-M2"):  # the same files beside it
+        assert {"metrics.json", "trace.json", "timeline.png"} <= {
+            p.name for p in (both["sweep"] / folder).iterdir()
+        }
+
+
+def test_a_sweep_mixing_both_gathers_into_one_table(both):
+    rows = load_rows(both["sweep"])
+    assert [(r["source"], r["K"]) for r in rows] == [("measured", 1), ("simulated", 2)]
+    assert (
+        rows[1]["hardware"] == "tpu_v3" and rows[0]["hardware"]
+    )  # the CPU's name for the measured row
+    # each series is normalised to its own smallest cell: the two sources are never divided by each other
+    assert [r["normalized_throughput"] for r in rows] == [1.0, 1.0]
+    table = markdown_table(rows)
+    assert "| source |" in table and "simulated" in table and "measured" in table
+
+
+def test_backend_auto_picks_the_simulator_here_and_the_engine_with_a_device_per_rank(monkeypatch):
+    assert (
+        compose([*MLP, "backend=auto", "pipeline.K=2"]).backend == "sim"
+    )  # a CPU host always simulates
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert compose([*MLP, "backend=auto", "pipeline.K=2"]).backend == "engine"
+    assert compose([*MLP, "backend=auto", "pipeline.K=2", "device=cpu"]).backend == "sim"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert compose([*MLP, "backend=auto", "pipeline.K=2"]).backend == "sim"
+
+
+def test_engine_with_more_stages_than_gpus_says_to_simulate(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError) as err:
+        compose([*MLP, "pipeline.K=2"])
+    msg = str(err.value)
+    assert (
+        "2 ranks but this host has 1 CUDA device" in msg
+        and "backend=sim" in msg
+        and "\n" not in msg
+    )
+
+
+def test_an_unknown_hardware_profile_is_one_line_before_anything_runs():
+    err = preflight(["backend=sim", "hardware=foo"])
+    assert err is not None and "\n" not in err
+    assert err.startswith("hardware=foo is not a hardware config; allowed: ") and "tpu_v3" in err
+
+
+def test_a_profile_too_small_for_one_layer_names_the_layer(tmp_path):
+    m = run(compose([*SIM, "hardware.memory_bytes=100000"], cuda_available=False), tmp_path)
+    assert m is not None and m.status == "failed"
+    assert "layer " in m.error and "alone needs" in m.error and "hardware=tpu_v3" in m.error
+    assert "(Sequential)" in m.error or "(Linear)" in m.error
+
+
+def test_batch_mode_fit_takes_the_largest_batch_that_fits(tmp_path):
+    base = [
+        "backend=sim",
+        "hardware=tpu_v3",
+        "logger=none",
+        "train.steps=2",
+        "model=tuplenet",
+        "data=synthetic",
+        "data.image_size=32",
+        "hardware.memory_bytes=100000000",
+        "pipeline.K=2",
+        "pipeline.M=4",
+        "train.batch_size=16",
+        "pipeline.checkpoint=never",
+    ]
+    m = run(compose([*base, "train.batch_mode=fit"], cuda_available=False), tmp_path / "fit")
+    assert m is not None and m.status == "ok", m and m.error
+    assert m.batch_mode == "fit" and m.batch_size % 4 == 0 and m.batch_size != 16
+    assert max(s.peak_memory_bytes for s in m.stages) <= 100_000_000 and m.hardware["fits_memory"]
+    # one more sample per micro-batch would not fit
+    bigger = run(
+        compose([*base, f"train.batch_size={m.batch_size + 4}"], cuda_available=False),
+        tmp_path / "big",
+    )
+    assert bigger is not None and bigger.status == "ok" and bigger.hardware["fits_memory"] is False
+
+
+def test_batch_mode_fit_says_when_not_one_sample_fits(tmp_path):
+    m = run(
+        compose(
+            [
+                "backend=sim",
+                "hardware=tpu_v3",
+                "logger=none",
+                "model=tuplenet",
+                "data=synthetic",
+                "hardware.memory_bytes=1000000",
+                "pipeline.K=2",
+                "pipeline.M=4",
+                "train.batch_size=16",
+                "train.batch_mode=fit",
+                "pipeline.checkpoint=never",
+            ],
+            cuda_available=False,
+        ),
+        tmp_path,
+    )
+    assert m is not None and m.status == "failed" and "\n" not in m.error
+    assert m.error.startswith(
+        "train.batch_mode=fit: no batch fits hardware=tpu_v3 (1.0 MiB per device)"
+    )
+    assert "stage 0 needs" in m.error and "per sample" in m.error
+
+
+def test_batch_mode_fit_is_refused_for_the_engine():
+    with pytest.raises(UserError, match="train.batch_mode=fit is planned by the simulator only"):
+        compose([*MLP, "train.batch_mode=fit"], cuda_available=False)
+
+
+def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
+    from gpipe_repro.rank import plan_model
+    from gpipe_repro.runner.batch import engine_batch
+
+    spec = compose(["model=tuplenet", "data=synthetic", "pipeline.K=2", "pipeline.M=4", "train.batch_size=16",
+                    "pipeline.checkpoint=never", "backend=sim", "train.batch_mode=fit"], cuda_available=False)
+    fitted = engine_batch(spec, plan_model(spec), memory_bytes=100_000_000)
+    assert fitted.train.batch_size % 4 == 0 and fitted.train.batch_size > 16
+    assert engine_batch(fitted, plan_model(spec), memory_bytes=10**12).train.batch_size > fitted.train.batch_size
+    fixed = compose(["model=tuplenet", "data=synthetic"], cuda_available=False)
+    assert engine_batch(fixed, plan_model(fixed)) is fixed

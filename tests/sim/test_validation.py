@@ -1,0 +1,97 @@
+"""A small real K = 2 run and its simulation on this device's measured costs agree (``sim.validation``)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+import torch
+
+from gpipe_repro.engine import balance_by_cost, launch
+from gpipe_repro.engine.hostmem import apply_host_memory
+from gpipe_repro.sim.device import device_model
+from gpipe_repro.sim.measure import profile_layers
+from gpipe_repro.sim.validation import cells as C
+from gpipe_repro.sim.validation.models import MODELS, N
+from gpipe_repro.sim.validation.run import simulate_cell
+
+# Generous, because this runs on shared CI cores: the simulated step within 35% of the measured median.
+TOLERANCE = 0.35
+# Above this share of a step spent waiting for a core, other load decides the time, not the pipeline.
+TOO_BUSY = 0.10
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
+    torch.set_num_threads(1)
+    apply_host_memory("retain")
+    vm = MODELS["transformer"]
+    prof = profile_layers(vm.layers(), vm.sample, [N, N // 4], loss_fn=vm.loss, repeats=5)
+    balance = balance_by_cost([c.forward_s + c.backward_s for c in prof.costs[N]], 2)
+    dm = device_model()
+    cells = [
+        {"M": 4, "schedule": "gpipe", "checkpoint": "never"},
+        {"M": 4, "schedule": "1f1b", "checkpoint": "always"},
+    ]
+    per_rank = launch(C.real_rank, 2, ("transformer", 2, balance, cells, 2, 5), threads=1)
+    for cell, times, waits, events in C.step_times(per_rank):
+        measured = statistics.median(times)
+        wait = statistics.median(waits)
+        if wait > TOO_BUSY:
+            pytest.skip(f"the machine is busy: the ranks waited {wait:.0%} of each step for a core")
+        sim = simulate_cell(cell, 2, balance, prof.costs[N // cell["M"]], dm).step_s
+        print(
+            f"{cell}: measured {measured * 1e3:.1f} ms, simulated {sim * 1e3:.1f} ms, core wait {wait:.0%}"
+        )
+        assert abs(math.log(sim / measured)) <= math.log(1 + TOLERANCE), (cell, measured, sim)
+        assert {e["stage"] for e in events} == {
+            0,
+            1,
+        }  # both ranks' last step came back for the trace
+
+
+@pytest.mark.slow
+def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path):
+    from gpipe_repro.config.compose import compose
+    from gpipe_repro.report.gather import load_rows
+    from gpipe_repro.runner import run
+
+    spec = compose(["model=tuplenet", "model.dropout=0", "data=digits", "train.steps=6", "train.warmup_steps=2",
+                    "train.batch_size=16", "pipeline.M=2", "train.predict=true", "logger=none",
+                    "train.progress=false", "train.eval=false"], cuda_available=False)
+    m = run(spec, tmp_path / "0_K1-M2")
+    assert m is not None and m.status == "ok", m and m.error
+    assert m.source == "measured" and m.predicted_step_time_s is not None and m.predicted_step_time_s > 0
+    assert m.predicted_throughput == pytest.approx(16 / m.predicted_step_time_s)
+    # a generous sanity bound (the machine may be loaded): the same order of magnitude
+    assert 0.2 < m.predicted_step_time_s / m.step_time_s < 5
+    (row,) = load_rows(tmp_path)
+    assert row["predicted_throughput"] == pytest.approx(m.predicted_throughput)
+
+
+@pytest.mark.slow
+def test_the_validation_pipeline_writes_its_report(tmp_path):
+    import csv
+
+    from gpipe_repro.report.sim_validation import write_report
+    from gpipe_repro.sim.validation.run import CSV_COLUMNS, Settings, validate
+
+    s = Settings(models=["imbalanced"], real_K=[1], emulated_models=["transformer"], emulated_K=[2], Ms=[4],
+                 schedules=["gpipe"], checkpoints=["always"], rounds=1, emulated_rounds=1, warmup=1, steps=2,
+                 repeats=2)
+    v = validate(tmp_path, s, log=lambda msg: None)
+    assert [(r["kind"], r["K"], r["M"]) for r in v.rows] == [("real", 1, 4), ("emulated", 2, 4)]
+    with open(tmp_path / "validation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == CSV_COLUMNS and len(rows) == 2
+    assert all(float(r["measured_step_s"]) > 0 and float(r["simulated_step_s"]) > 0 for r in rows)
+    (tmp_path / "calibration.json").write_text(__import__("json").dumps(v.calibration))
+    md = write_report(tmp_path).read_text()
+    assert "| real | 1 |" in md and "| emulated | 1 |" in md and "What each modelling choice buys" in md
+    assert (tmp_path / "trace_worst_emulated_measured.json").exists()
