@@ -106,7 +106,9 @@ def _record(m: RunMetrics, out: Path) -> None:
         return
     p = m.pipeline
     acc = f"  accuracy {m.eval.accuracy:.3f}" if m.eval is not None and m.eval.accuracy is not None else ""
-    print(f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s, "
+    pred = f" (simulated {m.predicted_throughput:.1f})" if m.predicted_throughput is not None else ""
+    src = "" if m.source == "measured" else f" [{m.source}]"
+    print(f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s{pred}{src}, "
           f"bubble {m.bubble_fraction:.3f}{acc}  -> {out}", flush=True)
 
 

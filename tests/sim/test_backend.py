@@ -179,9 +179,22 @@ def test_batch_mode_fit_says_when_not_one_sample_fits(tmp_path):
     assert "stage 0 needs" in m.error and "per sample" in m.error
 
 
-def test_batch_mode_fit_is_refused_for_the_engine():
-    with pytest.raises(UserError, match="train.batch_mode=fit is planned by the simulator only"):
-        compose([*MLP, "train.batch_mode=fit"], cuda_available=False)
+def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    import gpipe_repro.runner as runner
+
+    seen = []
+
+    def fit(spec, plan):  # the host's memory would allow a huge batch: fit a small one here
+        seen.append(spec.train.batch_mode)
+        return replace(spec, train=replace(spec.train, batch_size=32))
+
+    monkeypatch.setattr(runner, "engine_batch", fit)
+    spec = compose([*MLP, "train.batch_mode=fit", "train.steps=2", "train.warmup_steps=1", "train.eval=false",
+                    "train.progress=false"], cuda_available=False)
+    m = runner.run(spec, tmp_path)
+    assert seen == ["fit"] and m.status == "ok" and m.batch_size == 32
 
 
 def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():

@@ -89,9 +89,6 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
         except HardwareError as err:
             raise UserError(str(err)) from None
     else:
-        if t.batch_mode != "fixed":
-            raise UserError(f"train.batch_mode={t.batch_mode} is planned by the simulator only; allowed with "
-                            f"backend={cfg.backend}: fixed (or run backend=sim)")
         if device == "cuda" and cuda_available is None:
             import torch
 

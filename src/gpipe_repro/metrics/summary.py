@@ -163,9 +163,5 @@ def summarize(spec: RunConfig, results: Sequence[RankResult],
     m.layer_costs = results[0].costs
     m.eval = EvalMetrics(**ev) if ev is not None else None
     m.env = env_info(results, launcher)
-    if spec.train.predict:  # TODO(lead): belongs in runner.run after summarize (runner/ is being edited)
-        from ..runner.predict import attach_prediction
-
-        attach_prediction(spec, m)
     keep = set(steps[-spec.train.trace_steps:])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]

@@ -29,7 +29,9 @@ from ..metrics.summary import base_metrics, summarize
 from ..metrics.writer import OutputError, write_metrics, write_run
 from ..rank import DIVERGED, Plan, RankContext, plan_model, run_rank
 from ..wandb_logger import WandbRun
+from .batch import engine_batch
 from .guard import check_memory
+from .predict import attach_prediction
 from .local import launch_local
 from .simulated import simulate_run
 from .stop import STOP
@@ -56,6 +58,8 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
     files: list[Path] = []
     try:
         plan = plan_model(spec)
+        if spec.backend == "engine":  # train.batch_mode=fit: the largest batch this device holds
+            spec = engine_batch(spec, plan)
         wb = _start_wandb(spec, out, group)
         with STOP.running(out, spec.train.stop_grace_s), \
                 Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)):
@@ -64,6 +68,8 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
             else:
                 results = _results(spec, plan, out, launcher)
                 m, events = summarize(spec, results, launcher)
+                if spec.train.predict:  # the simulator's prediction beside the measurement
+                    attach_prediction(spec, m)
         files = write_run(out, m, events)
     except KeyboardInterrupt:
         m = _stopped(spec, out, launcher, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")
