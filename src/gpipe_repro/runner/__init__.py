@@ -31,8 +31,8 @@ from ..rank import DIVERGED, Plan, RankContext, plan_model, run_rank
 from ..wandb_logger import WandbRun
 from .batch import engine_batch
 from .guard import check_memory
-from .predict import attach_prediction
 from .local import launch_local
+from .predict import attach_prediction
 from .simulated import simulate_run
 from .stop import STOP
 
