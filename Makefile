@@ -81,7 +81,7 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (2 models, 10 updates, 2 seeds);
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK)
 
 validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
-	$(BIN)/python -m gpipe_repro.sim.validation --out reports/sim
+	$(BIN)/python -m gpipe_repro.validation --out reports/sim
 
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
 	$(BIN)/gpipe-run -m experiment=table2_amoebanet

@@ -10,18 +10,18 @@ costs layers at it), so partition and fit alternate until they agree (at most a 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..config import RunConfig
 from ..errors import UserError
 from ..planner.stages import StagePlan
+from ..sim.device import host_memory_bytes
 
 if TYPE_CHECKING:
     from ..rank import Plan
 
-__all__ = ["fit_micro_batch", "engine_batch", "host_memory_bytes", "GiB"]
+__all__ = ["fit_micro_batch", "engine_batch", "GiB"]
 
 GiB = 2**30
 ROUNDS = 4
@@ -29,11 +29,6 @@ ROUNDS = 4
 
 def _size(n: float) -> str:
     return f"{n / GiB:.2f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
-
-
-def host_memory_bytes() -> int:
-    """Physical memory of this machine (what ``hardware=measured`` on a CPU calls device memory)."""
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def fit_micro_batch(

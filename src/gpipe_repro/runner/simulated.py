@@ -30,9 +30,10 @@ from ..planner.stages import layer_memory, plan_stages
 from ..rank import Plan
 from ..sim.costs import CostModel, LayerCost, stage_costs
 from ..sim.count import classification_loss, count_layers, lm_loss
+from ..sim.device import host_memory_bytes
 from ..sim.hardware import MEASURED, HardwareError, HardwareProfile, hardware_profile
 from ..sim.simulate import simulate
-from .batch import fit_micro_batch, host_memory_bytes
+from .batch import fit_micro_batch
 
 __all__ = ["simulate_run", "measured_model", "profile_sizes"]
 

@@ -156,3 +156,10 @@ def measured_costs(
     )
     costs = MeasuredCosts(prof, dm.link, dm.overhead_s, extrapolate, dm.step_overhead_s)
     return costs, dm
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine (what ``hardware=measured`` on a CPU calls device memory)."""
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

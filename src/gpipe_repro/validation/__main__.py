@@ -1,11 +1,11 @@
 """``make validate-sim``: the simulator against the real engine on this machine -> ``reports/sim/``.
 
-    python -m gpipe_repro.sim.validation --out reports/sim            # the full validation (~20 min)
-    python -m gpipe_repro.sim.validation --out /tmp/sim --quick       # a smoke run of every step
+    python -m gpipe_repro.validation --out reports/sim            # the full validation (~20 min)
+    python -m gpipe_repro.validation --out /tmp/sim --quick       # a smoke run of every step
 
 Writes ``validation.csv`` (one row per cell), ``calibration.json``, ``events.jsonl``, the ``cpu``
 profile calibrated here (``cpu.yaml``) and its roofline against the measured layers (``roofline.csv``),
-then the report (``report.sim_validation``: ``sim.md``, plots, traces).
+then the report (``validation.report``: ``sim.md``, plots, traces).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import os
 import time
 from pathlib import Path
 
-from ...metrics.summary import git_commit
-from ...report.sim_validation import write_report
+from ..metrics.summary import git_commit
 from .cpu import ROOFLINE_COLUMNS, calibrate_cpu, roofline_rows, write_profile
+from .report import write_report
 from .run import Settings, validate
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     write_profile(
         hw,
         args.out / "cpu.yaml",
-        "This CPU as a roofline profile, calibrated by `make validate-sim` (sim/validation/cpu.py):\n"
+        "This CPU as a roofline profile, calibrated by `make validate-sim` (validation/cpu.py):\n"
         "peak = the best 1-thread square fp32 matmul (16..1024), efficiency = each matmul's rate / peak\n"
         "by its FLOPs (non-decreasing), memory bandwidth = a 64 MiB copy, link and overhead = this\n"
         "device's calibration (sim/device.py). Use: hardware=<path to this file> is not a group option;\n"

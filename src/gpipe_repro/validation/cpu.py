@@ -25,12 +25,11 @@ from typing import Any
 
 import torch
 
-from ...runner.batch import host_memory_bytes
-from ..count import classification_loss, count_layers, lm_loss
-from ..device import DeviceModel
-from ..hardware import HardwareProfile
-from ..measure import LayerProfile
-from ..roofline import RooflineCosts
+from ..sim.count import classification_loss, count_layers, lm_loss
+from ..sim.device import DeviceModel, host_memory_bytes
+from ..sim.hardware import HardwareProfile
+from ..sim.measure import LayerProfile
+from ..sim.roofline import RooflineCosts
 from .models import MODELS
 
 __all__ = ["calibrate_cpu", "profile_yaml", "roofline_rows", "ROOFLINE_COLUMNS"]

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from ...engine import Event, Pipeline, init_topology, single_process, stage_slice
-from ...engine.hostmem import apply_host_memory
-from ..costs import LayerCost
-from ..emulate import emulated_layers, emulated_loss, sleep_until
+from ..engine import Event, Pipeline, init_topology, single_process, stage_slice
+from ..engine.hostmem import apply_host_memory
+from ..sim.costs import LayerCost
+from ..sim.emulate import emulated_layers, emulated_loss, sleep_until
 from .models import MODELS, N
 
 __all__ = ["real_rank", "emulated_rank", "step_times", "sleep_overshoot", "run_delay_s"]

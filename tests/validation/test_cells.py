@@ -1,4 +1,4 @@
-"""A small real K = 2 run and its simulation on this device's measured costs agree (``sim.validation``)."""
+"""A small real K = 2 run and its simulation on this device's measured costs agree (``validation``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from gpipe_repro.engine import balance_by_cost, launch
 from gpipe_repro.engine.hostmem import apply_host_memory
 from gpipe_repro.sim.device import device_model
 from gpipe_repro.sim.measure import profile_layers
-from gpipe_repro.sim.validation import cells as C
-from gpipe_repro.sim.validation.models import MODELS, N
-from gpipe_repro.sim.validation.run import simulate_cell
+from gpipe_repro.validation import cells as C
+from gpipe_repro.validation.models import MODELS, N
+from gpipe_repro.validation.run import simulate_cell
 
 # Generous, because this runs on shared CI cores: the simulated step within 35% of the measured median.
 TOLERANCE = 0.35
@@ -79,8 +79,8 @@ def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path)
 def test_the_validation_pipeline_writes_its_report(tmp_path):
     import csv
 
-    from gpipe_repro.report.sim_validation import write_report
-    from gpipe_repro.sim.validation.run import CSV_COLUMNS, Settings, validate
+    from gpipe_repro.validation.report import write_report
+    from gpipe_repro.validation.run import CSV_COLUMNS, Settings, validate
 
     s = Settings(models=["imbalanced"], real_K=[1], emulated_models=["transformer"], emulated_K=[2], Ms=[4],
                  schedules=["gpipe"], checkpoints=["always"], rounds=1, emulated_rounds=1, warmup=1, steps=2,

@@ -1,4 +1,4 @@
-"""Plots and traces of the simulator's validation (``report.sim_validation`` writes the page).
+"""Plots and traces of the simulator's validation (``validation.report`` writes the page).
 
 One cell's measured and simulated steps as Chrome traces (``engine.events.chrome_trace``, the format of
 every run's ``trace.json``) and drawn one above the other; every cell's simulated against measured step;
@@ -14,7 +14,7 @@ from typing import Any
 
 from ..engine.events import Event, chrome_trace
 from ..metrics.timeline import COLORS
-from ..sim.validation.run import KEY
+from .run import KEY
 
 __all__ = ["trace_cell", "plot_cells", "plot_roofline"]
 

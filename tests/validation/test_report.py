@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gpipe_repro.report.sim_validation import KEY, TRACE_CELL, spearman, summarize, write_report
-from gpipe_repro.sim.validation.run import CSV_COLUMNS
+from gpipe_repro.validation.report import KEY, TRACE_CELL, spearman, summarize, write_report
+from gpipe_repro.validation.run import CSV_COLUMNS
 
 
 def test_spearman_is_one_for_the_same_order_and_minus_one_reversed():

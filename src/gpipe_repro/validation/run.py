@@ -11,7 +11,7 @@
 4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
    measured median, simulated, relative error, the spread of the measured steps) plus the events of
    the traced cells' last step (``events.jsonl``: ``TRACE_CELL`` and the worst real and emulated
-   cells) for the report's traces (``report.sim_validation``).
+   cells) for the report's traces (``validation.report``).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
-from ...engine import balance_by_cost, launch
-from ...engine.hostmem import apply_host_memory
-from ..costs import LayerCost, stage_costs
-from ..device import DeviceModel, device_model
-from ..measure import LayerProfile, profile_layers
-from ..simulate import SimResult, simulate
+from ..engine import balance_by_cost, launch
+from ..engine.hostmem import apply_host_memory
+from ..sim.costs import LayerCost, stage_costs
+from ..sim.device import DeviceModel, device_model
+from ..sim.measure import LayerProfile, profile_layers
+from ..sim.simulate import SimResult, simulate
 from . import cells as C
 from .models import MODELS, N
 
@@ -177,7 +177,7 @@ def simulate_cell(
 
 
 def _bubble(events: list[dict], K: int) -> float | None:
-    from ...engine.events import Event, measured_bubble
+    from ..engine.events import Event, measured_bubble
 
     evs = [Event(**e) for e in events if e["action"] != "step"]
     return measured_bubble(evs, K)[1] if evs else None
