@@ -60,7 +60,7 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
                               replicas=p.replicas),
         optim={"name": spec.optim.name, **_options(spec.optim)},
         batch_size=spec.train.batch_size, steps=spec.train.steps, warmup_steps=spec.train.timed_from,
-        seed=spec.seed, device="cuda" if spec.device.startswith("cuda") else "cpu",
+        seed=spec.seed, precision=spec.train.precision, device="cuda" if spec.device.startswith("cuda") else "cpu",
         world_size=spec.world_size, experiment=spec.experiment_name, env=env_info(launcher=launcher),
     )
 

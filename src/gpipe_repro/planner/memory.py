@@ -19,6 +19,15 @@ compared (tests/planner): per stage,
   |      | stage that has warm-up forwards (k < K-1) also holds a second micro-batch's saved tensors |
 
 These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
+
+How a stage is measured: the layers are built on the meta device (nothing allocated), and run here
+on *fake* CPU tensors (``FakeTensorMode``: shapes, dtypes and strides, no storage) so that torch
+dispatches every operation exactly as it would for the engine's CPU tensors — the same kernel choice
+(CPU's flash attention keeps only the log-sum-exp, never the S×S probabilities that a meta-device
+run's math fallback would save) and, with ``precision="bf16"``, the same autocast policy, which
+meta tensors do not get. The stage runs through the engine's own ``Cell`` (each layer's outputs cast
+to the compute dtype), under the engine's autocast region, with the loss in fp32 as the engine
+computes it (``engine.precision``), so the bytes counted per dtype are the bytes the engine saves.
 """
 
 from __future__ import annotations
@@ -28,11 +37,17 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
 
 from ..engine.microbatch import Batch, as_tuple
+from ..engine.pipeline import Cell
+from ..engine.precision import autocast, compute_dtype, fp32_loss
 
 __all__ = ["StageActivation", "measure_stage", "alive_micro_batches", "peak_activation_bytes",
            "STATE_BYTES_PER_PARAM", "state_bytes"]
+
+MEASURE_DEVICE = "cpu"  # the device type the engine is validated on here (fake tensors: no memory)
 
 # weights (4) + gradients (4) + one optimiser slot (4): RMSProp/SGD-momentum in fp32
 STATE_BYTES_PER_PARAM = {"rmsprop": 12, "sgd": 12, "adam": 16}
@@ -63,13 +78,30 @@ def _key(t: torch.Tensor) -> int:
     return id(base)
 
 
-def measure_stage(layers: Sequence[nn.Module], x: Batch,
-                  loss: Callable[[Batch], torch.Tensor] | None = None) -> tuple[StageActivation, Batch]:
-    """Run ``layers`` forward on (meta) input ``x`` and count what a training step keeps.
+def _fake_like(t: torch.Tensor, mode: FakeTensorMode, requires_grad: bool = False) -> torch.Tensor:
+    """A fake CPU tensor of ``t``'s shape and dtype (``t`` may be meta, fake or real)."""
+    with mode:
+        f = torch.empty(t.shape, dtype=t.dtype, device=MEASURE_DEVICE)
+    return f.requires_grad_(requires_grad)
 
-    Returns the per-micro-batch bytes and the stage's output (for the next stage's input)."""
-    params = {id(p) for layer in layers for p in layer.parameters()}
-    xs = [t.detach().requires_grad_(t.is_floating_point()) for t in as_tuple(x)]
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def measure_stage(layers: Sequence[nn.Module], x: Batch,
+                  loss: Callable[[Batch], torch.Tensor] | None = None,
+                  precision: str = "fp32") -> tuple[StageActivation, Batch]:
+    """Run ``layers`` forward on input ``x`` (meta tensors) as the engine's stage would run them and
+    count what a training step keeps (see the module docstring).
+
+    Returns the per-micro-batch bytes and the stage's output, on meta (the next stage's input)."""
+    mode = FakeTensorMode()
+    cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
+    state: dict[str, torch.Tensor] = {n: _fake_like(p, mode, p.requires_grad) for n, p in cell.named_parameters()}
+    buffers = {n: _fake_like(b, mode) for n, b in cell.named_buffers()}
+    not_activations = {id(t) for t in (*state.values(), *buffers.values())}
+    xs = [_fake_like(t, mode, t.is_floating_point()) for t in as_tuple(x)]
     x_in: Batch = tuple(xs) if isinstance(x, tuple) else xs[0]
     inputs = {_key(t) for t in xs}
     seen: dict[int, int] = {}
@@ -77,21 +109,20 @@ def measure_stage(layers: Sequence[nn.Module], x: Batch,
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         k = _key(t)
-        if id(t) in params or k in params or k in inputs or k in seen:
+        if id(t) in not_activations or k in not_activations or k in inputs or k in seen:
             return t
         seen[k] = _nbytes(t._base if t._base is not None else t)
         keep.append(t)
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = x_in
-        for layer in layers:
-            y = layer(y)
+    with mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with autocast(MEASURE_DEVICE, precision):
+            y = functional_call(cell, {**state, **buffers}, (x_in,), strict=True)
         if loss is not None:
-            loss(y)
+            fp32_loss(lambda out, _: loss(out), y, None, MEASURE_DEVICE)
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
     act = StageActivation(sum(_nbytes(t) for t in xs), sum(seen.values()), out)
-    ys = tuple(t.detach() for t in as_tuple(y))
+    ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
 
 

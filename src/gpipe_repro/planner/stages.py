@@ -43,29 +43,33 @@ def _params(layers: Sequence[nn.Module]) -> int:
 class _Measured:
     """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range."""
 
-    def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor]) -> None:
-        self.layers, self.loss = list(layers), loss
+    def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor],
+                 precision: str = "fp32") -> None:
+        self.layers, self.loss, self.precision = list(layers), loss, precision
         self.inputs: list[Batch] = []
         x = sample
         for layer in self.layers:  # the input of every layer, once
             self.inputs.append(x)
-            _, x = measure_stage([layer], x)
+            _, x = measure_stage([layer], x, None, precision)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per planned model
     def stage(self, start: int, end: int) -> StageActivation:
         last = end == len(self.layers)
-        a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None)
+        a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None,
+                             self.precision)
         return a
 
 
 _MEASURED: dict[object, _Measured] = {}
 
 
-def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable) -> _Measured:
-    """One measurement per model (``key``) in this process: a sweep over K and M measures it once."""
-    if key not in _MEASURED:
-        _MEASURED[key] = _Measured(layers, sample, loss)
-    return _MEASURED[key]
+def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable,
+              precision: str) -> _Measured:
+    """One measurement per model (``key``) and precision in this process: a sweep over K and M
+    measures it once."""
+    if (key, precision) not in _MEASURED:
+        _MEASURED[(key, precision)] = _Measured(layers, sample, loss, precision)
+    return _MEASURED[(key, precision)]
 
 
 def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
@@ -74,10 +78,11 @@ def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
 
 def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch], loss: Callable[[Batch], torch.Tensor],
                 balance: Sequence[int], *, K: int, M: int, micro_batch: int, schedule: str, checkpoint: str,
-                optim: str = "rmsprop", key: object = None) -> list[StagePlan]:
-    """Every stage's state and peak activations; ``key`` names the model for memoisation."""
-    meas = _measured(key, layers, _example(sample_fn), loss) if key is not None else \
-        _Measured(layers, _example(sample_fn), loss)
+                optim: str = "rmsprop", key: object = None, precision: str = "fp32") -> list[StagePlan]:
+    """Every stage's state and peak activations; ``key`` names the model for memoisation;
+    ``precision``: the activations as the engine keeps them under that precision."""
+    meas = _measured(key, layers, _example(sample_fn), loss, precision) if key is not None else \
+        _Measured(layers, _example(sample_fn), loss, precision)
     out, start = [], 0
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
@@ -92,8 +97,9 @@ def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Bat
 
 def layer_memory(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch],
                  loss: Callable[[Batch], torch.Tensor], *, M: int, micro_batch: int, schedule: str,
-                 checkpoint: str, optim: str = "rmsprop", key: object = None) -> list[int]:
+                 checkpoint: str, optim: str = "rmsprop", key: object = None,
+                 precision: str = "fp32") -> list[int]:
     """Each layer alone on an accelerator (K = L would give): state + peak activations, bytes."""
     return [p.total for p in plan_stages(layers, sample_fn, loss, [1] * len(layers), K=len(layers), M=M,
                                          micro_batch=micro_batch, schedule=schedule, checkpoint=checkpoint,
-                                         optim=optim, key=key)]
+                                         optim=optim, key=key, precision=precision)]

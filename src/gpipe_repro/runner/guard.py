@@ -79,7 +79,8 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
     loss = classification_loss if plan.model.task == "classify" else lm_loss
     stages = plan_stages(plan.layers, plan.info.example, loss, bal, K=p.K, M=p.M, micro_batch=mb,
-                         schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name)
+                         schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
+                         precision=spec.train.precision)
     planned = [s.total for s in stages]
     fix = ("lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
            "or train.memory_check=false to run anyway")

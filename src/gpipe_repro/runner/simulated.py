@@ -113,7 +113,8 @@ def _balance(spec: RunConfig, plan: Plan, lc: list[LayerCost], micro_batch: int)
 def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
     return layer_memory(plan.layers, plan.info.example, _out_loss(plan), M=spec.pipeline.M,
                         micro_batch=micro_batch, schedule=spec.pipeline.schedule,
-                        checkpoint=spec.pipeline.checkpoint, optim=spec.optim.name, key=_model_key(spec, plan))
+                        checkpoint=spec.pipeline.checkpoint, optim=spec.optim.name, key=_model_key(spec, plan),
+                        precision=spec.train.precision)
 
 
 def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, list[Any]]:
@@ -126,7 +127,7 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
     balance, part_costs = _balance(spec, plan, lc, mb)
     mem = plan_stages(plan.layers, plan.info.example, _out_loss(plan), balance, K=p.K, M=p.M, micro_batch=mb,
                       schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
-                      key=_model_key(spec, plan))
+                      key=_model_key(spec, plan), precision=spec.train.precision)
     if hw is not None:
         per_layer = _layer_memory(spec, plan, mb)
         worst = max(range(len(per_layer)), key=lambda i: per_layer[i])
