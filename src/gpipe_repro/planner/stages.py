@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -29,7 +29,7 @@ class StagePlan:
     state: int  # bytes of weights + gradients + optimiser state
     activation: int  # peak activation bytes at the planned micro-batch
     per_sample: float  # activation bytes per sample of micro-batch (the linear part)
-    fixed_activation: int  # activation bytes that do not scale (none today; kept for clarity)
+    fixed_activation: int  # activation bytes that do not scale: autocast's weight copies (bf16)
 
     @property
     def total(self) -> int:
@@ -86,11 +86,12 @@ def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Bat
     out, start = [], 0
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
-        unit = a.scaled(1 / MEASURE_BATCH)
+        unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0)
         per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k)
+        fixed = peak_activation_bytes(StageActivation(0, 0, 0, a.weights), schedule, checkpoint, K, M, k)
         opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
         out.append(StagePlan(state_bytes(_params(layers[start:start + b]), opt),
-                             round(per * micro_batch), float(per), 0))
+                             round(per * micro_batch) + fixed, float(per), fixed))
         start += b
     return out
 

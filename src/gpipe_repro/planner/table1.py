@@ -171,7 +171,8 @@ def _stage_act(pieces: dict, emb: bool, soft: bool, nl: int) -> StageActivation:
     if nl <= 2:
         return pieces[(emb, soft, nl)]
     a1, a2 = pieces[(emb, soft, 1)], pieces[(emb, soft, 2)]
-    return StageActivation(a1.input, a1.saved + (nl - 1) * (a2.saved - a1.saved), a1.output)
+    return StageActivation(a1.input, a1.saved + (nl - 1) * (a2.saved - a1.saved), a1.output,
+                           a1.weights + (nl - 1) * (a2.weights - a1.weights))
 
 
 def plan_transformer(L: int, K: int, M: int, checkpoint: str, N: int, budget: int, schedule: str = "gpipe",
@@ -185,7 +186,8 @@ def plan_transformer(L: int, K: int, M: int, checkpoint: str, N: int, budget: in
     one = {  # per-layer memory cost for partitioning
         "embed": state_bytes(p["embed"]) + peak_activation_bytes(pieces[(True, False, 0)].scaled(n), schedule, checkpoint, K, M, 0),
         "layer": state_bytes(p["layer"]) + peak_activation_bytes(
-            StageActivation(0, pieces[(False, False, 2)].saved - pieces[(False, False, 1)].saved, 0).scaled(n),
+            StageActivation(0, pieces[(False, False, 2)].saved - pieces[(False, False, 1)].saved, 0,
+                            pieces[(False, False, 2)].weights - pieces[(False, False, 1)].weights).scaled(n),
             schedule, checkpoint, K, M, 0),
         "softmax": state_bytes(p["softmax"]) + peak_activation_bytes(pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0),
     }
