@@ -85,7 +85,7 @@ class StageActivation:
 class Saved:
     """One tensor a stage saves for backward (``measure_stage(detail=...)``)."""
 
-    layer: int  # index of the layer (in the stage) whose forward saved it
+    layer: int  # index of the layer (in the stage) whose forward saved it; len(layers): the loss
     kind: str  # what produced it: the autograd node's name ("Convolution", "Relu", ...) or "internal"
     dtype: str  # "bfloat16", "float32", "int64", ...
     nbytes: int
@@ -132,8 +132,8 @@ def measure_stage(layers: Sequence[nn.Module], x: Batch,
     count what a training step keeps (see the module docstring).
 
     Returns the per-micro-batch bytes and the stage's output, on meta (the next stage's input).
-    ``detail``: a list that receives every saved tensor counted (the loss's count as the last
-    layer's)."""
+    ``detail``: a list that receives every saved tensor counted (the loss's with layer index
+    ``len(layers)``)."""
     mode = FakeTensorMode()
     cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
     state: dict[str, torch.Tensor] = {n: _fake_like(p, mode, p.requires_grad) for n, p in cell.named_parameters()}
@@ -173,6 +173,7 @@ def measure_stage(layers: Sequence[nn.Module], x: Batch,
             with autocast(MEASURE_DEVICE, precision):
                 y = functional_call(cell, {**state, **buffers}, (x_in,), strict=True)
             if loss is not None:
+                layer[0] = len(cell.layers)
                 fp32_loss(lambda out, _: loss(out), y, None, MEASURE_DEVICE)
     finally:
         for h in hooks:

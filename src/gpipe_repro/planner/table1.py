@@ -73,6 +73,7 @@ class Plan:
     budget: int
     layer_costs: list[float] = field(default_factory=list)  # per layer, alone on an accelerator
     layer_names: list[str] = field(default_factory=list)
+    weight_copies: list[int] = field(default_factory=list)  # per stage: autocast's weight copies in activation
 
     @property
     def oversized(self) -> str | None:
@@ -98,12 +99,14 @@ def _nparams(layer: torch.nn.Module) -> int:
 
 def _finish(K: int, M: int, checkpoint: str, schedule: str, budget: int, params: list[int],
             stage_acts: list[StageActivation], balance: list[int], costs: list[float], names: list[str]) -> Plan:
-    state, acts, start = [], [], 0
+    state, acts, copies, start = [], [], [], 0
     for k, b in enumerate(balance):
         state.append(state_bytes(sum(params[start : start + b])))
         acts.append(peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k))
+        copies.append(peak_activation_bytes(StageActivation(0, 0, 0, stage_acts[k].weights), schedule, checkpoint,
+                                            K, M, k))
         start += b
-    return Plan(sum(params), balance, state, acts, budget, costs, names)
+    return Plan(sum(params), balance, state, acts, budget, costs, names, copies)
 
 
 def _cls_loss(N: int) -> Callable:
