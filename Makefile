@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint bench-engine bench-hostmem table1 clean
+.PHONY: help setup demo test test-fast lint bench-engine bench-hostmem table1 gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -44,3 +44,6 @@ clean: ## remove run outputs (keeps reports/)
 
 table1: $(STAMP) ## Table 1 (largest model that fits) -> reports/table1/ (memory model on the meta device)
 	$(BIN)/python -m gpipe_repro.planner.report --out reports/table1
+
+gpu-check: $(STAMP) ## on a CUDA host: gpu tests + engine benchmark -> reports/gpu/ (no CUDA: one line, exit 0)
+	$(BIN)/python bench/gpu_check.py --out reports/gpu

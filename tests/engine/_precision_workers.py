@@ -48,9 +48,27 @@ def loss_fn(model: str) -> Any:
 
 
 def train(K: int, model: str, precision: str, steps: int, M: int = 4, checkpoint: str = "except_last",
-          schedule: str = "gpipe") -> dict[str, Any]:
-    """``steps`` SGD steps of ``model`` on this rank's stage; what the tests look at."""
-    topo = init_topology(K)
+          schedule: str = "gpipe", device: str = "cpu") -> dict[str, Any]:
+    """``steps`` SGD steps of ``model`` on this rank's stage; what the tests look at.
+
+    On CUDA every kernel is made deterministic (and attention uses the math kernel, whose backward
+    is): bit-identical losses across K need the same sums in the same order on every run."""
+    if device == "cuda":
+        import os
+
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+        with sdpa_kernel(SDPBackend.MATH):
+            return _train(K, model, precision, steps, M, checkpoint, schedule, device)
+    return _train(K, model, precision, steps, M, checkpoint, schedule, device)
+
+
+def _train(K: int, model: str, precision: str, steps: int, M: int, checkpoint: str, schedule: str,
+           device: str) -> dict[str, Any]:
+    topo = init_topology(K, device=device)
     mine = copy.deepcopy(make_layers(model)[stage_slice(BALANCE[model][K], topo.stage)])
     pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, schedule=schedule, precision=precision,
                     loss_fn=loss_fn(model))

@@ -1,9 +1,8 @@
-"""The memory model (meta device) against what the engine measures on this CPU, and its edge cases."""
+"""The memory model (fake tensors, nothing allocated) against what the engine measures on this CPU, fp32 and bf16."""
 
 from pathlib import Path
 
 import pytest
-
 import torch
 from torch import nn
 

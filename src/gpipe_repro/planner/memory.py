@@ -47,7 +47,9 @@ from ..engine.precision import autocast, compute_dtype, fp32_loss
 __all__ = ["Saved", "StageActivation", "measure_stage", "alive_micro_batches", "peak_activation_bytes",
            "STATE_BYTES_PER_PARAM", "state_bytes"]
 
-MEASURE_DEVICE = "cpu"  # the device type the engine is validated on here (fake tensors: no memory)
+# The device type a stage is measured for (fake tensors: no memory). CPU by default, the engine's
+# validated device here; "cuda" on a CUDA build plans with CUDA's kernels and autocast policy.
+MEASURE_DEVICE = "cpu"
 
 # weights (4) + gradients (4) + one optimiser slot (4): RMSProp/SGD-momentum in fp32
 STATE_BYTES_PER_PARAM = {"rmsprop": 12, "sgd": 12, "adam": 16}
@@ -114,10 +116,10 @@ def _copies_a_parameter(t: torch.Tensor, params: set[int]) -> bool:
     return var is not None and id(var) in params
 
 
-def _fake_like(t: torch.Tensor, mode: FakeTensorMode, requires_grad: bool = False) -> torch.Tensor:
-    """A fake CPU tensor of ``t``'s shape and dtype (``t`` may be meta, fake or real)."""
+def _fake_like(t: torch.Tensor, mode: FakeTensorMode, device_type: str, requires_grad: bool = False) -> torch.Tensor:
+    """A fake tensor of ``t``'s shape and dtype on ``device_type`` (``t`` may be meta, fake or real)."""
     with mode:
-        f = torch.empty(t.shape, dtype=t.dtype, device=MEASURE_DEVICE)
+        f = torch.empty(t.shape, dtype=t.dtype, device=device_type)
     return f.requires_grad_(requires_grad)
 
 
@@ -127,20 +129,21 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 
 def measure_stage(layers: Sequence[nn.Module], x: Batch,
                   loss: Callable[[Batch], torch.Tensor] | None = None,
-                  precision: str = "fp32", detail: list[Saved] | None = None) -> tuple[StageActivation, Batch]:
+                  precision: str = "fp32", detail: list[Saved] | None = None,
+                  device_type: str = MEASURE_DEVICE) -> tuple[StageActivation, Batch]:
     """Run ``layers`` forward on input ``x`` (meta tensors) as the engine's stage would run them and
     count what a training step keeps (see the module docstring).
 
     Returns the per-micro-batch bytes and the stage's output, on meta (the next stage's input).
     ``detail``: a list that receives every saved tensor counted (the loss's with layer index
-    ``len(layers)``)."""
+    ``len(layers)``). ``device_type``: the device the engine will run on ("cpu" or "cuda")."""
     mode = FakeTensorMode()
     cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
-    state: dict[str, torch.Tensor] = {n: _fake_like(p, mode, p.requires_grad) for n, p in cell.named_parameters()}
-    buffers = {n: _fake_like(b, mode) for n, b in cell.named_buffers()}
+    state: dict[str, torch.Tensor] = {n: _fake_like(p, mode, device_type, p.requires_grad) for n, p in cell.named_parameters()}
+    buffers = {n: _fake_like(b, mode, device_type) for n, b in cell.named_buffers()}
     params = {id(t) for t in state.values()}
     not_activations = params | {id(t) for t in buffers.values()}
-    xs = [_fake_like(t, mode, t.is_floating_point()) for t in as_tuple(x)]
+    xs = [_fake_like(t, mode, device_type, t.is_floating_point()) for t in as_tuple(x)]
     x_in: Batch = tuple(xs) if isinstance(x, tuple) else xs[0]
     inputs = {_key(t) for t in xs}
     seen: dict[int, int] = {}
@@ -170,11 +173,11 @@ def measure_stage(layers: Sequence[nn.Module], x: Batch,
     hooks = [m.register_forward_pre_hook(entering(i)) for i, m in enumerate(cell.layers)] if detail is not None else []
     try:
         with mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            with autocast(MEASURE_DEVICE, precision):
+            with autocast(device_type, precision):
                 y = functional_call(cell, {**state, **buffers}, (x_in,), strict=True)
             if loss is not None:
                 layer[0] = len(cell.layers)
-                fp32_loss(lambda out, _: loss(out), y, None, MEASURE_DEVICE)
+                fp32_loss(lambda out, _: loss(out), y, None, device_type)
     finally:
         for h in hooks:
             h.remove()

@@ -17,7 +17,13 @@ import torch
 from torch import nn
 
 from ..engine.microbatch import Batch
-from .memory import StageActivation, measure_stage, peak_activation_bytes, state_bytes
+from .memory import (
+    MEASURE_DEVICE,
+    StageActivation,
+    measure_stage,
+    peak_activation_bytes,
+    state_bytes,
+)
 
 __all__ = ["StagePlan", "plan_stages", "layer_memory"]
 
@@ -44,19 +50,19 @@ class _Measured:
     """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range."""
 
     def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor],
-                 precision: str = "fp32") -> None:
-        self.layers, self.loss, self.precision = list(layers), loss, precision
+                 precision: str = "fp32", device_type: str = MEASURE_DEVICE) -> None:
+        self.layers, self.loss, self.precision, self.device_type = list(layers), loss, precision, device_type
         self.inputs: list[Batch] = []
         x = sample
         for layer in self.layers:  # the input of every layer, once
             self.inputs.append(x)
-            _, x = measure_stage([layer], x, None, precision)
+            _, x = measure_stage([layer], x, None, precision, device_type=device_type)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per planned model
     def stage(self, start: int, end: int) -> StageActivation:
         last = end == len(self.layers)
         a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None,
-                             self.precision)
+                             self.precision, device_type=self.device_type)
         return a
 
 
@@ -64,12 +70,12 @@ _MEASURED: dict[object, _Measured] = {}
 
 
 def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable,
-              precision: str) -> _Measured:
-    """One measurement per model (``key``) and precision in this process: a sweep over K and M
-    measures it once."""
-    if (key, precision) not in _MEASURED:
-        _MEASURED[(key, precision)] = _Measured(layers, sample, loss, precision)
-    return _MEASURED[(key, precision)]
+              precision: str, device_type: str) -> _Measured:
+    """One measurement per model (``key``), precision and device type in this process: a sweep over K
+    and M measures it once."""
+    if (key, precision, device_type) not in _MEASURED:
+        _MEASURED[(key, precision, device_type)] = _Measured(layers, sample, loss, precision, device_type)
+    return _MEASURED[(key, precision, device_type)]
 
 
 def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
@@ -78,11 +84,12 @@ def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
 
 def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch], loss: Callable[[Batch], torch.Tensor],
                 balance: Sequence[int], *, K: int, M: int, micro_batch: int, schedule: str, checkpoint: str,
-                optim: str = "rmsprop", key: object = None, precision: str = "fp32") -> list[StagePlan]:
+                optim: str = "rmsprop", key: object = None, precision: str = "fp32",
+                device_type: str = MEASURE_DEVICE) -> list[StagePlan]:
     """Every stage's state and peak activations; ``key`` names the model for memoisation;
-    ``precision``: the activations as the engine keeps them under that precision."""
-    meas = _measured(key, layers, _example(sample_fn), loss, precision) if key is not None else \
-        _Measured(layers, _example(sample_fn), loss, precision)
+    ``precision`` and ``device_type``: the activations as the engine keeps them there."""
+    meas = _measured(key, layers, _example(sample_fn), loss, precision, device_type) if key is not None else \
+        _Measured(layers, _example(sample_fn), loss, precision, device_type)
     out, start = [], 0
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)

@@ -80,7 +80,7 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     loss = classification_loss if plan.model.task == "classify" else lm_loss
     stages = plan_stages(plan.layers, plan.info.example, loss, bal, K=p.K, M=p.M, micro_batch=mb,
                          schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
-                         precision=spec.train.precision)
+                         precision=spec.train.precision, device_type="cuda" if spec.device == "cuda" else "cpu")
     planned = [s.total for s in stages]
     fix = ("lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
            "or train.memory_check=false to run anyway")
