@@ -42,7 +42,7 @@ bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs re
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
 
-table1: $(STAMP) ## Table 1 (largest model that fits) -> reports/table1/ (memory model on the meta device)
+table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16) -> reports/table1/ (memory model, nothing allocated)
 	$(BIN)/python -m gpipe_repro.planner.report --out reports/table1
 
 gpu-check: $(STAMP) ## on a CUDA host: gpu tests + engine benchmark -> reports/gpu/ (no CUDA: one line, exit 0)

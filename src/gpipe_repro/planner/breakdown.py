@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,7 +38,7 @@ class SavedGroup:
     nbytes: int  # at the planned micro-batch
 
 
-def saved_groups(layers: Sequence[nn.Module], x: Batch, loss: Callable[[Batch], torch.Tensor] | None,
+def saved_groups(layers: Sequence[nn.Module], x: Batch, loss: Callable[[Any], torch.Tensor] | None,
                  precision: str, scale: float) -> list[SavedGroup]:
     """Every saved tensor of ``layers`` run as one stage on ``x``, grouped, and the stage's input and
     output (kept for backward too): what one micro-batch keeps. Activation bytes are multiplied by

@@ -1,10 +1,12 @@
-"""Per-stage memory of any model's flat layer list, planned on the meta device (nothing allocated).
+"""Per-stage memory of any model's flat layer list, planned without allocating (``planner.memory``).
 
 The Table 1 planner (``planner.table1``) specialises this for the paper's two models; the simulated
 backend uses it for every model: a stage's state (weights, gradients, optimiser slots) and its peak
 activations under the schedule and remat mode (``planner.memory``), the largest layer alone (GPipe
 §6: a single layer must fit on one accelerator), and the largest micro-batch that fits a budget —
-activations are linear in the micro-batch, the state is not, so that last one is a closed form.
+activations are linear in the micro-batch, the state is not, so that last one is a closed form. In
+bf16, autocast's weight copies are activation bytes that do not scale with the micro-batch
+(``StagePlan.fixed_activation``).
 """
 
 from __future__ import annotations

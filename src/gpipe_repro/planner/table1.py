@@ -6,7 +6,8 @@ total parameter memory (weights + gradients + RMSProp state = 12 bytes per param
 activation memory (summed over the accelerators, as the paper's table does, and the largest single
 one), and searches the largest model that fits the per-accelerator budget (largest D at the paper's L
 for AmoebaNet-D; largest L for Transformer-L). Partitions are the engine's exact min-max partition of
-the per-layer memory (state + activations).
+the per-layer memory (state + activations). ``precision``: the activations as the engine keeps them
+in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both.
 """
 
 from __future__ import annotations

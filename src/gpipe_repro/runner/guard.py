@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -78,9 +80,16 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     mb = spec.train.batch_size // p.replicas // p.M
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
     loss = classification_loss if plan.model.task == "classify" else lm_loss
-    stages = plan_stages(plan.layers, plan.info.example, loss, bal, K=p.K, M=p.M, micro_batch=mb,
-                         schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
-                         precision=spec.train.precision, device_type="cuda" if spec.device == "cuda" else "cpu")
+    kw: dict[str, Any] = dict(K=p.K, M=p.M, micro_batch=mb, schedule=p.schedule, checkpoint=p.checkpoint,
+                              optim=spec.optim.name, precision=spec.train.precision)
+    try:  # measured as the ranks will run: CUDA's kernels and autocast policy on a GPU
+        stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type=spec.device, **kw)
+    except Exception as err:  # noqa: BLE001 - a plan is advice: never stop a run over it
+        if spec.device == "cpu":
+            raise
+        print(f"gpipe-run: planning on fake {spec.device} tensors failed ({type(err).__name__}: "
+              f"{str(err).splitlines()[0] if str(err) else ''}); planned with CPU's kernels", file=sys.stderr)
+        stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type="cpu", **kw)
     planned = [s.total for s in stages]
     fix = ("lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
            "or train.memory_check=false to run anyway")
