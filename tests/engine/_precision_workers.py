@@ -30,7 +30,9 @@ N, V, S = 16, 30, 8
 def make_layers(model: str) -> list[nn.Module]:
     torch.manual_seed(0)
     if model == "conv":
-        return tuplenet_layers(in_channels=3, channels=8, cells=6, classes=5, dropout=0.0, batchnorm=True)
+        return tuplenet_layers(
+            in_channels=3, channels=8, cells=6, classes=5, dropout=0.0, batchnorm=True
+        )
     return transformer_lm_layers(4, d=16, H=32, A=2, V=V)
 
 
@@ -47,8 +49,16 @@ def loss_fn(model: str) -> Any:
     return lambda y, t: nn.functional.cross_entropy(y.flatten(0, 1), t.flatten())
 
 
-def train(K: int, model: str, precision: str, steps: int, M: int = 4, checkpoint: str = "except_last",
-          schedule: str = "gpipe", device: str = "cpu") -> dict[str, Any]:
+def train(
+    K: int,
+    model: str,
+    precision: str,
+    steps: int,
+    M: int = 4,
+    checkpoint: str = "except_last",
+    schedule: str = "gpipe",
+    device: str = "cpu",
+) -> dict[str, Any]:
     """``steps`` SGD steps of ``model`` on this rank's stage; what the tests look at.
 
     On CUDA every kernel is made deterministic (and attention uses the math kernel, whose backward
@@ -66,12 +76,27 @@ def train(K: int, model: str, precision: str, steps: int, M: int = 4, checkpoint
     return _train(K, model, precision, steps, M, checkpoint, schedule, device)
 
 
-def _train(K: int, model: str, precision: str, steps: int, M: int, checkpoint: str, schedule: str,
-           device: str) -> dict[str, Any]:
+def _train(
+    K: int,
+    model: str,
+    precision: str,
+    steps: int,
+    M: int,
+    checkpoint: str,
+    schedule: str,
+    device: str,
+) -> dict[str, Any]:
     topo = init_topology(K, device=device)
     mine = copy.deepcopy(make_layers(model)[stage_slice(BALANCE[model][K], topo.stage)])
-    pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, schedule=schedule, precision=precision,
-                    loss_fn=loss_fn(model))
+    pipe = Pipeline(
+        mine,
+        topo,
+        M=M,
+        checkpoint=checkpoint,
+        schedule=schedule,
+        precision=precision,
+        loss_fn=loss_fn(model),
+    )
     opt = torch.optim.SGD(pipe.parameters(), lr=0.05, momentum=0.9)
     sent: list[tuple[str, int]] = []  # (dtype, bytes) of every tensor this rank sent
     real_isend = comm_module.isend
@@ -92,12 +117,17 @@ def _train(K: int, model: str, precision: str, steps: int, M: int, checkpoint: s
     finally:
         comm_module.isend = real_isend
     return {
-        "stage": topo.stage, "losses": losses, "sent": sent,
+        "stage": topo.stage,
+        "losses": losses,
+        "sent": sent,
         "param_dtypes": sorted({str(p.dtype) for p in pipe.parameters()}),
         "grad_dtypes": sorted({str(p.grad.dtype) for p in pipe.parameters() if p.grad is not None}),
-        "state_dtypes": sorted({str(v.dtype) for st in opt.state.values() for v in st.values()
-                                if torch.is_tensor(v)}),
-        "buffer_dtypes": sorted({str(b.dtype) for n, b in pipe.cell.named_buffers() if "running" in n}),
+        "state_dtypes": sorted(
+            {str(v.dtype) for st in opt.state.values() for v in st.values() if torch.is_tensor(v)}
+        ),
+        "buffer_dtypes": sorted(
+            {str(b.dtype) for n, b in pipe.cell.named_buffers() if "running" in n}
+        ),
     }
 
 

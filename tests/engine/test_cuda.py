@@ -36,9 +36,23 @@ def record(test: str, **numbers: Any) -> None:
 
 
 def spec(K: int, extra: tuple[str, ...] = ()):
-    return compose(["model=mlp", "model.hidden=256", "model.depth=4", "data=mnist", f"pipeline.K={K}", "pipeline.M=4",
-                    "train.batch_size=64", "train.steps=4", "train.warmup_steps=1", "train.progress=false",
-                    "logger=none", "device=cuda", *extra])
+    return compose(
+        [
+            "model=mlp",
+            "model.hidden=256",
+            "model.depth=4",
+            "data=mnist",
+            f"pipeline.K={K}",
+            "pipeline.M=4",
+            "train.batch_size=64",
+            "train.steps=4",
+            "train.warmup_steps=1",
+            "train.progress=false",
+            "logger=none",
+            "device=cuda",
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.gpu
@@ -46,8 +60,13 @@ def test_one_stage_on_cuda_reports_allocator_peak(tmp_path):
     m = run(spec(1), tmp_path)
     assert m.status == "ok", m.error
     st = m.stages[0]
-    record("one_stage_allocator_peak", device=m.env.device_names, peak_bytes=st.peak_memory_bytes,
-           param_bytes=st.param_bytes, throughput=m.throughput)
+    record(
+        "one_stage_allocator_peak",
+        device=m.env.device_names,
+        peak_bytes=st.peak_memory_bytes,
+        param_bytes=st.param_bytes,
+        throughput=m.throughput,
+    )
     assert st.memory_source == "cuda_allocator" and st.peak_memory_bytes >= st.param_bytes
 
 
@@ -56,18 +75,40 @@ def test_one_stage_on_cuda_reports_allocator_peak(tmp_path):
 def test_two_stages_over_nccl(tmp_path):
     m = run(spec(2), tmp_path)
     assert m.status == "ok", m.error
-    record("two_stages_over_nccl", losses=m.losses, throughput=m.throughput, bubble=m.bubble_fraction)
+    record(
+        "two_stages_over_nccl", losses=m.losses, throughput=m.throughput, bubble=m.bubble_fraction
+    )
     assert len(m.stages) == 2
 
 
 def lm_spec(K: int, precision: str) -> Any:
     """A Transformer LM sized so activations and state are GiBs: fixed overheads stay small."""
-    return compose(["model=transformer_lm", "model.L=4", "model.d=1024", "model.H=4096", "model.A=16",
-                    "data=synthetic", "data.kind=tokens", "data.vocab=2048", "data.seq_len=512",
-                    f"pipeline.K={K}", "pipeline.M=4", "pipeline.checkpoint=except_last",
-                    f"pipeline.balance=[{','.join(['6'] if K == 1 else ['3', '3'])}]",
-                    "train.batch_size=32", "train.steps=3", "train.warmup_steps=1", "train.progress=false",
-                    "train.eval=false", f"train.precision={precision}", "optim=sgd", "logger=none", "device=cuda"])
+    return compose(
+        [
+            "model=transformer_lm",
+            "model.L=4",
+            "model.d=1024",
+            "model.H=4096",
+            "model.A=16",
+            "data=synthetic",
+            "data.kind=tokens",
+            "data.vocab=2048",
+            "data.seq_len=512",
+            f"pipeline.K={K}",
+            "pipeline.M=4",
+            "pipeline.checkpoint=except_last",
+            f"pipeline.balance=[{','.join(['6'] if K == 1 else ['3', '3'])}]",
+            "train.batch_size=32",
+            "train.steps=3",
+            "train.warmup_steps=1",
+            "train.progress=false",
+            "train.eval=false",
+            f"train.precision={precision}",
+            "optim=sgd",
+            "logger=none",
+            "device=cuda",
+        ]
+    )
 
 
 @pytest.mark.gpu
@@ -87,8 +128,15 @@ def test_planner_predicts_each_stages_allocator_peak(tmp_path, K, precision):
     m = run(s, tmp_path)
     assert m.status == "ok", m.error
     peaks = [st.peak_memory_bytes - base for st in m.stages]
-    record("planner_vs_allocator", K=K, precision=precision, planned_bytes=planned, allocator_peak_bytes=peaks,
-           ratio=[p / q for p, q in zip(peaks, planned)], activation_bytes_accounted=[st.activation_bytes for st in m.stages])
+    record(
+        "planner_vs_allocator",
+        K=K,
+        precision=precision,
+        planned_bytes=planned,
+        allocator_peak_bytes=peaks,
+        ratio=[p / q for p, q in zip(peaks, planned)],
+        activation_bytes_accounted=[st.activation_bytes for st in m.stages],
+    )
     assert [st.memory_source for st in m.stages] == ["cuda_allocator"] * K
     for k, (peak, plan) in enumerate(zip(peaks, planned)):
         assert peak == pytest.approx(plan, rel=PEAK_REL), (k, peak, plan)
@@ -104,8 +152,10 @@ def test_losses_are_identical_across_K_over_nccl(precision):
     losses = {}
     for K in ks:
         per_rank = launch(pw.grid, K, (K, runs), threads=1)
-        losses[K] = [next(r["losses"] for r in (rank[i] for rank in per_rank) if r["stage"] == K - 1)
-                     for i in range(len(runs))]
+        losses[K] = [
+            next(r["losses"] for r in (rank[i] for rank in per_rank) if r["stage"] == K - 1)
+            for i in range(len(runs))
+        ]
         sent = {d for rank in per_rank for r in rank for d, _ in r["sent"] if d != "torch.int64"}
         if K > 1:
             assert sent == {"torch.bfloat16" if precision == "bf16" else "torch.float32"}

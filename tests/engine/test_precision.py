@@ -64,6 +64,7 @@ def test_boundaries_cross_in_bf16_at_half_the_bytes_and_state_stays_fp32(by_k, m
         floats = [d for r in bf16 for d, _ in r["sent"] if d != "torch.int64"]
         assert floats and set(floats) == {"torch.bfloat16"}  # activations forward, gradients back
         assert {d for r in fp32 for d, _ in r["sent"] if d != "torch.int64"} == {"torch.float32"}
+
         # every activation and gradient crossed at half the bytes (int64 handshakes aside)
         def float_bytes(res: list[dict]) -> int:
             return sum(b for r in res for d, b in r["sent"] if d != "torch.int64")
@@ -80,16 +81,29 @@ def test_batchnorm_statistics_stay_fp32_and_equal_the_whole_mini_batch():
     """Running statistics after one bf16 step equal those of the whole mini-batch of the very bf16
     inputs BatchNorm saw (float64 reference): accumulated in fp32, once per mini-batch."""
     torch.manual_seed(0)
-    layers = tuplenet_layers(in_channels=3, channels=8, cells=3, classes=5, dropout=0.0, batchnorm=True)
-    pipe = Pipeline(layers, single_process(), M=4, checkpoint="always", precision="bf16",
-                    loss_fn=nn.functional.cross_entropy)
+    layers = tuplenet_layers(
+        in_channels=3, channels=8, cells=3, classes=5, dropout=0.0, batchnorm=True
+    )
+    pipe = Pipeline(
+        layers,
+        single_process(),
+        M=4,
+        checkpoint="always",
+        precision="bf16",
+        loss_fn=nn.functional.cross_entropy,
+    )
     bns = [m for m in pipe.cell.modules() if isinstance(m, MicroBatchNorm)]
     seen: dict[int, list[torch.Tensor]] = {id(m): [] for m in bns}
     from gpipe_repro.engine.batchnorm import _RECOMPUTING
 
-    hooks = [m.register_forward_pre_hook(
-        lambda mod, args: None if _RECOMPUTING[0] else seen[id(mod)].append(args[0].detach().clone()))
-        for m in bns]
+    hooks = [
+        m.register_forward_pre_hook(
+            lambda mod, args: (
+                None if _RECOMPUTING[0] else seen[id(mod)].append(args[0].detach().clone())
+            )
+        )
+        for m in bns
+    ]
     x = torch.randn(16, 3, 8, 8) * 2 + 0.5
     pipe.train_step(x, torch.randint(0, 5, (16,)))
     for h in hooks:
@@ -107,4 +121,10 @@ def test_batchnorm_statistics_stay_fp32_and_equal_the_whole_mini_batch():
 
 def test_an_unknown_precision_is_one_line():
     with pytest.raises(ArgumentError, match="precision='fp16' is unknown; allowed: fp32, bf16"):
-        Pipeline([nn.Linear(2, 2)], single_process(), M=1, precision="fp16", loss_fn=nn.functional.mse_loss)
+        Pipeline(
+            [nn.Linear(2, 2)],
+            single_process(),
+            M=1,
+            precision="fp16",
+            loss_fn=nn.functional.mse_loss,
+        )

@@ -27,7 +27,15 @@ import torch
 from .errors import ArgumentError
 from .microbatch import Batch, as_tuple, from_tuple
 
-__all__ = ["PRECISIONS", "Precision", "autocast", "cast_floats", "check_precision", "compute_dtype", "fp32_loss"]
+__all__ = [
+    "PRECISIONS",
+    "Precision",
+    "autocast",
+    "cast_floats",
+    "check_precision",
+    "compute_dtype",
+    "fp32_loss",
+]
 
 Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
@@ -39,8 +47,12 @@ def check_precision(precision: str, device_type: str = "cpu") -> None:
     if precision not in PRECISIONS:
         raise ArgumentError("precision", precision, f"is unknown; allowed: {', '.join(PRECISIONS)}")
     if precision != "fp32" and not torch.amp.is_autocast_available(device_type):
-        raise ArgumentError("precision", precision, f"needs autocast on {device_type}, which this torch "
-                            f"{torch.__version__} lacks; allowed here: fp32")
+        raise ArgumentError(
+            "precision",
+            precision,
+            f"needs autocast on {device_type}, which this torch "
+            f"{torch.__version__} lacks; allowed here: fp32",
+        )
 
 
 def compute_dtype(precision: str) -> torch.dtype:
@@ -67,11 +79,14 @@ def cast_floats(x: Batch, dtype: torch.dtype | None) -> Batch:
     ts = as_tuple(x)
     if all(not t.is_floating_point() or t.dtype == dtype for t in ts):
         return x
-    return from_tuple([t.to(dtype) if t.is_floating_point() else t for t in ts], isinstance(x, tuple))
+    return from_tuple(
+        [t.to(dtype) if t.is_floating_point() else t for t in ts], isinstance(x, tuple)
+    )
 
 
-def fp32_loss(loss_fn: Callable[[Batch, Any], torch.Tensor], y: Batch, target: Any,
-              device_type: str) -> torch.Tensor:
+def fp32_loss(
+    loss_fn: Callable[[Batch, Any], torch.Tensor], y: Batch, target: Any, device_type: str
+) -> torch.Tensor:
     """``loss_fn`` in fp32: autocast off, the (bf16) output upcast first."""
     with torch.autocast(device_type, enabled=False):
         return loss_fn(_upcast(y), target)
@@ -81,6 +96,7 @@ def _upcast(y: Batch) -> Batch:
     ts = as_tuple(y)
     if all(t.dtype not in (torch.bfloat16, torch.float16) for t in ts):
         return y
-    return from_tuple([t.float() if t.dtype in (torch.bfloat16, torch.float16) else t for t in ts],
-                      isinstance(y, tuple))
-
+    return from_tuple(
+        [t.float() if t.dtype in (torch.bfloat16, torch.float16) else t for t in ts],
+        isinstance(y, tuple),
+    )

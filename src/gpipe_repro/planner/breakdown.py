@@ -38,15 +38,23 @@ class SavedGroup:
     nbytes: int  # at the planned micro-batch
 
 
-def saved_groups(layers: Sequence[nn.Module], x: Batch, loss: Callable[[Any], torch.Tensor] | None,
-                 precision: str, scale: float) -> list[SavedGroup]:
+def saved_groups(
+    layers: Sequence[nn.Module],
+    x: Batch,
+    loss: Callable[[Any], torch.Tensor] | None,
+    precision: str,
+    scale: float,
+) -> list[SavedGroup]:
     """Every saved tensor of ``layers`` run as one stage on ``x``, grouped, and the stage's input and
     output (kept for backward too): what one micro-batch keeps. Activation bytes are multiplied by
     ``scale`` (planned micro-batch / measured batch), weight copies are not. Largest group first."""
     detail: list[Saved] = []
     act, y = measure_stage(layers, x, loss, precision, detail)
     groups: dict[tuple[str, str, str], float] = {}
-    for name, i, ts, nbytes in (("input", 0, as_tuple(x), act.input), ("output", -1, as_tuple(y), act.output)):
+    for name, i, ts, nbytes in (
+        ("input", 0, as_tuple(x), act.input),
+        ("output", -1, as_tuple(y), act.output),
+    ):
         if nbytes:
             dtypes = "+".join(sorted({str(t.dtype).removeprefix("torch.") for t in ts}))
             groups[(type(layers[i]).__name__, name, dtypes)] = nbytes * scale
@@ -66,11 +74,14 @@ def _cls_loss(out: torch.Tensor) -> torch.Tensor:
 
 def _lm_loss(out: torch.Tensor) -> torch.Tensor:
     flat = out.flatten(0, -2)
-    return nn.functional.cross_entropy(flat, torch.zeros(flat.shape[0], dtype=torch.long, device=out.device))
+    return nn.functional.cross_entropy(
+        flat, torch.zeros(flat.shape[0], dtype=torch.long, device=out.device)
+    )
 
 
-def amoebanet_groups(L: int, D: int, micro_batch: float, precision: str, image_size: int = 224,
-                     classes: int = 1000) -> list[SavedGroup]:
+def amoebanet_groups(
+    L: int, D: int, micro_batch: float, precision: str, image_size: int = 224, classes: int = 1000
+) -> list[SavedGroup]:
     """AmoebaNet-D(L, D) on one accelerator, measured at 2 images and scaled to ``micro_batch``."""
     with torch.device("meta"):
         layers = amoebanet_layers("D", L, D, classes=classes, image_size=image_size)
@@ -78,8 +89,16 @@ def amoebanet_groups(L: int, D: int, micro_batch: float, precision: str, image_s
     return saved_groups(layers, x, _cls_loss, precision, micro_batch / 2)
 
 
-def transformer_groups(L: int, micro_batch: float, precision: str, d: int = 2048, H: int = 8192,
-                       A: int = 32, V: int = 32000, S: int = 1024) -> list[SavedGroup]:
+def transformer_groups(
+    L: int,
+    micro_batch: float,
+    precision: str,
+    d: int = 2048,
+    H: int = 8192,
+    A: int = 32,
+    V: int = 32000,
+    S: int = 1024,
+) -> list[SavedGroup]:
     """Transformer-L on one accelerator, measured at one sequence and scaled to ``micro_batch``."""
     with torch.device("meta"):
         layers = transformer_lm_layers(L, d, H, A, V)
