@@ -77,6 +77,19 @@ def test_boundaries_cross_in_bf16_at_half_the_bytes_and_state_stays_fp32(by_k, m
         assert any(r["buffer_dtypes"] for r in bf16) == (model == "conv")
 
 
+def test_bf16_remat_recomputes_under_the_same_autocast():
+    """checkpoint=always recomputes every micro-batch in backward: the same losses as never only if
+    the recompute casts exactly as the forward did."""
+    runs = [
+        dict(model=m, precision="bf16", steps=STEPS, checkpoint=c)
+        for m in pw.MODELS
+        for c in ("never", "always")
+    ]
+    per_rank = launch(pw.grid, 2, (2, runs), threads=1)
+    losses = [_losses([rank[i] for rank in per_rank]) for i in range(len(runs))]
+    assert losses[0] == losses[1] and losses[2] == losses[3], losses
+
+
 def test_batchnorm_statistics_stay_fp32_and_equal_the_whole_mini_batch():
     """Running statistics after one bf16 step equal those of the whole mini-batch of the very bf16
     inputs BatchNorm saw (float64 reference): accumulated in fp32, once per mini-batch."""
@@ -108,6 +121,7 @@ def test_batchnorm_statistics_stay_fp32_and_equal_the_whole_mini_batch():
     pipe.train_step(x, torch.randint(0, 5, (16,)))
     for h in hooks:
         h.remove()
+    assert pipe._loss.dtype == torch.float32  # the loss is computed in fp32
     for m in bns:
         ins = seen[id(m)]
         assert len(ins) == 4 and {t.dtype for t in ins} == {torch.bfloat16}  # bf16 activations in
