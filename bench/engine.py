@@ -247,6 +247,7 @@ def main() -> None:
                              "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)]},
                  "skipped": {k: f"needs {v[1]} GPUs, found {gpus}" for k, v in VARIANTS.items() if k not in variants},
                  "model": f"{DEPTH + 1} conv3x3 layers, {CH} channels, {HW}x{HW}, batch {N}, balance {BALANCE}",
+                 "batch": N,
                  "steps": S, "warmup": W, "repeats": a.repeats, "rows": []}
     # Interleave everything within each repetition so that machine noise hits all variants alike.
     samples: dict[tuple[int, str], list[float]] = {}
@@ -328,15 +329,18 @@ def write_markdown(res: dict, path: Path) -> None:
         f"Each time is the median over {res['repeats']} interleaved repetitions of the median of {res['steps']} steps "
         f"(after {res['warmup']} warm-up steps); a step's time is its slowest rank's; every variant runs in fresh "
         "processes. Raw samples: `results.json`.", "",
-        "Our engine keeps freed host memory mapped between steps (`pipeline.host_memory=retain`, "
-        "`engine/hostmem.py`: glibc never trims the heap nor serves blocks with mmap), so a step does not "
-        "page-fault its activations back in. The *control* columns give torch's engine and the plain step "
-        "the same malloc settings: they show how much of the difference is the engine itself.", "",
     ]
+    if m.get("device", "cpu") == "cpu":
+        lines += [
+            "Our engine keeps freed host memory mapped between steps (`pipeline.host_memory=retain`, "
+            "`engine/hostmem.py`: glibc never trims the heap nor serves blocks with mmap), so a step does not "
+            "page-fault its activations back in. The *control* columns give torch's engine and the plain step "
+            "the same malloc settings: they show how much of the difference is the engine itself.", "",
+        ]
     lines += [f"- skipped: {k} ({why})" for k, why in res.get("skipped", {}).items()]
     if "ours_s" not in rows[0]:  # one GPU: the K = 1 numbers only
         lines += ["", "## Ours at K = 1 per M", "", "| M | step (ms) | samples/s |", "|---|---|---|"]
-        lines += [f"| {r['M']} | {r['ours_K1_s'] * 1e3:.2f} | {N / r['ours_K1_s']:.1f} |" for r in rows]
+        lines += [f"| {r['M']} | {r['ours_K1_s'] * 1e3:.2f} | {res.get('batch', N) / r['ours_K1_s']:.1f} |" for r in rows]
         lines += _overhead(res)
         path.write_text("\n".join(lines))
         return
@@ -387,9 +391,10 @@ def plot(res: dict, path: Path) -> None:
 
     rows = res["rows"]
     Ms = [r["M"] for r in rows]
+    nb = res.get("batch", N)
     if "ours_s" not in rows[0]:  # one GPU: K = 1 only
         fig, ax0 = plt.subplots(figsize=(5, 3.6))
-        ax0.plot(Ms, [N / r["ours_K1_s"] for r in rows], "o-", label="ours, K = 1")
+        ax0.plot(Ms, [nb / r["ours_K1_s"] for r in rows], "o-", label="ours, K = 1")
         ax0.set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 1 throughput")
         ax0.set_xticks(Ms, [str(m) for m in Ms])
         ax0.legend(fontsize=7)
@@ -397,11 +402,11 @@ def plot(res: dict, path: Path) -> None:
         fig.savefig(path, dpi=110)
         return
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax[0].plot(Ms, [N / r["ours_s"] for r in rows], "o-", label="ours")
-    ax[0].plot(Ms, [N / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
-    ax[0].plot(Ms, [N / r["theirs_retain_s"] for r in rows], "x:", label="torch pipelining, our malloc settings")
-    ax[0].plot(Ms, [N / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
-    ax[0].plot(Ms, [N / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint")
+    ax[0].plot(Ms, [nb / r["ours_s"] for r in rows], "o-", label="ours")
+    ax[0].plot(Ms, [nb / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
+    ax[0].plot(Ms, [nb / r["theirs_retain_s"] for r in rows], "x:", label="torch pipelining, our malloc settings")
+    ax[0].plot(Ms, [nb / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
+    ax[0].plot(Ms, [nb / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint")
     ax[0].set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 2 throughput")
     ax[1].plot(Ms, [r["speedup_vs_K1_sameM"] for r in rows], "o-", label="measured")
     ax[1].plot(Ms, [r["ideal_speedup"] for r in rows], "k:", label="ideal 2M/(M+1)")
