@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
+.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -49,13 +49,16 @@ bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pip
 bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs retain -> reports/engine/hostmem.md
 	$(BIN)/python bench/hostmem.py --out reports/engine
 
+gpu-check: $(STAMP) ## on a CUDA host: gpu tests + engine benchmark -> reports/gpu/ (no CUDA: one line, exit 0)
+	$(BIN)/python bench/gpu_check.py --out reports/gpu
+
 bench-save: $(STAMP) ## save/load time and size of pipelined saves at K=1,2 -> reports/save/
 	$(BIN)/python bench/save.py --out reports/save
 
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
 
-table1: $(STAMP) ## Table 1 (largest model that fits) -> reports/table1/ (memory model on the meta device)
+table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16) -> reports/table1/ (memory model, nothing allocated)
 	$(BIN)/python -m gpipe_repro.planner.report --out reports/table1
 
 .PHONY: table4 table4-quick

@@ -8,6 +8,10 @@ traffic, see ENVIRONMENT.md's micro-batch note). Every number below comes from o
 machine is shared, so compare the ratios of one report rather than absolute times across reports.
 Every variant runs in fresh processes, because our engine changes malloc settings for its process
 (``engine.hostmem``); the controls give theirs and the plain step the same settings.
+
+``--device cuda`` (``make gpu-check``): one rank per GPU over nccl, the model widened to 256 channels
+on 32x32 inputs and a batch of 256 (the CPU size is launch-bound on a GPU), every step timed after a
+``torch.cuda.synchronize``; the variants that need two GPUs are skipped, and say so, on one.
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gpipe_repro.engine import Pipeline, init_topology, launch, single_process, stage_slice  # noqa: E402
 from gpipe_repro.engine.hostmem import apply_host_memory  # noqa: E402
 
-CH, HW, DEPTH, N, CLASSES = 64, 16, 8, 64, 10
+# The device comes from the environment so that the ranks (fresh processes) see it too.
+DEVICE = os.environ.get("GPIPE_BENCH_DEVICE", "cpu")
+CH, HW, DEPTH, N, CLASSES = (64, 16, 8, 64, 10) if DEVICE == "cpu" else (256, 32, 8, 256, 10)
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 class Head(nn.Module):
@@ -66,8 +77,10 @@ def _timed(step, steps: int, warmup: int) -> list[tuple[float, int]]:
     out = []
     for i in range(warmup + steps):
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        _sync()
         t0 = time.perf_counter()
         step()
+        _sync()
         if i >= warmup:
             out.append((time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0))
     return out
@@ -76,9 +89,9 @@ def _timed(step, steps: int, warmup: int) -> list[tuple[float, int]]:
 def _plain_step(host_memory: str):
     torch.set_num_threads(1)
     apply_host_memory(host_memory)
-    model = nn.Sequential(*layers())
+    model = nn.Sequential(*layers()).to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = batch()
+    x, y = (t.to(DEVICE) for t in batch())
 
     def step() -> None:
         loss = loss_fn(model(x), y)
@@ -97,7 +110,7 @@ def plain(K: int, steps: int, warmup: int) -> list[tuple[float, int]]:
 def _ours_step(K: int, M: int, checkpoint: str, host_memory: str = "retain"):
     """This rank's training step through our engine (K = 1: one process, no communication)."""
     torch.set_num_threads(1)
-    topo = init_topology(K) if K > 1 else single_process()
+    topo = init_topology(K, device=DEVICE) if K > 1 else single_process(DEVICE)
     mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
     pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, loss_fn=loss_fn, track_memory=False,
                     host_memory=host_memory)
@@ -155,14 +168,14 @@ def theirs(K: int, M: int, remat: bool, host_memory: str, steps: int, warmup: in
 
     torch.set_num_threads(1)
     apply_host_memory(host_memory)
-    topo = init_topology(K)
-    sub: nn.Module = nn.Sequential(*layers()[stage_slice(BALANCE, topo.stage)])
+    topo = init_topology(K, device=DEVICE)
+    sub: nn.Module = nn.Sequential(*layers()[stage_slice(BALANCE, topo.stage)]).to(topo.device)
     if remat:
         sub = _Remat(sub)
-    stage = PipelineStage(sub, topo.stage, K, torch.device("cpu"), group=dist.group.WORLD)
+    stage = PipelineStage(sub, topo.stage, K, topo.device, group=dist.group.WORLD)
     sched = ScheduleGPipe(stage, n_microbatches=M, loss_fn=loss_fn)
     opt = torch.optim.SGD(sub.parameters(), lr=0.01)
-    x, y = batch()
+    x, y = (t.to(topo.device) for t in batch())
 
     def step() -> None:
         if topo.is_first:
@@ -202,7 +215,11 @@ def main() -> None:
     ap.add_argument("--M", default="1,2,4,8")
     ap.add_argument("--replot", action="store_true", help="rewrite engine.md and engine.png from OUT/results.json")
     ap.add_argument("--trace", type=int, metavar="M", help="only write OUT/trace_M{M}.json: ours at K=2, one step")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one rank per GPU over nccl")
     a = ap.parse_args()
+    if a.device != DEVICE:  # the ranks and this process read the device from the environment
+        os.environ["GPIPE_BENCH_DEVICE"] = a.device
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.trace:
@@ -223,9 +240,14 @@ def main() -> None:
         return
     Ms = [int(m) for m in a.M.split(",")]
     S, W = a.steps, a.warmup
+    gpus = torch.cuda.device_count() if DEVICE == "cuda" else 0
+    variants = {k: v for k, v in VARIANTS.items() if DEVICE == "cpu" or v[1] <= gpus}
     res: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads_per_rank": 1, "torch": torch.__version__,
-                             "python": platform.python_version()},
+                             "python": platform.python_version(), "device": DEVICE,
+                             "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)]},
+                 "skipped": {k: f"needs {v[1]} GPUs, found {gpus}" for k, v in VARIANTS.items() if k not in variants},
                  "model": f"{DEPTH + 1} conv3x3 layers, {CH} channels, {HW}x{HW}, batch {N}, balance {BALANCE}",
+                 "batch": N,
                  "steps": S, "warmup": W, "repeats": a.repeats, "rows": []}
     # Interleave everything within each repetition so that machine noise hits all variants alike.
     samples: dict[tuple[int, str], list[float]] = {}
@@ -242,7 +264,7 @@ def main() -> None:
             base_faults["plain_retain"].append(fp)
             base_faults["k1m1"].append(fe)
         for M in Ms:
-            for name, (fn, K, extra) in VARIANTS.items():
+            for name, (fn, K, extra) in variants.items():
                 t, f = rank_times(fn, K, M, *extra, S, W)
                 samples.setdefault((M, name), []).append(t)
                 faults.setdefault((M, name), []).append(f)
@@ -257,15 +279,16 @@ def main() -> None:
                       **{f"M{M}_{name}": v for (M, name), v in samples.items()}}
     res["faults"] = {k: statistics.median(v) for k, v in base_faults.items()}
     for M in Ms:
-        row: dict = {"M": M, **{name: statistics.median(samples[(M, name)]) for name in VARIANTS}}
-        row["faults"] = {name: statistics.median(faults[(M, name)]) for name in VARIANTS}
-        row["ratio"] = row["theirs_s"] / row["ours_s"]
-        row["ratio_retain"] = row["theirs_retain_s"] / row["ours_s"]
-        row["ratio_remat"] = row["theirs_remat_s"] / row["ours_remat_s"]
+        row: dict = {"M": M, **{name: statistics.median(samples[(M, name)]) for name in variants}}
+        row["faults"] = {name: statistics.median(faults[(M, name)]) for name in variants}
         row["ideal_speedup"] = 2 * M / (M + 1)
-        row["speedup_vs_K1_sameM"] = row["ours_K1_s"] / row["ours_s"]
-        row["speedup_vs_K1_M1"] = t_k1m1 / row["ours_s"]
-        row["share_of_ideal"] = row["speedup_vs_K1_sameM"] / row["ideal_speedup"]
+        if "ours_s" in row:  # the K = 2 variants ran
+            row["ratio"] = row["theirs_s"] / row["ours_s"]
+            row["ratio_retain"] = row["theirs_retain_s"] / row["ours_s"]
+            row["ratio_remat"] = row["theirs_remat_s"] / row["ours_remat_s"]
+            row["speedup_vs_K1_sameM"] = row["ours_K1_s"] / row["ours_s"]
+            row["speedup_vs_K1_M1"] = t_k1m1 / row["ours_s"]
+            row["share_of_ideal"] = row["speedup_vs_K1_sameM"] / row["ideal_speedup"]
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
     (out / "results.json").write_text(json.dumps(res, indent=2))
@@ -296,17 +319,32 @@ def _mark(ok: bool) -> str:
 def write_markdown(res: dict, path: Path) -> None:
     m = res["machine"]
     rows = res["rows"]
+    where = (f"{m['cpu']}, {m['cores']} cores, {m['threads_per_rank']} thread per rank" if m.get("device", "cpu") == "cpu"
+             else f"{len(m['gpus'])} × {', '.join(sorted(set(m['gpus'])))} (one rank per GPU, nccl), host {m['cpu']}")
     lines = [
         "# Engine benchmark", "",
-        f"Generated by `make bench-engine` (`bench/engine.py`). Machine: {m['cpu']}, {m['cores']} cores, "
-        f"{m['threads_per_rank']} thread per rank, torch {m['torch']}. Model: {res['model']}. "
+        ("Generated by `make bench-engine` (`bench/engine.py`)" if m.get("device", "cpu") == "cpu" else
+         "Generated by `make gpu-check` (`bench/engine.py --device cuda`)") + f". Machine: {where}, "
+        f"torch {m['torch']}. Model: {res['model']}. "
         f"Each time is the median over {res['repeats']} interleaved repetitions of the median of {res['steps']} steps "
         f"(after {res['warmup']} warm-up steps); a step's time is its slowest rank's; every variant runs in fresh "
         "processes. Raw samples: `results.json`.", "",
-        "Our engine keeps freed host memory mapped between steps (`pipeline.host_memory=retain`, "
-        "`engine/hostmem.py`: glibc never trims the heap nor serves blocks with mmap), so a step does not "
-        "page-fault its activations back in. The *control* columns give torch's engine and the plain step "
-        "the same malloc settings: they show how much of the difference is the engine itself.", "",
+    ]
+    if m.get("device", "cpu") == "cpu":
+        lines += [
+            "Our engine keeps freed host memory mapped between steps (`pipeline.host_memory=retain`, "
+            "`engine/hostmem.py`: glibc never trims the heap nor serves blocks with mmap), so a step does not "
+            "page-fault its activations back in. The *control* columns give torch's engine and the plain step "
+            "the same malloc settings: they show how much of the difference is the engine itself.", "",
+        ]
+    lines += [f"- skipped: {k} ({why})" for k, why in res.get("skipped", {}).items()]
+    if "ours_s" not in rows[0]:  # one GPU: the K = 1 numbers only
+        lines += ["", "## Ours at K = 1 per M", "", "| M | step (ms) | samples/s |", "|---|---|---|"]
+        lines += [f"| {r['M']} | {r['ours_K1_s'] * 1e3:.2f} | {res.get('batch', N) / r['ours_K1_s']:.1f} |" for r in rows]
+        lines += _overhead(res)
+        path.write_text("\n".join(lines))
+        return
+    lines += [
         "## Ours vs `torch.distributed.pipelining.ScheduleGPipe` (K = 2, same stages, same M)", "",
         "| M | ours (ms) | theirs (ms) | ratio theirs/ours (goal ≥ 1.0) | control: theirs, our malloc settings (ms) "
         "| control ratio | ours remat (ms) | theirs + checkpoint (ms) | ratio remat |",
@@ -331,14 +369,18 @@ def write_markdown(res: dict, path: Path) -> None:
               "|---|" + "---|" * len(names)]
     for r in rows:
         lines.append(f"| {r['M']} | " + " | ".join(f"{r['faults'][n]:.0f}" for n in names) + " |")
+    lines += _overhead(res)
+    path.write_text("\n".join(lines))
+
+
+def _overhead(res: dict) -> list[str]:
     ov = res["overhead_K1_M1"]
-    lines += ["", "## K = 1, M = 1 overhead against a plain PyTorch step", "",
+    return ["", "## K = 1, M = 1 overhead against a plain PyTorch step", "",
               f"Engine K=1 M=1 and a plain step alternating in one process (same heap, the engine's malloc "
               f"settings; median of {len(res['samples']['k1m1'])} pairs): {res['ours_K1_M1_step_s'] * 1e3:.1f} ms vs "
               f"{res['plain_retain_step_s'] * 1e3:.1f} ms, overhead {ov * 100:+.2f}% (goal ≤ 3%) {_mark(ov <= 0.03)}. "
               f"Against a plain step with glibc's defaults ({res['plain_step_s'] * 1e3:.1f} ms): "
               f"{res['overhead_K1_M1_vs_system'] * 100:+.2f}%.", ""]
-    path.write_text("\n".join(lines))
 
 
 def plot(res: dict, path: Path) -> None:
@@ -349,12 +391,22 @@ def plot(res: dict, path: Path) -> None:
 
     rows = res["rows"]
     Ms = [r["M"] for r in rows]
+    nb = res.get("batch", N)
+    if "ours_s" not in rows[0]:  # one GPU: K = 1 only
+        fig, ax0 = plt.subplots(figsize=(5, 3.6))
+        ax0.plot(Ms, [nb / r["ours_K1_s"] for r in rows], "o-", label="ours, K = 1")
+        ax0.set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 1 throughput")
+        ax0.set_xticks(Ms, [str(m) for m in Ms])
+        ax0.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        return
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax[0].plot(Ms, [N / r["ours_s"] for r in rows], "o-", label="ours")
-    ax[0].plot(Ms, [N / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
-    ax[0].plot(Ms, [N / r["theirs_retain_s"] for r in rows], "x:", label="torch pipelining, our malloc settings")
-    ax[0].plot(Ms, [N / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
-    ax[0].plot(Ms, [N / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint")
+    ax[0].plot(Ms, [nb / r["ours_s"] for r in rows], "o-", label="ours")
+    ax[0].plot(Ms, [nb / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
+    ax[0].plot(Ms, [nb / r["theirs_retain_s"] for r in rows], "x:", label="torch pipelining, our malloc settings")
+    ax[0].plot(Ms, [nb / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
+    ax[0].plot(Ms, [nb / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint")
     ax[0].set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 2 throughput")
     ax[1].plot(Ms, [r["speedup_vs_K1_sameM"] for r in rows], "o-", label="measured")
     ax[1].plot(Ms, [r["ideal_speedup"] for r in rows], "k:", label="ideal 2M/(M+1)")

@@ -185,7 +185,8 @@ def _build(spec: RunConfig, topo: Topology, plan: Plan) -> _Stage:
     mine = materialize(plan.layers[sl], spec.seed, first_index=sl.start)
     pipe = Pipeline(mine, topo, M=spec.pipeline.M, schedule=spec.pipeline.schedule,
                     checkpoint=spec.pipeline.checkpoint, loss_fn=plan.model.loss_fn,
-                    loss_reduction=plan.model.loss_reduction, host_memory=spec.pipeline.host_memory)
+                    loss_reduction=plan.model.loss_reduction, host_memory=spec.pipeline.host_memory,
+                    precision=spec.train.precision)
     opt = build_optimizer(pipe.parameters(), spec.optim)
     # Only the first stage needs inputs and only the last needs targets: nobody else loads data.
     data = get_data(spec.data.name).build(spec.data) if topo.is_first or topo.is_last else None

@@ -1,17 +1,22 @@
-"""The memory model (meta device) against what the engine measures on this CPU, and its edge cases."""
+"""The memory model (fake tensors, nothing allocated) against what the engine measures on this CPU, fp32 and bf16."""
 
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 from gpipe_repro.config.compose import compose
+from gpipe_repro.engine import PRECISIONS
+from gpipe_repro.planner.memory import measure_stage
 from gpipe_repro.planner.table1 import GiB, plan_amoebanet, plan_transformer
 from gpipe_repro.runner import run
 
 
-def measured(tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpipe"):
+def measured(tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpipe", precision="fp32"):
     s = compose([*model, *data, f"pipeline.K={K}", f"pipeline.M={M}", f"pipeline.checkpoint={checkpoint}",
                  f"pipeline.balance=[{','.join(map(str, balance))}]", f"pipeline.schedule={schedule}",
+                 f"train.precision={precision}",
                  f"train.batch_size={N}", "train.steps=2", "train.warmup_steps=1", "train.progress=false",
                  "train.eval=false", "optim=rmsprop", "logger=none", "device=cpu"])
     m = run(s, tmp_path)
@@ -20,25 +25,29 @@ def measured(tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpip
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("checkpoint,schedule", [("never", "gpipe"), ("always", "gpipe"), ("except_last", "1f1b")])
-def test_amoebanet_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint, schedule):
+def test_amoebanet_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint, schedule, precision):
     bal = [4, 8]
     stages = measured(tmp_path, ["model=amoebanet_d", "model.L=6", "model.D=16"],
-                      ["data=synthetic", "data.image_size=32"], 2, 4, 16, checkpoint, bal, schedule)
-    plan = plan_amoebanet(6, 16, 2, 4, checkpoint, 16, 8 * GiB, schedule, image_size=32, classes=10, balance=bal)
+                      ["data=synthetic", "data.image_size=32"], 2, 4, 16, checkpoint, bal, schedule, precision)
+    plan = plan_amoebanet(6, 16, 2, 4, checkpoint, 16, 8 * GiB, schedule, image_size=32, classes=10, balance=bal,
+                          precision=precision)
     for st, act, state in zip(stages, plan.activation, plan.state):
         assert act == pytest.approx(st.activation_bytes, rel=0.10), (st.stage, act, st.activation_bytes)
         assert state == st.param_bytes + st.grad_bytes + st.optimizer_bytes
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("checkpoint", ["never", "always"])
-def test_transformer_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint):
+def test_transformer_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint, precision):
     bal = [3, 3]
     stages = measured(tmp_path, ["model=transformer_lm", "model.L=4", "model.d=32", "model.H=64", "model.A=2"],
                       ["data=synthetic", "data.kind=tokens", "data.seq_len=16", "data.vocab=50"], 2, 2, 8,
-                      checkpoint, bal)
-    plan = plan_transformer(4, 2, 2, checkpoint, 8, 16 * GiB, d=32, H=64, A=2, V=50, S=16, balance=bal)
+                      checkpoint, bal, precision=precision)
+    plan = plan_transformer(4, 2, 2, checkpoint, 8, 16 * GiB, d=32, H=64, A=2, V=50, S=16, balance=bal,
+                            precision=precision)
     for st, act in zip(stages, plan.activation):
         assert act == pytest.approx(st.activation_bytes, rel=0.10), (st.stage, act, st.activation_bytes)
 
@@ -63,3 +72,32 @@ def test_a_model_too_large_is_reported_not_fitting():
 def test_batch_not_divisible_is_one_line():
     with pytest.raises(ValueError, match="M=3 does not divide the mini-batch of 32"):
         plan_transformer(4, 2, 3, "always", 32, 16 * GiB)
+
+
+def test_bf16_halves_saved_activations_and_counts_the_weight_copies_apart():
+    """Two Linear-ReLU blocks of a later stage (its input in the compute dtype): fp32 saves the ReLU
+    outputs in fp32; bf16 saves them in bf16, plus autocast's bf16 copy of each weight (2 bytes per
+    weight, whatever the batch)."""
+    with torch.device("meta"):
+        layers = [nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(2)]
+    acts = {}
+    for p, dtype in zip(PRECISIONS, (torch.float32, torch.bfloat16)):
+        for batch in (8, 16):
+            x = torch.empty(batch, 64, device="meta", dtype=dtype)
+            acts[p, batch], _ = measure_stage(layers, x, precision=p)
+    assert acts["fp32", 8].weights == 0
+    assert acts["bf16", 8].weights == acts["bf16", 16].weights == 2 * 2 * 64 * 64
+    assert 2 * acts["bf16", 8].saved == acts["fp32", 8].saved  # same tensors, half the bytes
+    assert 2 * acts["bf16", 8].input == acts["fp32", 8].input  # a later stage receives bf16
+    assert acts["bf16", 16].saved == 2 * acts["bf16", 8].saved  # the rest scales with the batch
+
+
+def test_the_planner_sees_the_engines_attention_not_the_meta_fallback():
+    """On CPU, attention saves its output and log-sum-exp, never the S x S probabilities that a
+    meta-device run's math fallback would: the plan grows linearly in S, not quadratically."""
+    from gpipe_repro.models.transformer import transformer_lm_layers
+
+    with torch.device("meta"):
+        layer = transformer_lm_layers(1, d=32, H=64, A=2, V=50)[1]
+    per_token = [measure_stage([layer], torch.empty(1, S, 32, device="meta"))[0].saved / S for S in (256, 1024)]
+    assert per_token[1] == pytest.approx(per_token[0], rel=0.01)

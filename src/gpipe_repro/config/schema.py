@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from ..engine import CHECKPOINT_MODES, SCHEDULES
+from ..engine import CHECKPOINT_MODES, PRECISIONS, SCHEDULES
 from ..engine.cost import COST_KINDS
 from ..engine.hostmem import HOST_MEMORY_MODES
 from ..optim import LR_SCHEDULES
@@ -66,6 +66,9 @@ class TrainConfig:
     warmup_steps: int | None = opt(None, "steps excluded from step_time_s; null = min(5, (steps - 1) // 2)",
                                    min=0, allowed="null or an integer in 0..steps-1")
     threads: int = opt(1, "torch intra-op threads per rank", min=1)
+    precision: str = opt("fp32", "fp32, or bf16: autocast with fp32 master weights, gradients and optimiser "
+                         "state; activations kept and sent between stages in bf16 (half the bytes)",
+                         choices=PRECISIONS)
     eval: bool = opt(True, "evaluate on the held-out split after training")
     eval_batch_size: int = opt(256, "evaluation batch (rounded down to a multiple of M)", min=1)
     eval_limit: int | None = opt(None, "translation: test sentences decoded for BLEU (NLL uses all); null = all",

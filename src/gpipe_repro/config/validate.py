@@ -22,7 +22,7 @@ __all__ = ["validate", "engine_error", "resolve_backend", "resolve_device", "ENG
 ENGINE_KEYS = {
     "K": "pipeline.K", "M": "pipeline.M", "checkpoint": "pipeline.checkpoint", "schedule": "pipeline.schedule",
     "balance": "pipeline.balance", "kind": "pipeline.balance_by", "replicas": "pipeline.replicas",
-    "host_memory": "pipeline.host_memory",
+    "host_memory": "pipeline.host_memory", "precision": "train.precision",
 }
 
 

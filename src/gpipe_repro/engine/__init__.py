@@ -8,12 +8,13 @@ from .launch import RankError, launch
 from .microbatch import join, split
 from .partition import PartitionError, balance_by_cost, check_balance
 from .pipeline import Cell, Pipeline, stage_slice
+from .precision import PRECISIONS
 from .schedule import SCHEDULES, Action, bubble_fraction, stage_actions
 from .topology import Topology, init_topology, single_process
 
 __all__ = [
     "Action", "ArgumentError", "CHECKPOINT_MODES", "Cell", "Event", "MicroBatchNorm", "PartitionError", "Pipeline",
-    "RankError", "SCHEDULES", "Topology", "balance_by_cost", "bubble_fraction", "check_balance",
+    "PRECISIONS", "RankError", "SCHEDULES", "Topology", "balance_by_cost", "bubble_fraction", "check_balance",
     "chrome_trace", "convert_batchnorm", "init_topology", "join", "launch", "measured_bubble",
     "single_process", "split", "stage_actions", "stage_slice",
 ]

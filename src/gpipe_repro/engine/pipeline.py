@@ -21,6 +21,10 @@ output. The loss function runs on the last stage; ``loss_reduction`` says what i
 
 Boundary shapes may change from step to step (bucketed sentences): each stage describes its outputs
 once per step (see ``comm``).
+
+``precision="bf16"``: every forward and recompute runs under autocast, each layer's float outputs are
+cast to bf16 at the layer boundary (so boundary activations and their gradients cross in bf16, and
+the casts do not depend on K), the loss is fp32, parameters and gradients stay fp32 (see ``precision``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from .events import Recorder
 from .hostmem import apply_host_memory, check_host_memory
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
+from .precision import autocast, cast_floats, check_precision, compute_dtype, fp32_loss
 from .schedule import Action, stage_actions
 from .topology import Topology
 
@@ -62,15 +67,19 @@ _NO_BUFFER_SYNC = (
 
 
 class Cell(nn.Module):
-    """A contiguous run of layers; each takes the previous one's output (tensor or tuple)."""
+    """A contiguous run of layers; each takes the previous one's output (tensor or tuple).
 
-    def __init__(self, layers: Sequence[nn.Module]) -> None:
+    ``dtype``: each layer's float outputs are cast to it (mixed precision: the casts sit at layer
+    boundaries, so a stage boundary adds none); None leaves them as the layer returns them."""
+
+    def __init__(self, layers: Sequence[nn.Module], dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
+        self.dtype = dtype
 
     def forward(self, x: Batch) -> Batch:
         for layer in self.layers:
-            x = layer(x)
+            x = cast_floats(layer(x), self.dtype)
         return x
 
 
@@ -90,7 +99,8 @@ class Pipeline:
     ``track_memory``: saved-tensor accounting (``peak_activation_bytes``); ``lookahead``: how many
     actions ahead receives are posted; ``host_memory``: ``retain`` (default) makes a CPU rank's malloc
     keep freed memory between steps, process-wide (see ``hostmem``), ``system`` leaves it alone;
-    ``loss_reduction``: ``mean`` | ``sum``, what ``loss_fn`` returns (see the module docstring).
+    ``loss_reduction``: ``mean`` | ``sum``, what ``loss_fn`` returns (see the module docstring);
+    ``precision``: ``fp32`` | ``bf16`` (autocast, fp32 master weights; see ``precision``).
     """
 
     def __init__(
@@ -107,6 +117,7 @@ class Pipeline:
         lookahead: int = 4,
         host_memory: str = "retain",
         loss_reduction: str = "mean",
+        precision: str = "fp32",
     ) -> None:
         if M < 1:
             raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
@@ -115,6 +126,8 @@ class Pipeline:
             raise ArgumentError("loss_reduction", loss_reduction, f"is unknown; allowed: {allowed}")
         self.loss_reduction = loss_reduction
         uses_remat(checkpoint, 0, M)  # validates the mode
+        check_precision(precision, topology.device.type)
+        self.precision = precision
         check_host_memory(host_memory)
         self.topo = topology
         self.K, self.M = topology.K, M
@@ -124,7 +137,8 @@ class Pipeline:
         self.device = topology.device
         # CPU activations are host memory: keep freed blocks for the next step (see hostmem).
         self.host_memory = apply_host_memory(host_memory) if self.device.type == "cpu" else "system (not a CPU rank)"
-        self.cell = convert_batchnorm(Cell(layers)).to(self.device)
+        dtype = compute_dtype(precision) if precision != "fp32" else None
+        self.cell = convert_batchnorm(Cell(layers, dtype)).to(self.device)
         self.module: nn.Module = self.cell
         self.ddp: DistributedDataParallel | None = None
         if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
@@ -208,7 +222,8 @@ class Pipeline:
                     for w in works:
                         w.wait()
                     x = from_tuple(bufs, tup)
-                y = self.cell(x)
+                with autocast(self.device.type, self.precision):
+                    y = self.cell(x)
                 if topo.is_last:
                     outs.append(y)
                 else:
@@ -226,7 +241,7 @@ class Pipeline:
     def _micro_loss(self, y: Batch, m: int) -> torch.Tensor:
         """Micro-batch m's part of the mini-batch loss: mean / M, or the loss_fn's own share."""
         assert self.loss_fn is not None
-        loss = self.loss_fn(y, self._ts[m])
+        loss = fp32_loss(self.loss_fn, y, self._ts[m], self.device.type)
         return loss / self.M if self.loss_reduction == "mean" else loss
 
     def _recv_key(self, a: Action) -> tuple[str, int] | None:
@@ -282,7 +297,8 @@ class Pipeline:
         rng = save_rng(self.device) if remat else None
         record = meter.record(m) if meter is not None and not remat else contextlib.nullcontext()
         with rec.span("forward", m), torch.set_grad_enabled(not remat), record:
-            y = self.module(x)
+            with autocast(self.device.type, self.precision):
+                y = self.module(x)
             loss = None
             if topo.is_last:  # the loss's saved tensors (log-softmax of the logits) count too
                 loss = self._micro_loss(y, m)
@@ -307,7 +323,8 @@ class Pipeline:
         if rng is not None:  # rematerialise before the gradient arrives (§2.3)
             record = meter.record(m) if meter is not None else contextlib.nullcontext()
             with rec.span("recompute", m), restored_rng(rng), recomputing(), record:
-                y = self.module(x)
+                with autocast(self.device.type, self.precision):
+                    y = self.module(x)
                 if topo.is_last:
                     loss = self._micro_loss(y, m)
         if topo.is_last:

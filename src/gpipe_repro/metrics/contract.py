@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..engine.precision import PRECISIONS
 from ..options import opt
 
 __all__ = ["STATUSES", "SOURCES", "StageMetrics", "EvalMetrics", "EnvInfo", "ModelInfo", "PipelineInfo",
@@ -107,6 +108,8 @@ class RunMetrics:
     steps: int | None = opt(None, "optimiser steps asked for")
     warmup_steps: int | None = opt(None, "steps excluded from step_time_s")
     seed: int | None = opt(None, "the run's seed")
+    precision: str = opt("fp32", "train.precision: fp32, or bf16 (autocast, fp32 master weights; "
+                         "activations and boundary transfers in bf16)", choices=PRECISIONS)
     device: str | None = opt(None, "cpu or cuda")
     world_size: int | None = opt(None, "ranks: K * replicas")
     experiment: str | None = opt(None, "the experiment (conf/experiment/<name>.yaml)")

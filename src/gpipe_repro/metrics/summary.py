@@ -101,8 +101,9 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
                               balance=list(p.balance) if p.balance else None, balance_by=p.balance_by,
                               replicas=p.replicas),
         optim={"name": spec.optim.name, **_options(spec.optim)},
-        batch_size=spec.train.batch_size, batch_mode=spec.train.batch_mode, steps=spec.train.steps, warmup_steps=spec.train.timed_from,
-        seed=spec.seed, device="cuda" if spec.device.startswith("cuda") else "cpu",
+        batch_size=spec.train.batch_size, batch_mode=spec.train.batch_mode, steps=spec.train.steps,
+        warmup_steps=spec.train.timed_from, seed=spec.seed, precision=spec.train.precision,
+        device="cuda" if spec.device.startswith("cuda") else "cpu",
         world_size=spec.world_size, experiment=spec.experiment_name, env=env_info(launcher=launcher),
     )
 

@@ -19,6 +19,15 @@ compared (tests/planner): per stage,
   |      | stage that has warm-up forwards (k < K-1) also holds a second micro-batch's saved tensors |
 
 These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
+
+How a stage is measured: the layers are built on the meta device (nothing allocated), and run here
+on *fake* CPU tensors (``FakeTensorMode``: shapes, dtypes and strides, no storage) so that torch
+dispatches every operation exactly as it would for the engine's CPU tensors — the same kernel choice
+(CPU's flash attention keeps only the log-sum-exp, never the S×S probabilities that a meta-device
+run's math fallback would save) and, with ``precision="bf16"``, the same autocast policy, which
+meta tensors do not get. The stage runs through the engine's own ``Cell`` (each layer's outputs cast
+to the compute dtype), under the engine's autocast region, with the loss in fp32 as the engine
+computes it (``engine.precision``), so the bytes counted per dtype are the bytes the engine saves.
 """
 
 from __future__ import annotations
@@ -28,11 +37,19 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
 
 from ..engine.microbatch import Batch, as_tuple
+from ..engine.pipeline import Cell
+from ..engine.precision import autocast, compute_dtype, fp32_loss
 
-__all__ = ["StageActivation", "measure_stage", "alive_micro_batches", "peak_activation_bytes",
+__all__ = ["Saved", "StageActivation", "measure_stage", "alive_micro_batches", "peak_activation_bytes",
            "STATE_BYTES_PER_PARAM", "state_bytes"]
+
+# The device type a stage is measured for (fake tensors: no memory). CPU by default, the engine's
+# validated device here; "cuda" on a CUDA build plans with CUDA's kernels and autocast policy.
+MEASURE_DEVICE = "cpu"
 
 # weights (4) + gradients (4) + one optimiser slot (4): RMSProp/SGD-momentum in fp32
 STATE_BYTES_PER_PARAM = {"rmsprop": 12, "sgd": 12, "adam": 16}
@@ -53,9 +70,28 @@ class StageActivation:
     input: int  # the stage's input tensors (kept for backward / remat)
     saved: int  # unique tensors saved for backward, input excluded
     output: int  # output tensors not already counted (kept until their gradient arrives)
+    # Autocast's compute-dtype copies of the weights that a micro-batch's graph saves: one set per
+    # graph alive, whatever the micro-batch's size (so ``scaled`` leaves them); 0 in fp32.
+    weights: int = 0
 
     def scaled(self, f: float) -> StageActivation:
-        return StageActivation(round(self.input * f), round(self.saved * f), round(self.output * f))
+        return StageActivation(round(self.input * f), round(self.saved * f), round(self.output * f), self.weights)
+
+    @property
+    def graph(self) -> int:
+        """What one micro-batch's graph saves: activations plus the weight copies."""
+        return self.saved + self.weights
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor a stage saves for backward (``measure_stage(detail=...)``)."""
+
+    layer: int  # index of the layer (in the stage) whose forward saved it; len(layers): the loss
+    kind: str  # what produced it: the autograd node's name ("Convolution", "Relu", ...) or "internal"
+    dtype: str  # "bfloat16", "float32", "int64", ...
+    nbytes: int
+    weight_copy: bool  # autocast's copy of a parameter (does not scale with the micro-batch)
 
 
 def _key(t: torch.Tensor) -> int:
@@ -63,35 +99,92 @@ def _key(t: torch.Tensor) -> int:
     return id(base)
 
 
-def measure_stage(layers: Sequence[nn.Module], x: Batch,
-                  loss: Callable[[Batch], torch.Tensor] | None = None) -> tuple[StageActivation, Batch]:
-    """Run ``layers`` forward on (meta) input ``x`` and count what a training step keeps.
+def _kind(t: torch.Tensor) -> str:
+    """The operation that produced ``t``: its autograd node without "Backward0", or "internal" for a
+    tensor outside autograd (BatchNorm's saved statistics, max-pool indices, ...)."""
+    fn = t.grad_fn
+    return "internal" if fn is None else fn.name().removesuffix("0").removesuffix("Backward")
 
-    Returns the per-micro-batch bytes and the stage's output (for the next stage's input)."""
-    params = {id(p) for layer in layers for p in layer.parameters()}
-    xs = [t.detach().requires_grad_(t.is_floating_point()) for t in as_tuple(x)]
+
+def _copies_a_parameter(t: torch.Tensor, params: set[int]) -> bool:
+    """Whether ``t`` is autocast's cast of a parameter (a ToCopy whose input is a parameter leaf)."""
+    fn = t.grad_fn
+    if fn is None or not fn.name().startswith("ToCopyBackward"):
+        return False
+    nxt = fn.next_functions[0][0] if fn.next_functions else None
+    var = getattr(nxt, "variable", None)
+    return var is not None and id(var) in params
+
+
+def _fake_like(t: torch.Tensor, mode: FakeTensorMode, device_type: str, requires_grad: bool = False) -> torch.Tensor:
+    """A fake tensor of ``t``'s shape and dtype on ``device_type`` (``t`` may be meta, fake or real)."""
+    with mode:
+        f = torch.empty(t.shape, dtype=t.dtype, device=device_type)
+    return f.requires_grad_(requires_grad)
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def measure_stage(layers: Sequence[nn.Module], x: Batch,
+                  loss: Callable[[Batch], torch.Tensor] | None = None,
+                  precision: str = "fp32", detail: list[Saved] | None = None,
+                  device_type: str = MEASURE_DEVICE) -> tuple[StageActivation, Batch]:
+    """Run ``layers`` forward on input ``x`` (meta tensors) as the engine's stage would run them and
+    count what a training step keeps (see the module docstring).
+
+    Returns the per-micro-batch bytes and the stage's output, on meta (the next stage's input).
+    ``detail``: a list that receives every saved tensor counted (the loss's with layer index
+    ``len(layers)``). ``device_type``: the device the engine will run on ("cpu" or "cuda")."""
+    mode = FakeTensorMode()
+    cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
+    state: dict[str, torch.Tensor] = {n: _fake_like(p, mode, device_type, p.requires_grad) for n, p in cell.named_parameters()}
+    buffers = {n: _fake_like(b, mode, device_type) for n, b in cell.named_buffers()}
+    params = {id(t) for t in state.values()}
+    not_activations = params | {id(t) for t in buffers.values()}
+    xs = [_fake_like(t, mode, device_type, t.is_floating_point()) for t in as_tuple(x)]
     x_in: Batch = tuple(xs) if isinstance(x, tuple) else xs[0]
     inputs = {_key(t) for t in xs}
     seen: dict[int, int] = {}
+    copies: set[int] = set()  # keys of autocast's weight copies among ``seen``
     keep: list[torch.Tensor] = []  # keep saved tensors alive so ids stay unique
+    layer = [0]  # the layer running now (for ``detail``)
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         k = _key(t)
-        if id(t) in params or k in params or k in inputs or k in seen:
+        if id(t) in not_activations or k in not_activations or k in inputs or k in seen:
             return t
-        seen[k] = _nbytes(t._base if t._base is not None else t)
+        base = t._base if t._base is not None else t
+        seen[k] = _nbytes(base)
+        copy = _copies_a_parameter(base, params)
+        if copy:
+            copies.add(k)
+        if detail is not None:
+            detail.append(Saved(layer[0], _kind(base), str(base.dtype).removeprefix("torch."), seen[k], copy))
         keep.append(t)
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = x_in
-        for layer in layers:
-            y = layer(y)
-        if loss is not None:
-            loss(y)
+    def entering(i: int) -> Callable[..., None]:
+        def hook(*_: object) -> None:
+            layer[0] = i
+        return hook
+
+    hooks = [m.register_forward_pre_hook(entering(i)) for i, m in enumerate(cell.layers)] if detail is not None else []
+    try:
+        with mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with autocast(device_type, precision):
+                y = functional_call(cell, {**state, **buffers}, (x_in,), strict=True)
+            if loss is not None:
+                layer[0] = len(cell.layers)
+                fp32_loss(lambda out, _: loss(out), y, None, device_type)
+    finally:
+        for h in hooks:
+            h.remove()
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
-    act = StageActivation(sum(_nbytes(t) for t in xs), sum(seen.values()), out)
-    ys = tuple(t.detach() for t in as_tuple(y))
+    weights = sum(seen[k] for k in copies)
+    act = StageActivation(sum(_nbytes(t) for t in xs), sum(seen.values()) - weights, out, weights)
+    ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
 
 
@@ -103,11 +196,11 @@ def alive_micro_batches(schedule: str, K: int, M: int, stage: int) -> int:
 def peak_activation_bytes(a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int) -> int:
     n = alive_micro_batches(schedule, K, M, stage)
     if checkpoint == "never":
-        return n * (a.input + a.saved + a.output)
+        return n * (a.input + a.graph + a.output)
     if checkpoint == "always":
-        return n * a.input + a.saved
+        return n * a.input + a.graph
     # except_last: the last micro-batch is kept whole. Under 1f1b a stage with warm-up forwards
     # (k < K-1) runs F(M-1) before the earlier micro-batches' backwards, so a recompute's saved
     # tensors coexist with the last micro-batch's.
     overlap = schedule == "1f1b" and M > 1 and K - stage - 1 >= 1
-    return n * a.input + a.saved * (2 if overlap else 1) + a.output
+    return n * a.input + a.graph * (2 if overlap else 1) + a.output

@@ -1,61 +1,94 @@
-"""``make table1``: the paper's Table 1 beside ours -> reports/table1/{results.csv, table1.md, table1.png}.
+"""``make table1``: the paper's Table 1 beside ours -> reports/table1/{results.csv, saved.csv, table1.md, table1.png}.
 
     python -m gpipe_repro.planner.report --out reports/table1
+
+Every column is planned twice, with the engine's fp32 and bf16 precisions (``train.precision``);
+``saved.csv`` breaks the Naive-1 columns' saved activations down by layer type, operation and dtype
+(``planner.breakdown``). ``table1.md`` and the plot are generated from the two csv files alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import platform
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
+from ..engine.precision import PRECISIONS
+from .breakdown import amoebanet_groups, transformer_groups
 from .table1 import COLUMNS, Column, GiB, largest, plan_column
+from .table1_text import markdown
 
-FIELDS = ["model", "column", "K", "M", "batch", "schedule", "checkpoint", "L", "D", "param_count", "paper_param_count",
-          "param_memory_bytes", "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes",
+FIELDS = ["model", "column", "precision", "K", "M", "batch", "schedule", "checkpoint", "L", "D", "param_count", "paper_param_count",
+          "param_memory_bytes", "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes", "weight_copy_bytes",
           "max_stage_activation_bytes", "max_stage_total_bytes", "budget_bytes", "fits", "balance",
           "largest_L", "largest_D", "largest_param_count", "largest_max_stage_total_bytes", "note"]
 
 
+SAVED_FIELDS = ["model", "column", "precision", "layer_type", "kind", "dtype", "bytes"]
+
+
 def rows(columns: list[Column] | None = None) -> list[dict]:
+    return [_row(c, precision) for c in columns or COLUMNS for precision in PRECISIONS]
+
+
+def saved_rows(columns: list[Column] | None = None) -> list[dict]:
+    """The Naive-1 columns' saved activations by layer type, operation and dtype (``saved.csv``)."""
     out = []
     for c in columns or COLUMNS:
-        t0 = time.perf_counter()
-        p = plan_column(c)
-        best = largest(c)
+        if c.label != "Naive-1":
+            continue
         L, D = c.size
-        out.append({
-            "model": c.model, "column": c.label, "K": c.K, "M": c.M, "batch": c.batch, "schedule": c.schedule,
-            "checkpoint": c.checkpoint, "L": L, "D": D or None,
-            "param_count": p.param_count, "paper_param_count": round(c.paper_params),
-            "param_memory_bytes": sum(p.state), "paper_param_memory_bytes": round(c.paper_param_mem),
-            "activation_bytes": sum(p.activation), "paper_activation_bytes": round(c.paper_act_mem),
-            "max_stage_activation_bytes": max(p.activation), "max_stage_total_bytes": max(p.totals),
-            "budget_bytes": c.budget, "fits": p.fits, "balance": "-".join(map(str, p.balance)),
-            "largest_L": best[0][0] if best else None,
-            "largest_D": (best[0][1] or None) if best else None,
-            "largest_param_count": best[1].param_count if best else None,
-            "largest_max_stage_total_bytes": max(best[1].totals) if best else None,
-            "note": p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
-        })
-        print(f"{c.model:15s} {c.label:13s} planned in {time.perf_counter() - t0:.1f}s", flush=True)
+        for precision in PRECISIONS:
+            n = c.batch / c.M
+            groups = (amoebanet_groups(L, D, n, precision) if c.model == "amoebanet_d"
+                      else transformer_groups(L, n, precision))
+            out += [{"model": c.model, "column": c.label, "precision": precision, "layer_type": g.layer_type,
+                     "kind": g.kind, "dtype": g.dtype, "bytes": g.nbytes} for g in groups]
     return out
 
 
-INT_FIELDS = {"K", "M", "batch", "L", "D", "param_count", "paper_param_count", "param_memory_bytes",
-              "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes",
+def _row(c: Column, precision: str) -> dict:
+    t0 = time.perf_counter()
+    p = plan_column(c, precision=precision)
+    best = largest(c, precision)
+    L, D = c.size
+    row = {
+        "model": c.model, "column": c.label, "precision": precision, "K": c.K, "M": c.M, "batch": c.batch, "schedule": c.schedule,
+        "checkpoint": c.checkpoint, "L": L, "D": D or None,
+        "param_count": p.param_count, "paper_param_count": round(c.paper_params),
+        "param_memory_bytes": sum(p.state), "paper_param_memory_bytes": round(c.paper_param_mem),
+        "activation_bytes": sum(p.activation), "paper_activation_bytes": round(c.paper_act_mem),
+        "weight_copy_bytes": sum(p.weight_copies),
+        "max_stage_activation_bytes": max(p.activation), "max_stage_total_bytes": max(p.totals),
+        "budget_bytes": c.budget, "fits": p.fits, "balance": "-".join(map(str, p.balance)),
+        "largest_L": best[0][0] if best else None,
+        "largest_D": (best[0][1] or None) if best else None,
+        "largest_param_count": best[1].param_count if best else None,
+        "largest_max_stage_total_bytes": max(best[1].totals) if best else None,
+        "note": p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
+    }
+    print(f"{c.model:15s} {c.label:13s} {precision} planned in {time.perf_counter() - t0:.1f}s", flush=True)
+    return row
+
+
+INT_FIELDS = {"bytes", "K", "M", "batch", "L", "D", "param_count", "paper_param_count", "param_memory_bytes",
+              "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes", "weight_copy_bytes",
               "max_stage_activation_bytes", "max_stage_total_bytes", "budget_bytes", "largest_L", "largest_D",
               "largest_param_count", "largest_max_stage_total_bytes"}
 
 
+def _write_csv(path: Path, fields: list[str], rs: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rs)
+
+
 def read_csv(path: Path) -> list[dict]:
-    """results.csv back into typed rows (empty cells are None)."""
+    """results.csv or saved.csv back into typed rows (empty cells are None)."""
     rows = []
     for raw in csv.DictReader(path.open()):
         r: dict = {}
@@ -70,100 +103,6 @@ def read_csv(path: Path) -> list[dict]:
     return rows
 
 
-def _gb(b: float | None) -> str:
-    return "—" if b is None else f"{b / 1e9:.2f}G"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return "—" if not a or not b else f"{a / b:.2f}×"
-
-
-def _count(n: float | None) -> str:
-    if n is None:
-        return "—"
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
-
-
-def markdown(rs: list[dict]) -> str:
-    lines = [
-        "# Table 1 — the largest model that fits, per number of accelerators", "",
-        f"Generated by `make table1` (`python -m gpipe_repro.planner.report`) on {platform.node()}, torch "
-        f"{torch.__version__}: a memory model computed on the meta device (nothing allocated), validated "
-        "against the engine's measured activation bytes in `tests/planner/`. Paper numbers: GPipe Table 1. "
-        "Ratios are ours / paper's. Memory is in 10⁹ bytes like the paper's; budgets are 8 GiB (AmoebaNet, "
-        "TPUv2) and 16 GiB (Transformer, TPUv3) per accelerator.", "",
-        "Terms: parameter memory = weights + gradients + RMSProp state = 12 bytes/parameter, summed over "
-        "accelerators; activation memory = the peak bytes autograd keeps for backward plus boundary "
-        "buffers, summed over accelerators (the paper's columns exceed one accelerator's memory, so they "
-        "are totals); Naive-1 = one accelerator, no remat, M = 1; Pipeline-K = GPipe, remat `always`, "
-        "M = 32, fill-drain schedule, exact min–max partition of per-layer memory.", "",
-    ]
-    for model, title, unit in [("amoebanet_d", "AmoebaNet-D, 224×224", "(L, D)"),
-                               ("transformer_lm", "Transformer-L, 1024-token sequences", "L")]:
-        sub = [r for r in rs if r["model"] == model]
-        if not sub:
-            continue
-        title += f", batch {sub[0]['batch']}, {sub[0]['budget_bytes'] / GiB:g} GiB per accelerator"
-        lines += [f"## {title}", "", "| | " + " | ".join(r["column"] for r in sub) + " |",
-                  "|---|" + "---|" * len(sub)]
-
-        def size(r: dict, L: str = "L", D: str = "D") -> str:
-            return f"({r[L]}, {r[D]})" if r["model"] == "amoebanet_d" else str(r[L])
-
-        lines.append(f"| paper's {unit} | " + " | ".join(size(r) for r in sub) + " |")
-        lines.append("| parameters: ours (paper, ratio) | " + " | ".join(
-            f"{_count(r['param_count'])} ({_count(r['paper_param_count'])}, {_ratio(r['param_count'], r['paper_param_count'])})" for r in sub) + " |")
-        lines.append("| total parameter memory | " + " | ".join(
-            f"{_gb(r['param_memory_bytes'])} ({_gb(r['paper_param_memory_bytes'])}, {_ratio(r['param_memory_bytes'], r['paper_param_memory_bytes'])})" for r in sub) + " |")
-        lines.append("| peak activation memory, total | " + " | ".join(
-            f"{_gb(r['activation_bytes'])} ({_gb(r['paper_activation_bytes'])}, {_ratio(r['activation_bytes'], r['paper_activation_bytes'])})" for r in sub) + " |")
-        lines.append("| largest stage: activations / total | " + " | ".join(
-            f"{_gb(r['max_stage_activation_bytes'])} / {_gb(r['max_stage_total_bytes'])}" for r in sub) + " |")
-        lines.append("| paper's size fits our budget | " + " | ".join("yes" if r["fits"] else "**no**" for r in sub) + " |")
-        lines.append(f"| largest {unit} that fits (ours) | " + " | ".join(
-            (size(r, "largest_L", "largest_D") + f", {_count(r['largest_param_count'])}") if r["largest_L"] else "none" for r in sub) + " |")
-        lines.append("| M, schedule, remat | " + " | ".join(f"{r['M']}, {r['schedule']}, {r['checkpoint']}" for r in sub) + " |")
-        notes = [f"- {r['column']}: {r['note']}" for r in sub if r["note"]]
-        lines += ["", *notes, ""] if notes else [""]
-    lines += ["## Where and why ours differ", "", *why(rs), ""]
-    return "\n".join(lines)
-
-
-def why(rs: list[dict]) -> list[str]:
-    """Observations computed from the rows (no number here is typed by hand)."""
-    out = []
-    pr = [r["param_count"] / r["paper_param_count"] for r in rs]
-    worst = max(rs, key=lambda r: abs(r["param_count"] / r["paper_param_count"] - 1))
-    out.append(f"- Parameter counts match the paper within {max(abs(x - 1) for x in pr) * 100:.1f}% "
-               f"(largest gap: {worst['model']} {worst['column']}, {_count(worst['param_count'])} where the paper "
-               f"prints {_count(worst['paper_param_count'])} — a rounded label).")
-    pm = [r["param_memory_bytes"] / r["paper_param_memory_bytes"] for r in rs]
-    bpp = [(r["paper_param_memory_bytes"] / r["paper_param_count"], r) for r in rs]
-    hi_b, hi_r = max(bpp, key=lambda t: t[0])
-    lo_b, lo_r = min(bpp, key=lambda t: t[0])
-    out.append(f"- Parameter memory is 12 bytes × count; the paper's measured TPU figures differ from that by "
-               f"{min(pm):.2f}× to {max(pm):.2f}×: they range from {lo_b:.1f} bytes per parameter "
-               f"({lo_r['model']} {lo_r['column']}) to {hi_b:.1f} ({hi_r['model']} {hi_r['column']}), so the "
-               "paper's row is a measurement on TPU, not a formula; we do not calibrate against it.")
-    naive = [r for r in rs if r["column"] == "Naive-1"]
-    what = {"transformer_lm": "the full 1024×1024 attention probabilities of every head and the 32k-way "
-                              "log-softmax of every token",
-            "amoebanet_d": "every BatchNorm input, ReLU output and max-pool index of every cell at full resolution"}
-    for r in naive:
-        out.append(f"- {r['model']} Naive-1: our activation estimate is {_ratio(r['activation_bytes'], r['paper_activation_bytes'])} "
-                   f"the paper's. Ours counts every tensor PyTorch's autograd saves, in fp32 ({what[r['model']]}); "
-                   "the paper measured XLA on TPU, which fuses element-wise ops and keeps fewer, smaller buffers. "
-                   "Without remat this term dominates, so our Naive-1 fits a much smaller model.")
-    pipes = [r for r in rs if r["column"] != "Naive-1"]
-    out.append("- With remat the ratios fall to " + ", ".join(
-        f"{r['column']} {r['model'].split('_')[0]} {_ratio(r['activation_bytes'], r['paper_activation_bytes'])}" for r in pipes)
-        + ": with M = 32 a stage holds its 32 micro-batch inputs and one micro-batch's internals, O(N + L/K·N/M).")
-    fit = [r for r in rs if r["largest_param_count"]]
-    out.append("- Largest model that fits, ours vs the paper's size: " + ", ".join(
-        f"{r['model'].split('_')[0]} {r['column']} {_ratio(r['largest_param_count'], r['paper_param_count'])}" for r in fit) + ".")
-    return out
-
-
 def plot(rs: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -173,10 +112,14 @@ def plot(rs: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, model, title in [(axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
                              (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)")]:
-        sub = [r for r in rs if r["model"] == model]
+        sub = [r for r in rs if r["model"] == model and r["precision"] == "fp32"]
         xs = list(range(len(sub)))
         ax.plot(xs, [r["paper_param_count"] for r in sub], "s--", label="paper")
-        ax.plot(xs, [r["largest_param_count"] or 0 for r in sub], "o-", label="ours: largest that fits")
+        for precision, style in (("fp32", "o-"), ("bf16", "^-")):
+            ours = {r["column"]: r for r in rs if r["model"] == model and r["precision"] == precision}
+            if ours:
+                ax.plot(xs, [(ours[r["column"]]["largest_param_count"] or 0) if r["column"] in ours else 0
+                             for r in sub], style, label=f"ours, {precision}: largest that fits")
         ax.set_xticks(xs, [r["column"] for r in sub], rotation=20)
         ax.set(yscale="log", ylabel="parameters", title=title)
         ax.legend(fontsize=7)
@@ -249,16 +192,16 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out) if a.out is not None else Path("outputs/table1") / variant
     out.mkdir(parents=True, exist_ok=True)
     if not a.from_csv:
-        rs = rows(columns_from_args(a))
-        with (out / "results.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(rs)
-    elif not (out / "results.csv").exists():
-        print(f"table1: error: --from-csv needs {out / 'results.csv'}; run without --from-csv first", file=sys.stderr)
-        sys.exit(2)
-    rs = read_csv(out / "results.csv")  # the table is generated from the csv
-    (out / "table1.md").write_text(markdown(rs))
+        cols = columns_from_args(a)
+        _write_csv(out / "results.csv", FIELDS, rows(cols))
+        _write_csv(out / "saved.csv", SAVED_FIELDS, saved_rows(cols))
+    else:
+        missing = [n for n in ("results.csv", "saved.csv") if not (out / n).exists()]
+        if missing:
+            print(f"table1: error: --from-csv needs {out / missing[0]}; run without --from-csv first", file=sys.stderr)
+            sys.exit(2)
+    rs = read_csv(out / "results.csv")  # the table is generated from the csv files
+    (out / "table1.md").write_text(markdown(rs, read_csv(out / "saved.csv")))
     plot(rs, out / "table1.png")
     print(f"report: {out / 'table1.md'}")
 

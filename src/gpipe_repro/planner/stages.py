@@ -1,23 +1,31 @@
-"""Per-stage memory of any model's flat layer list, planned on the meta device (nothing allocated).
+"""Per-stage memory of any model's flat layer list, planned without allocating (``planner.memory``).
 
 The Table 1 planner (``planner.table1``) specialises this for the paper's two models; the simulated
 backend uses it for every model: a stage's state (weights, gradients, optimiser slots) and its peak
 activations under the schedule and remat mode (``planner.memory``), the largest layer alone (GPipe
 §6: a single layer must fit on one accelerator), and the largest micro-batch that fits a budget —
-activations are linear in the micro-batch, the state is not, so that last one is a closed form.
+activations are linear in the micro-batch, the state is not, so that last one is a closed form. In
+bf16, autocast's weight copies are activation bytes that do not scale with the micro-batch
+(``StagePlan.fixed_activation``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from ..engine.microbatch import Batch
-from .memory import StageActivation, measure_stage, peak_activation_bytes, state_bytes
+from .memory import (
+    MEASURE_DEVICE,
+    StageActivation,
+    measure_stage,
+    peak_activation_bytes,
+    state_bytes,
+)
 
 __all__ = ["StagePlan", "plan_stages", "layer_memory"]
 
@@ -29,7 +37,7 @@ class StagePlan:
     state: int  # bytes of weights + gradients + optimiser state
     activation: int  # peak activation bytes at the planned micro-batch
     per_sample: float  # activation bytes per sample of micro-batch (the linear part)
-    fixed_activation: int  # activation bytes that do not scale (none today; kept for clarity)
+    fixed_activation: int  # activation bytes that do not scale: autocast's weight copies (bf16)
 
     @property
     def total(self) -> int:
@@ -43,29 +51,33 @@ def _params(layers: Sequence[nn.Module]) -> int:
 class _Measured:
     """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range."""
 
-    def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor]) -> None:
-        self.layers, self.loss = list(layers), loss
+    def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor],
+                 precision: str = "fp32", device_type: str = MEASURE_DEVICE) -> None:
+        self.layers, self.loss, self.precision, self.device_type = list(layers), loss, precision, device_type
         self.inputs: list[Batch] = []
         x = sample
         for layer in self.layers:  # the input of every layer, once
             self.inputs.append(x)
-            _, x = measure_stage([layer], x)
+            _, x = measure_stage([layer], x, None, precision, device_type=device_type)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per planned model
     def stage(self, start: int, end: int) -> StageActivation:
         last = end == len(self.layers)
-        a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None)
+        a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None,
+                             self.precision, device_type=self.device_type)
         return a
 
 
 _MEASURED: dict[object, _Measured] = {}
 
 
-def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable) -> _Measured:
-    """One measurement per model (``key``) in this process: a sweep over K and M measures it once."""
-    if key not in _MEASURED:
-        _MEASURED[key] = _Measured(layers, sample, loss)
-    return _MEASURED[key]
+def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable,
+              precision: str, device_type: str) -> _Measured:
+    """One measurement per model (``key``), precision and device type in this process: a sweep over K
+    and M measures it once."""
+    if (key, precision, device_type) not in _MEASURED:
+        _MEASURED[(key, precision, device_type)] = _Measured(layers, sample, loss, precision, device_type)
+    return _MEASURED[(key, precision, device_type)]
 
 
 def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
@@ -74,26 +86,30 @@ def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
 
 def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch], loss: Callable[[Batch], torch.Tensor],
                 balance: Sequence[int], *, K: int, M: int, micro_batch: int, schedule: str, checkpoint: str,
-                optim: str = "rmsprop", key: object = None) -> list[StagePlan]:
-    """Every stage's state and peak activations; ``key`` names the model for memoisation."""
-    meas = _measured(key, layers, _example(sample_fn), loss) if key is not None else \
-        _Measured(layers, _example(sample_fn), loss)
+                optim: str = "rmsprop", key: object = None, precision: str = "fp32",
+                device_type: str = MEASURE_DEVICE) -> list[StagePlan]:
+    """Every stage's state and peak activations; ``key`` names the model for memoisation;
+    ``precision`` and ``device_type``: the activations as the engine keeps them there."""
+    meas = _measured(key, layers, _example(sample_fn), loss, precision, device_type) if key is not None else \
+        _Measured(layers, _example(sample_fn), loss, precision, device_type)
     out, start = [], 0
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
-        unit = a.scaled(1 / MEASURE_BATCH)
+        unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0)
         per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k)
+        fixed = peak_activation_bytes(StageActivation(0, 0, 0, a.weights), schedule, checkpoint, K, M, k)
         opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
         out.append(StagePlan(state_bytes(_params(layers[start:start + b]), opt),
-                             round(per * micro_batch), float(per), 0))
+                             round(per * micro_batch) + fixed, float(per), fixed))
         start += b
     return out
 
 
 def layer_memory(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch],
                  loss: Callable[[Batch], torch.Tensor], *, M: int, micro_batch: int, schedule: str,
-                 checkpoint: str, optim: str = "rmsprop", key: object = None) -> list[int]:
+                 checkpoint: str, optim: str = "rmsprop", key: object = None,
+                 precision: str = "fp32") -> list[int]:
     """Each layer alone on an accelerator (K = L would give): state + peak activations, bytes."""
     return [p.total for p in plan_stages(layers, sample_fn, loss, [1] * len(layers), K=len(layers), M=M,
                                          micro_batch=micro_batch, schedule=schedule, checkpoint=checkpoint,
-                                         optim=optim, key=key)]
+                                         optim=optim, key=key, precision=precision)]

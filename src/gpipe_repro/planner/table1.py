@@ -6,7 +6,8 @@ total parameter memory (weights + gradients + RMSProp state = 12 bytes per param
 activation memory (summed over the accelerators, as the paper's table does, and the largest single
 one), and searches the largest model that fits the per-accelerator budget (largest D at the paper's L
 for AmoebaNet-D; largest L for Transformer-L). Partitions are the engine's exact min-max partition of
-the per-layer memory (state + activations).
+the per-layer memory (state + activations). ``precision``: the activations as the engine keeps them
+in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Plan:
     budget: int
     layer_costs: list[float] = field(default_factory=list)  # per layer, alone on an accelerator
     layer_names: list[str] = field(default_factory=list)
+    weight_copies: list[int] = field(default_factory=list)  # per stage: autocast's weight copies in activation
 
     @property
     def oversized(self) -> str | None:
@@ -98,12 +100,14 @@ def _nparams(layer: torch.nn.Module) -> int:
 
 def _finish(K: int, M: int, checkpoint: str, schedule: str, budget: int, params: list[int],
             stage_acts: list[StageActivation], balance: list[int], costs: list[float], names: list[str]) -> Plan:
-    state, acts, start = [], [], 0
+    state, acts, copies, start = [], [], [], 0
     for k, b in enumerate(balance):
         state.append(state_bytes(sum(params[start : start + b])))
         acts.append(peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k))
+        copies.append(peak_activation_bytes(StageActivation(0, 0, 0, stage_acts[k].weights), schedule, checkpoint,
+                                            K, M, k))
         start += b
-    return Plan(sum(params), balance, state, acts, budget, costs, names)
+    return Plan(sum(params), balance, state, acts, budget, costs, names, copies)
 
 
 def _cls_loss(N: int) -> Callable:
@@ -112,7 +116,7 @@ def _cls_loss(N: int) -> Callable:
 
 def plan_amoebanet(L: int, D: int, K: int, M: int, checkpoint: str, N: int, budget: int,
                    schedule: str = "gpipe", image_size: int = 224, classes: int = 1000,
-                   balance: list[int] | None = None) -> Plan:
+                   balance: list[int] | None = None, precision: str = "fp32") -> Plan:
     """AmoebaNet-D(L, D): measure each layer at 2 samples, partition, measure each stage."""
     check_micro_batches(N, M)
     with torch.device("meta"):
@@ -123,13 +127,14 @@ def plan_amoebanet(L: int, D: int, K: int, M: int, checkpoint: str, N: int, budg
     costs, inputs, y = [], [], x
     for i, layer in enumerate(layers):
         inputs.append(y)
-        a, y = measure_stage([layer], y, _cls_loss(2) if i == len(layers) - 1 else None)
+        a, y = measure_stage([layer], y, _cls_loss(2) if i == len(layers) - 1 else None, precision)
         a = a.scaled(n / 2)
         costs.append(state_bytes(params[i]) + peak_activation_bytes(a, schedule, checkpoint, K, M, 0))
     balance = balance or balance_by_cost(costs, K)
     acts, start = [], 0
     for k, b in enumerate(balance):
-        a, _ = measure_stage(layers[start : start + b], inputs[start], _cls_loss(2) if k == K - 1 else None)
+        a, _ = measure_stage(layers[start : start + b], inputs[start], _cls_loss(2) if k == K - 1 else None,
+                             precision)
         acts.append(a.scaled(n / 2))
         start += b
     names = [type(layer).__name__ for layer in layers]
@@ -137,7 +142,7 @@ def plan_amoebanet(L: int, D: int, K: int, M: int, checkpoint: str, N: int, budg
 
 
 @functools.cache
-def _transformer_pieces(d: int, H: int, A: int, V: int, S: int) -> dict:
+def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str = "fp32") -> dict:
     """Per-sequence activation pieces of a Transformer-L stage, measured once on a 2-layer model.
 
     All L layers are identical, so a stage of n layers costs the 1-layer stage plus (n-1) times
@@ -150,7 +155,7 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int) -> dict:
     def loss(out: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(out.flatten(0, -2), torch.zeros(out.shape[0] * out.shape[1], dtype=torch.long, device=out.device))
 
-    _, h = measure_stage([E], tok)
+    _, h = measure_stage([E], tok, None, precision)
     pieces = {}
     for emb in (False, True):
         for soft in (False, True):
@@ -160,7 +165,7 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int) -> dict:
                 seq = ([E] if emb else []) + list(layers[1 : 1 + nl]) + ([Sm] if soft else [])
                 if not seq:
                     continue
-                a, _ = measure_stage(seq, tok if emb else h, loss if soft else None)
+                a, _ = measure_stage(seq, tok if emb else h, loss if soft else None, precision)
                 pieces[(emb, soft, nl)] = a
     params = {"embed": _nparams(E), "layer": _nparams(layers[1]), "softmax": _nparams(Sm)}
     return {"pieces": pieces, "params": params}
@@ -170,21 +175,23 @@ def _stage_act(pieces: dict, emb: bool, soft: bool, nl: int) -> StageActivation:
     if nl <= 2:
         return pieces[(emb, soft, nl)]
     a1, a2 = pieces[(emb, soft, 1)], pieces[(emb, soft, 2)]
-    return StageActivation(a1.input, a1.saved + (nl - 1) * (a2.saved - a1.saved), a1.output)
+    return StageActivation(a1.input, a1.saved + (nl - 1) * (a2.saved - a1.saved), a1.output,
+                           a1.weights + (nl - 1) * (a2.weights - a1.weights))
 
 
 def plan_transformer(L: int, K: int, M: int, checkpoint: str, N: int, budget: int, schedule: str = "gpipe",
                      d: int = 2048, H: int = 8192, A: int = 32, V: int = 32000, S: int = 1024,
-                     balance: list[int] | None = None) -> Plan:
+                     balance: list[int] | None = None, precision: str = "fp32") -> Plan:
     check_micro_batches(N, M)
-    info = _transformer_pieces(d, H, A, V, S)
+    info = _transformer_pieces(d, H, A, V, S, precision)
     pieces, p = info["pieces"], info["params"]
     n = N / M
     params = [p["embed"]] + [p["layer"]] * L + [p["softmax"]]
     one = {  # per-layer memory cost for partitioning
         "embed": state_bytes(p["embed"]) + peak_activation_bytes(pieces[(True, False, 0)].scaled(n), schedule, checkpoint, K, M, 0),
         "layer": state_bytes(p["layer"]) + peak_activation_bytes(
-            StageActivation(0, pieces[(False, False, 2)].saved - pieces[(False, False, 1)].saved, 0).scaled(n),
+            StageActivation(0, pieces[(False, False, 2)].saved - pieces[(False, False, 1)].saved, 0,
+                            pieces[(False, False, 2)].weights - pieces[(False, False, 1)].weights).scaled(n),
             schedule, checkpoint, K, M, 0),
         "softmax": state_bytes(p["softmax"]) + peak_activation_bytes(pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0),
     }
@@ -200,14 +207,14 @@ def plan_transformer(L: int, K: int, M: int, checkpoint: str, N: int, budget: in
     return _finish(K, M, checkpoint, schedule, budget, params, acts, balance, costs, names)
 
 
-def plan_column(c: Column, size: tuple[int, int] | None = None) -> Plan:
+def plan_column(c: Column, size: tuple[int, int] | None = None, precision: str = "fp32") -> Plan:
     L, D = size or c.size
     if c.model == "amoebanet_d":
-        return plan_amoebanet(L, D, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule)
-    return plan_transformer(L, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule)
+        return plan_amoebanet(L, D, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision)
+    return plan_transformer(L, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision)
 
 
-def largest(c: Column) -> tuple[tuple[int, int], Plan] | None:
+def largest(c: Column, precision: str = "fp32") -> tuple[tuple[int, int], Plan] | None:
     """Binary search of the largest D (AmoebaNet, multiples of 8, at the paper's L) or L
     (Transformer) whose plan fits; None when even the smallest does not."""
     L0, _ = c.size
@@ -219,13 +226,13 @@ def largest(c: Column) -> tuple[tuple[int, int], Plan] | None:
         lo, hi = max(1, c.K - 2), 8192
         def size_of(i: int) -> tuple[int, int]:
             return (i, 0)
-    first = plan_column(c, size_of(lo))
+    first = plan_column(c, size_of(lo), precision)
     if not first.fits:
         return None
     best = (size_of(lo), first)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        p = plan_column(c, size_of(mid))
+        p = plan_column(c, size_of(mid), precision)
         if p.fits:
             lo, best = mid, (size_of(mid), p)
         else:

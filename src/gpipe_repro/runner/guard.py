@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -82,8 +83,16 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
         mb = max(1, mb // plan.info.tokens_per_sample)  # batch / max_len sentences of max_len tokens
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
     loss: Callable[[Any], torch.Tensor] = classification_loss if plan.model.task == "classify" else lm_loss
-    stages = plan_stages(plan.layers, plan.info.example, loss, bal, K=p.K, M=p.M, micro_batch=mb,
-                         schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name)
+    kw: dict[str, Any] = dict(K=p.K, M=p.M, micro_batch=mb, schedule=p.schedule, checkpoint=p.checkpoint,
+                              optim=spec.optim.name, precision=spec.train.precision)
+    try:  # measured as the ranks will run: CUDA's kernels and autocast policy on a GPU
+        stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type=spec.device, **kw)
+    except Exception as err:  # noqa: BLE001 - a plan is advice: never stop a run over it
+        if spec.device == "cpu":
+            raise
+        print(f"gpipe-run: planning on fake {spec.device} tensors failed ({type(err).__name__}: "
+              f"{str(err).splitlines()[0] if str(err) else ''}); planned with CPU's kernels", file=sys.stderr)
+        stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type="cpu", **kw)
     planned = [s.total for s in stages]
     fix = ("lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
            "or train.memory_check=false to run anyway")

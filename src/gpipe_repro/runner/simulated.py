@@ -123,14 +123,15 @@ def _balance(spec: RunConfig, plan: Plan, lc: list[LayerCost], micro_batch: int)
 def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
     return layer_memory(plan.layers, plan.info.example, _out_loss(plan), M=spec.pipeline.M,
                         micro_batch=micro_batch, schedule=spec.pipeline.schedule,
-                        checkpoint=spec.pipeline.checkpoint, optim=spec.optim.name, key=_model_key(spec, plan))
+                        checkpoint=spec.pipeline.checkpoint, optim=spec.optim.name, key=_model_key(spec, plan),
+                        precision=spec.train.precision)
 
 
 def _memory(spec: RunConfig, plan: Plan, balance: list[int], mb: int) -> list[Any]:
     p = spec.pipeline
     return plan_stages(plan.layers, plan.info.example, _out_loss(plan), balance, K=p.K, M=p.M, micro_batch=mb,
                        schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
-                       key=_model_key(spec, plan))
+                       key=_model_key(spec, plan), precision=spec.train.precision)
 
 
 def _device_memory(hw: HardwareProfile | None, spec: RunConfig) -> int:
