@@ -91,6 +91,7 @@ def _asked(cfg: DictConfig, error: str) -> RunMetrics:
         assert isinstance(pipe, dict)
         m.pipeline = PipelineInfo(**{k: v for k, v in pipe.items() if k in PipelineInfo.__dataclass_fields__})
         m.batch_size = int(cfg.train.batch_size)
+        m.precision = str(cfg.train.precision)
     except Exception:  # noqa: BLE001 - best effort: the error is what matters
         pass
     return m
