@@ -82,7 +82,9 @@ def _timed(step, steps: int, warmup: int) -> list[tuple[float, int]]:
         step()
         _sync()
         if i >= warmup:
-            out.append((time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0))
+            out.append(
+                (time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+            )
     return out
 
 
@@ -112,8 +114,15 @@ def _ours_step(K: int, M: int, checkpoint: str, host_memory: str = "retain"):
     torch.set_num_threads(1)
     topo = init_topology(K, device=DEVICE) if K > 1 else single_process(DEVICE)
     mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
-    pipe = Pipeline(mine, topo, M=M, checkpoint=checkpoint, loss_fn=loss_fn, track_memory=False,
-                    host_memory=host_memory)
+    pipe = Pipeline(
+        mine,
+        topo,
+        M=M,
+        checkpoint=checkpoint,
+        loss_fn=loss_fn,
+        track_memory=False,
+        host_memory=host_memory,
+    )
     opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
     x, y = batch()
 
@@ -135,7 +144,14 @@ def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, 
         order = (plain_step, engine_step) if i % 2 == 0 else (engine_step, plain_step)
         timed = {fn: _timed(fn, 1, 0)[0] for fn in order}
         if i >= warmup:
-            out.append((timed[plain_step][0], timed[engine_step][0], timed[plain_step][1], timed[engine_step][1]))
+            out.append(
+                (
+                    timed[plain_step][0],
+                    timed[engine_step][0],
+                    timed[plain_step][1],
+                    timed[engine_step][1],
+                )
+            )
     return out
 
 
@@ -161,7 +177,9 @@ class _Remat(nn.Module):
         return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
 
 
-def theirs(K: int, M: int, remat: bool, host_memory: str, steps: int, warmup: int) -> list[tuple[float, int]]:
+def theirs(
+    K: int, M: int, remat: bool, host_memory: str, steps: int, warmup: int
+) -> list[tuple[float, int]]:
     """torch.distributed.pipelining ScheduleGPipe on the same stages (``host_memory``: the control)."""
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
@@ -192,7 +210,9 @@ def rank_times(fn, K: int, *args) -> tuple[float, float]:
     """Median step time (the slowest rank of each step, median over steps) and median minor page
     faults per rank and step. Always fresh processes."""
     per_rank = launch(fn, K, (K, *args), threads=1)
-    per_step = [(max(t for t, _ in ranks), statistics.mean(f for _, f in ranks)) for ranks in zip(*per_rank)]
+    per_step = [
+        (max(t for t, _ in ranks), statistics.mean(f for _, f in ranks)) for ranks in zip(*per_rank)
+    ]
     return statistics.median(t for t, _ in per_step), statistics.median(f for _, f in per_step)
 
 
@@ -200,7 +220,11 @@ VARIANTS = {  # name -> (function, K, extra args)
     "ours_K1_s": (ours, 1, ("never",)),
     "ours_s": (ours, 2, ("never",)),
     "theirs_s": (theirs, 2, (False, "system")),
-    "theirs_retain_s": (theirs, 2, (False, "retain")),  # control: our malloc settings for theirs too
+    "theirs_retain_s": (
+        theirs,
+        2,
+        (False, "retain"),
+    ),  # control: our malloc settings for theirs too
     "ours_remat_s": (ours, 2, ("always",)),
     "theirs_remat_s": (theirs, 2, (True, "system")),
 }
@@ -211,11 +235,24 @@ def main() -> None:
     ap.add_argument("--out", default="reports/engine")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the median is reported")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="interleaved repetitions; the median is reported"
+    )
     ap.add_argument("--M", default="1,2,4,8")
-    ap.add_argument("--replot", action="store_true", help="rewrite engine.md and engine.png from OUT/results.json")
-    ap.add_argument("--trace", type=int, metavar="M", help="only write OUT/trace_M{M}.json: ours at K=2, one step")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one rank per GPU over nccl")
+    ap.add_argument(
+        "--replot",
+        action="store_true",
+        help="rewrite engine.md and engine.png from OUT/results.json",
+    )
+    ap.add_argument(
+        "--trace",
+        type=int,
+        metavar="M",
+        help="only write OUT/trace_M{M}.json: ours at K=2, one step",
+    )
+    ap.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one rank per GPU over nccl"
+    )
     a = ap.parse_args()
     if a.device != DEVICE:  # the ranks and this process read the device from the environment
         os.environ["GPIPE_BENCH_DEVICE"] = a.device
@@ -225,13 +262,19 @@ def main() -> None:
     if a.trace:
         from gpipe_repro.engine import Event, chrome_trace
 
-        evs = [Event(**e) for r in launch(ours_events, 2, (2, a.trace, a.steps, a.warmup), threads=1) for e in r]
+        evs = [
+            Event(**e)
+            for r in launch(ours_events, 2, (2, a.trace, a.steps, a.warmup), threads=1)
+            for e in r
+        ]
         (out / f"trace_M{a.trace}.json").write_text(json.dumps(chrome_trace(evs)))
         t0 = min(e.start for e in evs)
         for e in sorted(evs, key=lambda e: e.start):
             if e.action != "step":
-                print(f"stage {e.stage} {e.action:9s} mb {e.mb:2d} start {(e.start - t0) * 1e3:7.1f} ms  "
-                      f"took {(e.end - e.start) * 1e3:6.1f} ms")
+                print(
+                    f"stage {e.stage} {e.action:9s} mb {e.mb:2d} start {(e.start - t0) * 1e3:7.1f} ms  "
+                    f"took {(e.end - e.start) * 1e3:6.1f} ms"
+                )
         return
     if a.replot:
         res = json.loads((out / "results.json").read_text())
@@ -242,13 +285,26 @@ def main() -> None:
     S, W = a.steps, a.warmup
     gpus = torch.cuda.device_count() if DEVICE == "cuda" else 0
     variants = {k: v for k, v in VARIANTS.items() if DEVICE == "cpu" or v[1] <= gpus}
-    res: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads_per_rank": 1, "torch": torch.__version__,
-                             "python": platform.python_version(), "device": DEVICE,
-                             "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)]},
-                 "skipped": {k: f"needs {v[1]} GPUs, found {gpus}" for k, v in VARIANTS.items() if k not in variants},
-                 "model": f"{DEPTH + 1} conv3x3 layers, {CH} channels, {HW}x{HW}, batch {N}, balance {BALANCE}",
-                 "batch": N,
-                 "steps": S, "warmup": W, "repeats": a.repeats, "rows": []}
+    res: dict = {
+        "machine": {
+            "cpu": _cpu(),
+            "cores": os.cpu_count(),
+            "threads_per_rank": 1,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "device": DEVICE,
+            "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
+        },
+        "skipped": {
+            k: f"needs {v[1]} GPUs, found {gpus}" for k, v in VARIANTS.items() if k not in variants
+        },
+        "model": f"{DEPTH + 1} conv3x3 layers, {CH} channels, {HW}x{HW}, batch {N}, balance {BALANCE}",
+        "batch": N,
+        "steps": S,
+        "warmup": W,
+        "repeats": a.repeats,
+        "rows": [],
+    }
     # Interleave everything within each repetition so that machine noise hits all variants alike.
     samples: dict[tuple[int, str], list[float]] = {}
     faults: dict[tuple[int, str], list[float]] = {}
@@ -272,11 +328,14 @@ def main() -> None:
     # Overhead: medians of all alternating pairs of all repetitions.
     t_plain, t_k1m1 = statistics.median(base["plain"]), statistics.median(base["k1m1"])
     t_plain_retain = statistics.median(base["plain_retain"])
-    res["plain_step_s"], res["plain_retain_step_s"], res["ours_K1_M1_step_s"] = t_plain, t_plain_retain, t_k1m1
+    res["plain_step_s"], res["plain_retain_step_s"], res["ours_K1_M1_step_s"] = (
+        t_plain,
+        t_plain_retain,
+        t_k1m1,
+    )
     res["overhead_K1_M1"] = t_k1m1 / t_plain_retain - 1
     res["overhead_K1_M1_vs_system"] = t_k1m1 / t_plain - 1
-    res["samples"] = {**base,
-                      **{f"M{M}_{name}": v for (M, name), v in samples.items()}}
+    res["samples"] = {**base, **{f"M{M}_{name}": v for (M, name), v in samples.items()}}
     res["faults"] = {k: statistics.median(v) for k, v in base_faults.items()}
     for M in Ms:
         row: dict = {"M": M, **{name: statistics.median(samples[(M, name)]) for name in variants}}
@@ -307,9 +366,17 @@ def _cpu() -> str:
     return platform.processor()
 
 
-LABELS = {"ours_K1_s": "ours K=1", "ours_s": "ours", "theirs_s": "theirs", "theirs_retain_s": "theirs, control",
-          "ours_remat_s": "ours remat", "theirs_remat_s": "theirs + checkpoint", "plain": "plain step",
-          "plain_retain": "plain step, control", "k1m1": "ours K=1"}
+LABELS = {
+    "ours_K1_s": "ours K=1",
+    "ours_s": "ours",
+    "theirs_s": "theirs",
+    "theirs_retain_s": "theirs, control",
+    "ours_remat_s": "ours remat",
+    "theirs_remat_s": "theirs + checkpoint",
+    "plain": "plain step",
+    "plain_retain": "plain step, control",
+    "k1m1": "ours K=1",
+}
 
 
 def _mark(ok: bool) -> str:
@@ -319,54 +386,88 @@ def _mark(ok: bool) -> str:
 def write_markdown(res: dict, path: Path) -> None:
     m = res["machine"]
     rows = res["rows"]
-    where = (f"{m['cpu']}, {m['cores']} cores, {m['threads_per_rank']} thread per rank" if m.get("device", "cpu") == "cpu"
-             else f"{len(m['gpus'])} × {', '.join(sorted(set(m['gpus'])))} (one rank per GPU, nccl), host {m['cpu']}")
+    where = (
+        f"{m['cpu']}, {m['cores']} cores, {m['threads_per_rank']} thread per rank"
+        if m.get("device", "cpu") == "cpu"
+        else f"{len(m['gpus'])} × {', '.join(sorted(set(m['gpus'])))} (one rank per GPU, nccl), host {m['cpu']}"
+    )
     lines = [
-        "# Engine benchmark", "",
-        ("Generated by `make bench-engine` (`bench/engine.py`)" if m.get("device", "cpu") == "cpu" else
-         "Generated by `make gpu-check` (`bench/engine.py --device cuda`)") + f". Machine: {where}, "
+        "# Engine benchmark",
+        "",
+        (
+            "Generated by `make bench-engine` (`bench/engine.py`)"
+            if m.get("device", "cpu") == "cpu"
+            else "Generated by `make gpu-check` (`bench/engine.py --device cuda`)"
+        )
+        + f". Machine: {where}, "
         f"torch {m['torch']}. Model: {res['model']}. "
         f"Each time is the median over {res['repeats']} interleaved repetitions of the median of {res['steps']} steps "
         f"(after {res['warmup']} warm-up steps); a step's time is its slowest rank's; every variant runs in fresh "
-        "processes. Raw samples: `results.json`.", "",
+        "processes. Raw samples: `results.json`.",
+        "",
     ]
     if m.get("device", "cpu") == "cpu":
         lines += [
             "Our engine keeps freed host memory mapped between steps (`pipeline.host_memory=retain`, "
             "`engine/hostmem.py`: glibc never trims the heap nor serves blocks with mmap), so a step does not "
             "page-fault its activations back in. The *control* columns give torch's engine and the plain step "
-            "the same malloc settings: they show how much of the difference is the engine itself.", "",
+            "the same malloc settings: they show how much of the difference is the engine itself.",
+            "",
         ]
     lines += [f"- skipped: {k} ({why})" for k, why in res.get("skipped", {}).items()]
     if "ours_s" not in rows[0]:  # one GPU: the K = 1 numbers only
-        lines += ["", "## Ours at K = 1 per M", "", "| M | step (ms) | samples/s |", "|---|---|---|"]
-        lines += [f"| {r['M']} | {r['ours_K1_s'] * 1e3:.2f} | {res.get('batch', N) / r['ours_K1_s']:.1f} |" for r in rows]
+        lines += [
+            "",
+            "## Ours at K = 1 per M",
+            "",
+            "| M | step (ms) | samples/s |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {r['M']} | {r['ours_K1_s'] * 1e3:.2f} | {res.get('batch', N) / r['ours_K1_s']:.1f} |"
+            for r in rows
+        ]
         lines += _overhead(res)
         path.write_text("\n".join(lines))
         return
     lines += [
-        "## Ours vs `torch.distributed.pipelining.ScheduleGPipe` (K = 2, same stages, same M)", "",
+        "## Ours vs `torch.distributed.pipelining.ScheduleGPipe` (K = 2, same stages, same M)",
+        "",
         "| M | ours (ms) | theirs (ms) | ratio theirs/ours (goal ≥ 1.0) | control: theirs, our malloc settings (ms) "
         "| control ratio | ours remat (ms) | theirs + checkpoint (ms) | ratio remat |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['M']} | {r['ours_s'] * 1e3:.1f} | {r['theirs_s'] * 1e3:.1f} | {r['ratio']:.3f} "
-                     f"{_mark(r['ratio'] >= 1)} | {r['theirs_retain_s'] * 1e3:.1f} | {r['ratio_retain']:.3f} | {r['ours_remat_s'] * 1e3:.1f} | "
-                     f"{r['theirs_remat_s'] * 1e3:.1f} | {r['ratio_remat']:.3f} {_mark(r['ratio_remat'] >= 1)} |")
-    lines += ["", "## K = 2 speed-up over K = 1 (one core), against the ideal K·M/(M+K−1) (GPipe §2.3)", "",
-              "| M | K=1 same M (ms) | K=2 (ms) | speed-up | ideal | share of ideal (goal ≥ 85% at M = 8) | speed-up vs K=1, M=1 |",
-              "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['M']} | {r['ours_s'] * 1e3:.1f} | {r['theirs_s'] * 1e3:.1f} | {r['ratio']:.3f} "
+            f"{_mark(r['ratio'] >= 1)} | {r['theirs_retain_s'] * 1e3:.1f} | {r['ratio_retain']:.3f} | {r['ours_remat_s'] * 1e3:.1f} | "
+            f"{r['theirs_remat_s'] * 1e3:.1f} | {r['ratio_remat']:.3f} {_mark(r['ratio_remat'] >= 1)} |"
+        )
+    lines += [
+        "",
+        "## K = 2 speed-up over K = 1 (one core), against the ideal K·M/(M+K−1) (GPipe §2.3)",
+        "",
+        "| M | K=1 same M (ms) | K=2 (ms) | speed-up | ideal | share of ideal (goal ≥ 85% at M = 8) | speed-up vs K=1, M=1 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['M']} | {r['ours_K1_s'] * 1e3:.1f} | {r['ours_s'] * 1e3:.1f} | {r['speedup_vs_K1_sameM']:.3f} | "
-                     f"{r['ideal_speedup']:.3f} | {r['share_of_ideal'] * 100:.1f}% | {r['speedup_vs_K1_M1']:.3f} |")
+        lines.append(
+            f"| {r['M']} | {r['ours_K1_s'] * 1e3:.1f} | {r['ours_s'] * 1e3:.1f} | {r['speedup_vs_K1_sameM']:.3f} | "
+            f"{r['ideal_speedup']:.3f} | {r['share_of_ideal'] * 100:.1f}% | {r['speedup_vs_K1_M1']:.3f} |"
+        )
     names = list(rows[0]["faults"])
-    lines += ["", "## Minor page faults per rank and step (median)", "",
-              "What `host_memory=retain` removes: a fault is a page of freed memory handed back to the OS and "
-              "touched again. At K = 1, M = 1: " + "; ".join(f"{LABELS[k]} {v:.0f}" for k, v in res["faults"].items())
-              + ".", "",
-              "| M | " + " | ".join(LABELS[n] for n in names) + " |",
-              "|---|" + "---|" * len(names)]
+    lines += [
+        "",
+        "## Minor page faults per rank and step (median)",
+        "",
+        "What `host_memory=retain` removes: a fault is a page of freed memory handed back to the OS and "
+        "touched again. At K = 1, M = 1: "
+        + "; ".join(f"{LABELS[k]} {v:.0f}" for k, v in res["faults"].items())
+        + ".",
+        "",
+        "| M | " + " | ".join(LABELS[n] for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for r in rows:
         lines.append(f"| {r['M']} | " + " | ".join(f"{r['faults'][n]:.0f}" for n in names) + " |")
     lines += _overhead(res)
@@ -375,12 +476,17 @@ def write_markdown(res: dict, path: Path) -> None:
 
 def _overhead(res: dict) -> list[str]:
     ov = res["overhead_K1_M1"]
-    return ["", "## K = 1, M = 1 overhead against a plain PyTorch step", "",
-              f"Engine K=1 M=1 and a plain step alternating in one process (same heap, the engine's malloc "
-              f"settings; median of {len(res['samples']['k1m1'])} pairs): {res['ours_K1_M1_step_s'] * 1e3:.1f} ms vs "
-              f"{res['plain_retain_step_s'] * 1e3:.1f} ms, overhead {ov * 100:+.2f}% (goal ≤ 3%) {_mark(ov <= 0.03)}. "
-              f"Against a plain step with glibc's defaults ({res['plain_step_s'] * 1e3:.1f} ms): "
-              f"{res['overhead_K1_M1_vs_system'] * 100:+.2f}%.", ""]
+    return [
+        "",
+        "## K = 1, M = 1 overhead against a plain PyTorch step",
+        "",
+        f"Engine K=1 M=1 and a plain step alternating in one process (same heap, the engine's malloc "
+        f"settings; median of {len(res['samples']['k1m1'])} pairs): {res['ours_K1_M1_step_s'] * 1e3:.1f} ms vs "
+        f"{res['plain_retain_step_s'] * 1e3:.1f} ms, overhead {ov * 100:+.2f}% (goal ≤ 3%) {_mark(ov <= 0.03)}. "
+        f"Against a plain step with glibc's defaults ({res['plain_step_s'] * 1e3:.1f} ms): "
+        f"{res['overhead_K1_M1_vs_system'] * 100:+.2f}%.",
+        "",
+    ]
 
 
 def plot(res: dict, path: Path) -> None:
@@ -404,9 +510,16 @@ def plot(res: dict, path: Path) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].plot(Ms, [nb / r["ours_s"] for r in rows], "o-", label="ours")
     ax[0].plot(Ms, [nb / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
-    ax[0].plot(Ms, [nb / r["theirs_retain_s"] for r in rows], "x:", label="torch pipelining, our malloc settings")
+    ax[0].plot(
+        Ms,
+        [nb / r["theirs_retain_s"] for r in rows],
+        "x:",
+        label="torch pipelining, our malloc settings",
+    )
     ax[0].plot(Ms, [nb / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
-    ax[0].plot(Ms, [nb / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint")
+    ax[0].plot(
+        Ms, [nb / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint"
+    )
     ax[0].set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 2 throughput")
     ax[1].plot(Ms, [r["speedup_vs_K1_sameM"] for r in rows], "o-", label="measured")
     ax[1].plot(Ms, [r["ideal_speedup"] for r in rows], "k:", label="ideal 2M/(M+1)")

@@ -13,22 +13,66 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["train.steps=4", "train.warmup_steps=1", "train.eval_batch_size=500", "logger=none",
-        "model.hidden=64", "model.depth=3"]
-CONTRACT = ["status", "source", "error", "model", "pipeline", "batch_size", "steps", "seed", "device", "world_size",
-            "losses", "step_time_s", "warmup_steps", "throughput", "bubble_fraction", "stages", "eval", "env"]
-STAGE_KEYS = ["layers", "param_count", "param_bytes", "optimizer_bytes", "activation_bytes",
-              "peak_memory_bytes", "memory_source", "busy_s"]
+FAST = [
+    "train.steps=4",
+    "train.warmup_steps=1",
+    "train.eval_batch_size=500",
+    "logger=none",
+    "model.hidden=64",
+    "model.depth=3",
+]
+CONTRACT = [
+    "status",
+    "source",
+    "error",
+    "model",
+    "pipeline",
+    "batch_size",
+    "steps",
+    "seed",
+    "device",
+    "world_size",
+    "losses",
+    "step_time_s",
+    "warmup_steps",
+    "throughput",
+    "bubble_fraction",
+    "stages",
+    "eval",
+    "env",
+]
+STAGE_KEYS = [
+    "layers",
+    "param_count",
+    "param_bytes",
+    "optimizer_bytes",
+    "activation_bytes",
+    "peak_memory_bytes",
+    "memory_source",
+    "busy_s",
+]
 
 
 def gpipe_run(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     e = {**os.environ, "WANDB_MODE": "disabled", "GPIPE_PROGRESS": "0", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "gpipe_repro", *args], capture_output=True, text=True,
-                          timeout=300, env=e, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "gpipe_repro", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=e,
+        cwd=cwd,
+    )
 
 
 def test_two_stage_run_writes_complete_metrics(tmp_path):
-    r = gpipe_run("pipeline.K=2", "pipeline.M=4", "pipeline.checkpoint=always", *FAST, f"hydra.run.dir={tmp_path}")
+    r = gpipe_run(
+        "pipeline.K=2",
+        "pipeline.M=4",
+        "pipeline.checkpoint=always",
+        *FAST,
+        f"hydra.run.dir={tmp_path}",
+    )
     assert r.returncode == 0, r.stderr
     m = json.loads((tmp_path / "metrics.json").read_text())
     for key in CONTRACT:
@@ -47,7 +91,9 @@ def test_two_stage_run_writes_complete_metrics(tmp_path):
     assert m["model"]["param_count"] == sum(s["param_count"] for s in m["stages"])
     assert 0 <= m["bubble_fraction"] < 1 and m["throughput"] > 0
     assert 0 <= m["eval"]["accuracy"] <= 1
-    if platform.libc_ver()[0] == "glibc":  # CPU ranks keep freed memory (pipeline.host_memory=retain)
+    if (
+        platform.libc_ver()[0] == "glibc"
+    ):  # CPU ranks keep freed memory (pipeline.host_memory=retain)
         assert m["env"]["host_memory"] == ["retain"]
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
@@ -70,15 +116,25 @@ def test_multirun_gathers_every_job_failed_ones_too(tmp_path):
 def _records(run_dir: Path) -> list[dict]:
     """The records of an offline wandb run, read back with wandb's own reader."""
     wandb_cli = Path(sys.executable).with_name("wandb")
-    r = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
 
 
 def test_wandb_offline_run_has_a_live_history_and_the_timeline(tmp_path):
     steps = 40
-    r = gpipe_run("pipeline.K=1", *[a for a in FAST if a not in ("logger=none", "train.steps=4")], "logger=wandb",
-                  f"train.steps={steps}", f"hydra.run.dir={tmp_path}", env={"WANDB_MODE": "offline"})
+    r = gpipe_run(
+        "pipeline.K=1",
+        *[a for a in FAST if a not in ("logger=none", "train.steps=4")],
+        "logger=wandb",
+        f"train.steps={steps}",
+        f"hydra.run.dir={tmp_path}",
+        env={"WANDB_MODE": "offline"},
+    )
     assert r.returncode == 0, r.stderr
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
@@ -100,12 +156,24 @@ def test_wandb_offline_run_has_a_live_history_and_the_timeline(tmp_path):
 BAD = [
     (["model=foo"], 2, "model=foo is not a model config; allowed: amoebanet_b, amoebanet_d, mlp"),
     (["pipeline.Q=1"], 2, "pipeline.Q"),
-    (["pipeline.K=abc"], 2, "pipeline.K='abc' is not an integer"),  # a type error: refused before running
+    (
+        ["pipeline.K=abc"],
+        2,
+        "pipeline.K='abc' is not an integer",
+    ),  # a type error: refused before running
     (["pipeline.K=0"], 1, "pipeline.K=0 is invalid; allowed: an integer >= 1"),
     (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
     (["pipeline.K=9"], 1, "pipeline.K=9 exceeds the model's 5 layers; allowed: 1..5"),
-    (["data=cifar10", "data.root=/nonexistent"], 1, "cifar10 not found; expected /nonexistent/cifar-10-batches-py"),
-    (["pipeline.balance=[4,4]", "pipeline.K=2"], 1, "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers"),
+    (
+        ["data=cifar10", "data.root=/nonexistent"],
+        1,
+        "cifar10 not found; expected /nonexistent/cifar-10-batches-py",
+    ),
+    (
+        ["pipeline.balance=[4,4]", "pipeline.K=2"],
+        1,
+        "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers",
+    ),
 ]
 
 

@@ -10,7 +10,11 @@ from gpipe_repro.optim import OPTIMIZERS, AdamConfig, RMSpropConfig, build_optim
 def test_each_option_builds_its_optimiser_with_its_settings():
     p = [torch.nn.Parameter(torch.zeros(3))]
     opt = build_optimizer(p, RMSpropConfig(lr=0.01, alpha=0.5))
-    assert isinstance(opt, torch.optim.RMSprop) and opt.defaults["alpha"] == 0.5 and opt.defaults["lr"] == 0.01
+    assert (
+        isinstance(opt, torch.optim.RMSprop)
+        and opt.defaults["alpha"] == 0.5
+        and opt.defaults["lr"] == 0.01
+    )
     adam = build_optimizer(p, AdamConfig(betas=[0.8, 0.9]))
     assert isinstance(adam, torch.optim.Adam) and adam.defaults["betas"] == (0.8, 0.9)
     assert list(OPTIMIZERS) == ["rmsprop", "sgd", "adam"]

@@ -65,7 +65,11 @@ def app(cfg: DictConfig) -> None:
             m = run(spec, out, group=group)
     except KeyboardInterrupt:  # stopped at once: the run wrote its interrupted metrics.json
         STOP.requested = True
-        print(f"gpipe-run: stopped; what it measured is in {out / 'metrics.json'}", file=sys.stderr, flush=True)
+        print(
+            f"gpipe-run: stopped; what it measured is in {out / 'metrics.json'}",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     if m is not None:  # None: a rank other than 0 of a SLURM job (rank 0 writes and logs)
         _record(m, out)
@@ -89,7 +93,9 @@ def _asked(cfg: DictConfig, error: str) -> RunMetrics:
         m.model = ModelInfo(name=str(cfg.model.name))
         pipe = OmegaConf.to_container(cfg.pipeline)
         assert isinstance(pipe, dict)
-        m.pipeline = PipelineInfo(**{k: v for k, v in pipe.items() if k in PipelineInfo.__dataclass_fields__})
+        m.pipeline = PipelineInfo(
+            **{k: v for k, v in pipe.items() if k in PipelineInfo.__dataclass_fields__}
+        )
         m.batch_size = int(cfg.train.batch_size)
         m.precision = str(cfg.train.precision)
     except Exception:  # noqa: BLE001 - best effort: the error is what matters
@@ -106,11 +112,20 @@ def _record(m: RunMetrics, out: Path) -> None:
         print(f"gpipe-run: error: {m.error}  [{out / 'metrics.json'}]", file=sys.stderr, flush=True)
         return
     p = m.pipeline
-    acc = f"  accuracy {m.eval.accuracy:.3f}" if m.eval is not None and m.eval.accuracy is not None else ""
-    pred = f" (simulated {m.predicted_throughput:.1f})" if m.predicted_throughput is not None else ""
+    acc = (
+        f"  accuracy {m.eval.accuracy:.3f}"
+        if m.eval is not None and m.eval.accuracy is not None
+        else ""
+    )
+    pred = (
+        f" (simulated {m.predicted_throughput:.1f})" if m.predicted_throughput is not None else ""
+    )
     src = "" if m.source == "measured" else f" [{m.source}]"
-    print(f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s{pred}{src}, "
-          f"bubble {m.bubble_fraction:.3f}{acc}  -> {out}", flush=True)
+    print(
+        f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s{pred}{src}, "
+        f"bubble {m.bubble_fraction:.3f}{acc}  -> {out}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -121,7 +136,9 @@ def main() -> None:
     STOP.install()
     try:
         app()
-    except KeyboardInterrupt:  # a signal outside a run (Hydra setting up, the gather): nothing to save
+    except (
+        KeyboardInterrupt
+    ):  # a signal outside a run (Hydra setting up, the gather): nothing to save
         STOP.requested = True
     if STOP.requested:
         sys.exit(130)

@@ -40,9 +40,13 @@ def _say(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.multinode",
-                                 description="One rank of a run started by torchrun (see module docstring).")
-    ap.add_argument("--out", required=True, help="folder for metrics.json, trace.json, timeline.png (rank 0)")
+    ap = argparse.ArgumentParser(
+        prog="python -m gpipe_repro.multinode",
+        description="One rank of a run started by torchrun (see module docstring).",
+    )
+    ap.add_argument(
+        "--out", required=True, help="folder for metrics.json, trace.json, timeline.png (rank 0)"
+    )
     ap.add_argument("overrides", nargs="*", help="the same overrides gpipe-run takes")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -71,7 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         _say(f"{m.error}  [{out / 'metrics.json'}]")
         sys.exit(1)
     p = m.pipeline
-    print(f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s -> {out}", flush=True)
+    print(
+        f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s -> {out}",
+        flush=True,
+    )
 
 
 def _fail(out: Path, msg: str) -> None:
@@ -94,7 +101,9 @@ def launch_main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--out", required=True)
     ours, rest = ap.parse_known_args(argv)
-    overrides = [a for a in rest if not a.startswith("-") and "=" in a and not _is_option_value(rest, a)]
+    overrides = [
+        a for a in rest if not a.startswith("-") and "=" in a and not _is_option_value(rest, a)
+    ]
     options = [a for a in rest if a not in overrides]
     out = Path(ours.out)
     err = preflight(overrides)
@@ -107,7 +116,9 @@ def launch_main(argv: list[str] | None = None) -> None:
         _fail(out, str(e))
         sys.exit(1)
     os.environ.setdefault("OMP_NUM_THREADS", str(spec.train.threads))  # torchrun's banner otherwise
-    args = get_args_parser().parse_args([*options, "-m", "gpipe_repro.multinode", "--out", str(out), *overrides])
+    args = get_args_parser().parse_args(
+        [*options, "-m", "gpipe_repro.multinode", "--out", str(out), *overrides]
+    )
     for name in ("torch.distributed.elastic", "torch.distributed.run"):
         logging.getLogger(name).setLevel(logging.CRITICAL)  # the ranks speak for themselves
     try:
@@ -115,7 +126,10 @@ def launch_main(argv: list[str] | None = None) -> None:
     except ChildFailedError as e:
         rank, failure = min(e.failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
         if failure.exitcode < 0:  # killed by a signal: it could not say so itself
-            print(f"gpipe-run: error: rank {rank} was killed by signal {-failure.exitcode}", file=sys.stderr)
+            print(
+                f"gpipe-run: error: rank {rank} was killed by signal {-failure.exitcode}",
+                file=sys.stderr,
+            )
             sys.exit(1)
         sys.exit(failure.exitcode if failure.exitcode in (1, 2) else 1)
 

@@ -16,8 +16,17 @@ import torch
 from .errors import UserError
 from .options import opt
 
-__all__ = ["RMSpropConfig", "SGDConfig", "AdamConfig", "OptimSpec", "OPTIMIZERS", "build_optimizer",
-           "LR_SCHEDULES", "lr_factor", "set_lr"]
+__all__ = [
+    "RMSpropConfig",
+    "SGDConfig",
+    "AdamConfig",
+    "OptimSpec",
+    "OPTIMIZERS",
+    "build_optimizer",
+    "LR_SCHEDULES",
+    "lr_factor",
+    "set_lr",
+]
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -50,15 +59,19 @@ class AdamConfig:
 
     name: str = "adam"
     lr: float = opt(1e-3, "learning rate", min=0)
-    betas: list[float] = opt([0.9, 0.999], "decay rates of the two moment estimates",
-                             allowed="two numbers [beta1, beta2], each in [0, 1)")
+    betas: list[float] = opt(
+        [0.9, 0.999],
+        "decay rates of the two moment estimates",
+        allowed="two numbers [beta1, beta2], each in [0, 1)",
+    )
     eps: float = opt(1e-8, "added to the denominator", min=0)
     weight_decay: float = opt(0.0, "L2 penalty", min=0)
 
 
 def _rmsprop(params: Iterable[Any], c: RMSpropConfig) -> torch.optim.Optimizer:
-    return torch.optim.RMSprop(params, lr=c.lr, alpha=c.alpha, eps=c.eps, momentum=c.momentum,
-                               weight_decay=c.weight_decay)
+    return torch.optim.RMSprop(
+        params, lr=c.lr, alpha=c.alpha, eps=c.eps, momentum=c.momentum, weight_decay=c.weight_decay
+    )
 
 
 def _sgd(params: Iterable[Any], c: SGDConfig) -> torch.optim.Optimizer:
@@ -73,7 +86,9 @@ def _adam(params: Iterable[Any], c: AdamConfig) -> torch.optim.Optimizer:
 def _check_betas(c: AdamConfig) -> None:
     b = list(c.betas)
     if len(b) != 2 or not all(0.0 <= float(v) < 1.0 for v in b):
-        raise UserError(f"optim.betas={b} is invalid; allowed: two numbers [beta1, beta2], each in [0, 1)")
+        raise UserError(
+            f"optim.betas={b} is invalid; allowed: two numbers [beta1, beta2], each in [0, 1)"
+        )
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,13 @@ def opt(
 ) -> Any:
     """A dataclass field with its doc and constraints. ``allowed`` describes a constraint that a
     cross-field check enforces (shown in messages and docs)."""
-    meta = {"doc": doc, "choices": tuple(choices) if choices is not None else None, "min": min,
-            "max": max, "allowed": allowed}
+    meta = {
+        "doc": doc,
+        "choices": tuple(choices) if choices is not None else None,
+        "min": min,
+        "max": max,
+        "allowed": allowed,
+    }
     if isinstance(default, (list, dict)) or is_dataclass(default):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -80,6 +85,8 @@ def check_fields(obj: Any, path: str) -> None:
             continue
         if m.get("choices") and v not in m["choices"]:
             raise UserError(f"{key}={v!r} is not allowed; allowed: {allowed_text(f)}")
-        if isinstance(v, (int, float)) and ((m.get("min") is not None and v < m["min"])
-                                            or (m.get("max") is not None and v > m["max"])):
+        if isinstance(v, (int, float)) and (
+            (m.get("min") is not None and v < m["min"])
+            or (m.get("max") is not None and v > m["max"])
+        ):
             raise UserError(f"{key}={v} is invalid; allowed: {allowed_text(f)}")

@@ -77,8 +77,12 @@ def plan_model(spec: RunConfig) -> Plan:
     return Plan(model, info, layers)
 
 
-STOP_FILE = "STOP"  # the owner of a run creates it in the run's folder to stop after the current step
-HEARTBEAT_DIR = ".heartbeat"  # each rank touches <run>/.heartbeat/rank-<r> every second (runner.guard)
+STOP_FILE = (
+    "STOP"  # the owner of a run creates it in the run's folder to stop after the current step
+)
+HEARTBEAT_DIR = (
+    ".heartbeat"  # each rank touches <run>/.heartbeat/rank-<r> every second (runner.guard)
+)
 
 
 @dataclass
@@ -100,8 +104,12 @@ def run_rank(spec: RunConfig, ctx: RankContext) -> Any:
     torch.set_num_threads(spec.train.threads)
     if ctx.ignore_sigint:  # the driver turns Ctrl-C into a stop after the current step (STOP_FILE)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    topo = init_topology(spec.pipeline.K, spec.pipeline.replicas, spec.device, spec.pipeline.timeout_s)
-    if ctx.ignore_sigint and ctx.out_dir is not None:  # a rank of gpipe-run: let the driver see it is alive
+    topo = init_topology(
+        spec.pipeline.K, spec.pipeline.replicas, spec.device, spec.pipeline.timeout_s
+    )
+    if (
+        ctx.ignore_sigint and ctx.out_dir is not None
+    ):  # a rank of gpipe-run: let the driver see it is alive
         _heartbeat(ctx.out_dir / HEARTBEAT_DIR / f"rank-{topo.rank}")
     stage = _build(spec, topo, ctx.plan or plan_model(spec))
     start, past = _restore(spec, topo, stage, ctx)
@@ -154,7 +162,10 @@ def _balance(spec: RunConfig, topo: Topology, plan: Plan) -> tuple[list[int], li
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
     try:
-        if p.balance_by in ("params", "flops"):  # countable on the meta layers: no memory, same on every rank
+        if p.balance_by in (
+            "params",
+            "flops",
+        ):  # countable on the meta layers: no memory, same on every rank
             costs = layer_costs(plan.layers, plan.info.example(mb, "meta"), p.balance_by)
         elif topo.rank == 0:  # measured on real copies; rank 0 decides, everyone follows
             real = materialize([_copy(m) for m in plan.layers], spec.seed)
@@ -183,16 +194,25 @@ def _build(spec: RunConfig, topo: Topology, plan: Plan) -> _Stage:
     # Only this stage's layers get memory; each is initialised from its global index, so the
     # weights (and the losses) are the same whatever K is.
     mine = materialize(plan.layers[sl], spec.seed, first_index=sl.start)
-    pipe = Pipeline(mine, topo, M=spec.pipeline.M, schedule=spec.pipeline.schedule,
-                    checkpoint=spec.pipeline.checkpoint, loss_fn=plan.model.loss_fn,
-                    loss_reduction=plan.model.loss_reduction, host_memory=spec.pipeline.host_memory,
-                    precision=spec.train.precision)
+    pipe = Pipeline(
+        mine,
+        topo,
+        M=spec.pipeline.M,
+        schedule=spec.pipeline.schedule,
+        checkpoint=spec.pipeline.checkpoint,
+        loss_fn=plan.model.loss_fn,
+        loss_reduction=plan.model.loss_reduction,
+        host_memory=spec.pipeline.host_memory,
+        precision=spec.train.precision,
+    )
     opt = build_optimizer(pipe.parameters(), spec.optim)
     # Only the first stage needs inputs and only the last needs targets: nobody else loads data.
     data = get_data(spec.data.name).build(spec.data) if topo.is_first or topo.is_last else None
     torch.manual_seed(spec.seed)  # the dropout streams
     record = describe_model(spec.model.name, _options(spec.model), plan.layers)
-    return _Stage(plan, pipe, opt, data, balance, costs, [type(m).__name__ for m in mine], sl.start, record)
+    return _Stage(
+        plan, pipe, opt, data, balance, costs, [type(m).__name__ for m in mine], sl.start, record
+    )
 
 
 def _options(cfg: Any) -> dict[str, Any]:
@@ -201,7 +221,9 @@ def _options(cfg: Any) -> dict[str, Any]:
     return d
 
 
-def _restore(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext) -> tuple[int, list[float]]:
+def _restore(
+    spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext
+) -> tuple[int, list[float]]:
     """Resume from a save (weights, optimiser, RNG, step, losses) or initialise from one (weights
     only, a fresh head). Comes after everything that draws random numbers, or the restored RNG
     streams would be overwritten. Returns the first step to run and the losses before it."""
@@ -211,7 +233,9 @@ def _restore(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext) -> t
         path = resolve(t.resume, save_dir) if save_dir is not None or t.resume != "auto" else None
         if path is None:  # auto and nothing saved yet: a fresh start
             return 0, []
-        rep = load(path, st.pipe.cell.layers, st.offset, optimizer=st.opt, model=st.record, topology=topo)
+        rep = load(
+            path, st.pipe.cell.layers, st.offset, optimizer=st.opt, model=st.record, topology=topo
+        )
         return rep.step, list(rep.losses) if topo.is_last else []
     if t.init_from is not None:
         skip = t.init_skip if t.init_skip is not None else [len(st.plan.layers) - 1]
@@ -223,12 +247,25 @@ def _save_dir(spec: RunConfig, ctx: RankContext) -> Path | None:
     return Path(spec.train.save_dir) if spec.train.save_dir else ctx.save_dir
 
 
-def _save(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, step: int, losses: list[float]) -> None:
+def _save(
+    spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, step: int, losses: list[float]
+) -> None:
     d = _save_dir(spec, ctx)
     if d is None:
         raise UserError("train.save_every needs a folder: set train.save_dir")
-    save(d, step, st.pipe.cell.layers, st.balance, topo, model=st.record, optimizer=st.opt, losses=losses,
-         run_config=asdict(spec), keep=spec.train.save_keep, timeout_s=spec.pipeline.timeout_s)
+    save(
+        d,
+        step,
+        st.pipe.cell.layers,
+        st.balance,
+        topo,
+        model=st.record,
+        optimizer=st.opt,
+        losses=losses,
+        run_config=asdict(spec),
+        keep=spec.train.save_keep,
+        timeout_s=spec.pipeline.timeout_s,
+    )
 
 
 # ------------------------------------------------------------------------------------------ train
@@ -263,7 +300,9 @@ class _StopVote:
     def start(self) -> None:
         if self.topo.distributed:
             self.flag.fill_(self._local())
-            self.work = dist.all_reduce(self.flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+            self.work = dist.all_reduce(
+                self.flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True
+            )
 
     def stop(self) -> bool:
         if not self.topo.distributed:
@@ -272,15 +311,24 @@ class _StopVote:
         return bool(self.flag.item())
 
 
-def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start: int,
-           past: list[float]) -> tuple[list[float], list[float], bool]:
+def _train(
+    spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start: int, past: list[float]
+) -> tuple[list[float], list[float], bool]:
     t, p = spec.train, spec.pipeline
     reporter = topo.is_last and topo.replica == 0  # the rank that knows the loss speaks for the run
-    progress = ProgressWriter(ctx.out_dir / PROGRESS_FILE) if reporter and ctx.out_dir is not None else None
+    progress = (
+        ProgressWriter(ctx.out_dir / PROGRESS_FILE)
+        if reporter and ctx.out_dir is not None
+        else None
+    )
     bar = _progress_bar(spec, start) if reporter else None
-    batches = (st.data.batches(start, t.batch_size, spec.seed, multiple_of=p.M * p.replicas,
-                               need_inputs=topo.is_first)
-               if st.data is not None else None)
+    batches = (
+        st.data.batches(
+            start, t.batch_size, spec.seed, multiple_of=p.M * p.replicas, need_inputs=topo.is_first
+        )
+        if st.data is not None
+        else None
+    )
     vote = _StopVote(topo, ctx)
     losses: list[float] = list(past)
     step_times: list[float] = []
@@ -291,8 +339,10 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start:
         # The timer covers drawing the batch: on the first and last stages it is part of a step's cost.
         t0 = time.perf_counter()
         x, y = next(batches) if batches is not None else (None, None)
-        loss = st.pipe.train_step(_shard(x, topo.replica, p.replicas) if topo.is_first else None,
-                                  _shard(y, topo.replica, p.replicas) if topo.is_last else None)
+        loss = st.pipe.train_step(
+            _shard(x, topo.replica, p.replicas) if topo.is_first else None,
+            _shard(y, topo.replica, p.replicas) if topo.is_last else None,
+        )
         set_lr(st.opt, spec.optim.lr * lr_factor(t.lr_schedule, step, t.steps, t.lr_warmup))
         st.opt.step()
         # Keep the .grad tensors allocated: the engine accumulates into them over the M micro-batches
@@ -311,12 +361,18 @@ def _train(spec: RunConfig, topo: Topology, st: _Stage, ctx: RankContext, start:
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}")
-            if not math.isfinite(loss) or (len(losses) > 1 and loss > 1e4 * max(abs(losses[0]), 1.0)):
+            if not math.isfinite(loss) or (
+                len(losses) > 1 and loss > 1e4 * max(abs(losses[0]), 1.0)
+            ):
                 # Ends the run (the other ranks are stopped by the launcher); reported as diverged.
-                raise UserError(f"{DIVERGED} at step {step}: loss {loss:.4g} (first {losses[0]:.4g}); "
-                                f"lower optim.lr={spec.optim.lr}")
+                raise UserError(
+                    f"{DIVERGED} at step {step}: loss {loss:.4g} (first {losses[0]:.4g}); "
+                    f"lower optim.lr={spec.optim.lr}"
+                )
         stopped = vote.stop()
-        saved = t.save_every > 0 and ((step + 1) % t.save_every == 0 or step + 1 == t.steps or stopped)
+        saved = t.save_every > 0 and (
+            (step + 1) % t.save_every == 0 or step + 1 == t.steps or stopped
+        )
         if saved:  # collective: every rank saves its layers after the same step
             _save(spec, topo, st, ctx, step + 1, losses)
         if stopped:
@@ -337,36 +393,66 @@ def _counts(y: Any, info: DataInfo) -> tuple[int, int]:
 
 
 def _progress_bar(spec: RunConfig, start: int) -> Any:
-    if (not spec.train.progress or spec.train.steps < 2 or os.environ.get("GPIPE_PROGRESS", "1") == "0"
-            or not sys.stderr.isatty()):  # a bar is for a terminal; logs get the per-job summary line
+    if (
+        not spec.train.progress
+        or spec.train.steps < 2
+        or os.environ.get("GPIPE_PROGRESS", "1") == "0"
+        or not sys.stderr.isatty()
+    ):  # a bar is for a terminal; logs get the per-job summary line
         return None
     from tqdm import tqdm
 
-    return tqdm(total=spec.train.steps, initial=start, desc=f"K={spec.pipeline.K} M={spec.pipeline.M}",
-                unit="step", leave=False)
+    return tqdm(
+        total=spec.train.steps,
+        initial=start,
+        desc=f"K={spec.pipeline.K} M={spec.pipeline.M}",
+        unit="step",
+        leave=False,
+    )
 
 
 # ------------------------------------------------------------------------------------------ report
-def _report(spec: RunConfig, topo: Topology, st: _Stage, losses: list[float], step_times: list[float],
-            start: int, stopped: bool) -> RankResult:
+def _report(
+    spec: RunConfig,
+    topo: Topology,
+    st: _Stage,
+    losses: list[float],
+    step_times: list[float],
+    start: int,
+    stopped: bool,
+) -> RankResult:
     ev = None
     if spec.train.eval and not stopped:
-        ev = _evaluate_translation(spec, topo, st) if _has_pairs(spec) else _evaluate(spec, topo, st)
+        ev = (
+            _evaluate_translation(spec, topo, st) if _has_pairs(spec) else _evaluate(spec, topo, st)
+        )
     ran = len(step_times)  # the recorder counts this process's steps from 0
     keep_from = max(timed_from(spec, start), ran - max(spec.train.trace_steps, BUBBLE_STEPS))
     dev = topo.device
     pipe = st.pipe
     return RankResult(
-        rank=topo.rank, stage=topo.stage, replica=topo.replica, balance=st.balance, costs=st.costs,
-        layer_names=st.names, param_count=sum(p.numel() for p in pipe.parameters()),
-        param_bytes=param_bytes(pipe.cell), grad_bytes=grad_bytes(pipe.cell),
+        rank=topo.rank,
+        stage=topo.stage,
+        replica=topo.replica,
+        balance=st.balance,
+        costs=st.costs,
+        layer_names=st.names,
+        param_count=sum(p.numel() for p in pipe.parameters()),
+        param_bytes=param_bytes(pipe.cell),
+        grad_bytes=grad_bytes(pipe.cell),
         optimizer_bytes=optimizer_bytes(st.opt, pipe.parameters()),
         activation_bytes=pipe.peak_activation_bytes,
         cuda_peak_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-        losses=losses, step_times=step_times, samples=st.samples, tokens=st.tokens, first_step=start,
+        losses=losses,
+        step_times=step_times,
+        samples=st.samples,
+        tokens=st.tokens,
+        first_step=start,
         stopped=stopped,
-        events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from], eval=ev,
-        threads=torch.get_num_threads(), host_memory=pipe.host_memory,
+        events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from],
+        eval=ev,
+        threads=torch.get_num_threads(),
+        host_memory=pipe.host_memory,
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
     )
 
@@ -398,7 +484,9 @@ def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[s
     parts: list[Any] = [mine]
     if topo.distributed:
         parts = [None] * topo.world_size
-        dist.gather_object(mine if topo.replica == 0 else None, parts if reporter else None, dst=topo.K - 1)
+        dist.gather_object(
+            mine if topo.replica == 0 else None, parts if reporter else None, dst=topo.K - 1
+        )
     if not reporter:
         return None
     states = {int(k): v for part in parts if part for k, v in part.items()}
@@ -407,10 +495,20 @@ def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[s
         layer.load_state_dict(states[i])
     assert st.data is not None
     with torch.no_grad():
-        out = evaluate_translation([m.eval() for m in layers], st.data, split="test",  # type: ignore[arg-type]
-                                   limit=spec.train.eval_limit)
-    return {"accuracy": None, "loss": out["nll"], "samples": out["bleu_sentences"], "bleu": out["bleu"],
-            "bleu_signature": out["bleu_signature"], "by_language": out.get("by_language")}
+        out = evaluate_translation(
+            [m.eval() for m in layers],
+            st.data,
+            split="test",  # type: ignore[arg-type]
+            limit=spec.train.eval_limit,
+        )
+    return {
+        "accuracy": None,
+        "loss": out["nll"],
+        "samples": out["bleu_sentences"],
+        "bleu": out["bleu"],
+        "bleu_signature": out["bleu_signature"],
+        "by_language": out.get("by_language"),
+    }
 
 
 @torch.no_grad()

@@ -54,14 +54,27 @@ class WandbRun:
         self.run = run
 
     @classmethod
-    def start(cls, spec: LoggerConfig, out_dir: Path, config: dict[str, Any], group: str | None,
-              names: dict[str, Any]) -> WandbRun | None:
+    def start(
+        cls,
+        spec: LoggerConfig,
+        out_dir: Path,
+        config: dict[str, Any],
+        group: str | None,
+        names: dict[str, Any],
+    ) -> WandbRun | None:
         if not _enabled(spec):
             return None
         import wandb
 
-        run = wandb.init(project=spec.project, group=group, name=spec.name_format.format(**names),
-                         dir=str(out_dir), mode=_mode(spec), config=config, reinit="finish_previous")
+        run = wandb.init(
+            project=spec.project,
+            group=group,
+            name=spec.name_format.format(**names),
+            dir=str(out_dir),
+            mode=_mode(spec),
+            config=config,
+            reinit="finish_previous",
+        )
         return cls(run)
 
     @property
@@ -79,8 +92,15 @@ class WandbRun:
 
         try:
             d = m.to_dict()
-            self.run.summary.update(_flat({k: v for k, v in d.items() if k not in ("losses", "step_times_s",
-                                                                                   "layer_costs", "stages")}))
+            self.run.summary.update(
+                _flat(
+                    {
+                        k: v
+                        for k, v in d.items()
+                        if k not in ("losses", "step_times_s", "layer_costs", "stages")
+                    }
+                )
+            )
             png = next((f for f in files if f.suffix == ".png"), None)
             if png is not None:
                 self.run.log({"timeline": wandb.Image(str(png))})
@@ -94,14 +114,22 @@ class WandbRun:
             self.run.finish()
 
 
-def log_sweep_table(spec: LoggerConfig, out_dir: Path, columns: list[str], rows: list[list[Any]],
-                    group: str | None) -> str | None:
+def log_sweep_table(
+    spec: LoggerConfig, out_dir: Path, columns: list[str], rows: list[list[Any]], group: str | None
+) -> str | None:
     if not _enabled(spec):
         return None
     import wandb
 
-    run = wandb.init(project=spec.project, group=group, name="sweep-summary", job_type="summary",
-                     dir=str(out_dir), mode=_mode(spec), reinit="finish_previous")
+    run = wandb.init(
+        project=spec.project,
+        group=group,
+        name="sweep-summary",
+        job_type="summary",
+        dir=str(out_dir),
+        mode=_mode(spec),
+        reinit="finish_previous",
+    )
     try:
         run.log({"results": wandb.Table(columns=list[str | int](columns), data=rows)})
         return str(Path(run.dir).parent)

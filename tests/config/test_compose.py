@@ -20,19 +20,30 @@ EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 @pytest.mark.parametrize(
     "argv,message",
-    [(["data=imagenet"], "data=imagenet is not a data config; allowed: "),
-     (["pipeline.nope=1"], "pipeline.nope is not a config key"),
-     (["pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
-     (["+pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
-     (["+pipeline.k=2"], "pipeline.k is not a config key; did you mean pipeline.K?"),
-     (["pipeline.K=abc"], "pipeline.K='abc' is not an integer; allowed: an integer >= 1"),
-     (["-m", "pipeline.K=1,abc"], "pipeline.K='abc' is not an integer"),
-     (["optim=adam", "optim.betas=abc"], "optim.betas='abc' is not a list"),
-     (["optim.betas=[0.9,0.99]"], "optim.betas is not a key of optim=rmsprop; optim=adam has it"),
-     (["model=tuplenet", "model.chanels=3"], "model.chanels is not a key of model=tuplenet; did you mean model.channels?"),
-     (["train.eval=maybe"], "train.eval='maybe' is not a boolean"),
-     (["hydra/launcher=nonexistent"], "hydra/launcher=nonexistent is not a hydra/launcher config; allowed: basic"),
-     (["pipeline.K=[1"], "")],
+    [
+        (["data=imagenet"], "data=imagenet is not a data config; allowed: "),
+        (["pipeline.nope=1"], "pipeline.nope is not a config key"),
+        (["pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
+        (["+pipelin.K=2"], "pipelin.K is not a config key; did you mean pipeline.K?"),
+        (["+pipeline.k=2"], "pipeline.k is not a config key; did you mean pipeline.K?"),
+        (["pipeline.K=abc"], "pipeline.K='abc' is not an integer; allowed: an integer >= 1"),
+        (["-m", "pipeline.K=1,abc"], "pipeline.K='abc' is not an integer"),
+        (["optim=adam", "optim.betas=abc"], "optim.betas='abc' is not a list"),
+        (
+            ["optim.betas=[0.9,0.99]"],
+            "optim.betas is not a key of optim=rmsprop; optim=adam has it",
+        ),
+        (
+            ["model=tuplenet", "model.chanels=3"],
+            "model.chanels is not a key of model=tuplenet; did you mean model.channels?",
+        ),
+        (["train.eval=maybe"], "train.eval='maybe' is not a boolean"),
+        (
+            ["hydra/launcher=nonexistent"],
+            "hydra/launcher=nonexistent is not a hydra/launcher config; allowed: basic",
+        ),
+        (["pipeline.K=[1"], ""),
+    ],
 )
 def test_preflight_names_the_mistake_in_one_line(argv, message):
     err = preflight(argv)
@@ -52,7 +63,11 @@ def _sweep(name: str) -> list[list[str]]:
     declared = cfg.hydra.sweeper.params  # None: an experiment of one run (no sweep)
     params = (OmegaConf.to_container(declared) if declared is not None else None) or {}
     axes = [[f"{k}={v.strip()}" for v in str(vals).split(",")] for k, vals in params.items()]
-    return [[f"experiment={name}", *job] for job in itertools.product(*axes)] if axes else [[f"experiment={name}"]]
+    return (
+        [[f"experiment={name}", *job] for job in itertools.product(*axes)]
+        if axes
+        else [[f"experiment={name}"]]
+    )
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -88,12 +103,24 @@ def _offline_text(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_runs_two_steps(name, tmp_path, monkeypatch):
-    spec = compose([f"experiment={name}", "logger=none", "train.steps=2", "train.warmup_steps=1",
-                    "train.progress=false", "train.eval=false", "pipeline.K=1",
-                    *_offline_text(name, tmp_path, monkeypatch)], cuda_available=False)
+    spec = compose(
+        [
+            f"experiment={name}",
+            "logger=none",
+            "train.steps=2",
+            "train.warmup_steps=1",
+            "train.progress=false",
+            "train.eval=false",
+            "pipeline.K=1",
+            *_offline_text(name, tmp_path, monkeypatch),
+        ],
+        cuda_available=False,
+    )
     m = run(spec, tmp_path)
     assert m.status == "ok", m.error
-    if m.source == "simulated":  # backend=auto on a host without a GPU per stage: no losses to report
+    if (
+        m.source == "simulated"
+    ):  # backend=auto on a host without a GPU per stage: no losses to report
         assert m.step_time_s and len(m.step_times_s) == 2
     else:
         assert len(m.losses) == 2
@@ -108,5 +135,6 @@ def test_to_spec_gives_typed_sections():
 
 
 def test_option_reference_is_generated_from_the_schema():
-    assert (ROOT / "docs" / "config.md").read_text() == markdown(), \
+    assert (ROOT / "docs" / "config.md").read_text() == markdown(), (
         "docs/config.md is stale: python -m gpipe_repro.config.docs --out docs"
+    )

@@ -14,8 +14,14 @@ from gpipe_repro.engine.hostmem import HOST_MEMORY_MODES
 from gpipe_repro.errors import UserError
 
 BAD = [
-    (["pipeline.checkpoint=sometimes"], "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last, always"),
-    (["pipeline.host_memory=swap"], "pipeline.host_memory='swap' is not allowed; allowed: retain, system"),
+    (
+        ["pipeline.checkpoint=sometimes"],
+        "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last, always",
+    ),
+    (
+        ["pipeline.host_memory=swap"],
+        "pipeline.host_memory='swap' is not allowed; allowed: retain, system",
+    ),
     (["pipeline.schedule=zb"], "pipeline.schedule='zb' is not allowed; allowed: gpipe, 1f1b"),
     (["pipeline.replicas=0"], "pipeline.replicas=0 is invalid; allowed: an integer >= 1"),
     (["pipeline.replicas=3"], "pipeline.replicas=3 does not divide train.batch_size=64"),
@@ -30,7 +36,10 @@ BAD = [
     (["model.hidden=-5"], "model.hidden=-5 is invalid; allowed: an integer >= 1"),
     (["data=synthetic", "data.vocab=0"], "data.vocab=0 is invalid; allowed: an integer >= 2"),
     (["data=synthetic", "data.seq_len=0"], "data.seq_len=0 is invalid; allowed: an integer >= 1"),
-    (["optim=adam", "optim.betas=[0.9]"], "optim.betas=[0.9] is invalid; allowed: two numbers [beta1, beta2]"),
+    (
+        ["optim=adam", "optim.betas=[0.9]"],
+        "optim.betas=[0.9] is invalid; allowed: two numbers [beta1, beta2]",
+    ),
     (["optim.lr=-1"], "optim.lr=-1.0 is invalid; allowed: a number >= 0"),
 ]
 
@@ -44,7 +53,9 @@ def test_validation_messages(overrides, message):
 
 
 def test_a_default_never_makes_a_valid_request_fail():
-    spec = compose(["train.steps=3"], cuda_available=False)  # warmup_steps defaults to null = automatic
+    spec = compose(
+        ["train.steps=3"], cuda_available=False
+    )  # warmup_steps defaults to null = automatic
     assert spec.train.timed_from == 1
     assert compose(["train.steps=1"], cuda_available=False).train.timed_from == 0
     assert compose([], cuda_available=False).train.timed_from == 5

@@ -13,8 +13,9 @@ from gpipe_repro.models.toy import tuplenet_layers
 
 def make_layers(seed: int = 0, dropout: float = 0.0, batchnorm: bool = False) -> list[nn.Module]:
     torch.manual_seed(seed)
-    return tuplenet_layers(in_channels=3, channels=8, cells=6, classes=5, dropout=dropout,
-                           batchnorm=batchnorm)
+    return tuplenet_layers(
+        in_channels=3, channels=8, cells=6, classes=5, dropout=dropout, batchnorm=batchnorm
+    )
 
 
 def make_batch(N: int = 16, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,11 +34,16 @@ class ChunkedBN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bn = self.bn
         with torch.no_grad():
-            nn.functional.batch_norm(x.detach(), bn.running_mean, bn.running_var, None, None, True,
-                                     bn.momentum, bn.eps)
+            nn.functional.batch_norm(
+                x.detach(), bn.running_mean, bn.running_var, None, None, True, bn.momentum, bn.eps
+            )
             bn.num_batches_tracked += 1
-        return torch.cat([nn.functional.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
-                          for c in x.chunk(self.M)])
+        return torch.cat(
+            [
+                nn.functional.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
+                for c in x.chunk(self.M)
+            ]
+        )
 
 
 def _chunk_bn(module: nn.Module, M: int) -> None:
@@ -48,8 +54,9 @@ def _chunk_bn(module: nn.Module, M: int) -> None:
             _chunk_bn(child, M)
 
 
-def reference_step(N: int = 16, dropout: float = 0.0, lr: float = 0.1, batchnorm: bool = False,
-                   M: int = 1) -> dict:
+def reference_step(
+    N: int = 16, dropout: float = 0.0, lr: float = 0.1, batchnorm: bool = False, M: int = 1
+) -> dict:
     """One plain single-process SGD step on the whole mini-batch (BatchNorm: M-chunk statistics)."""
     layers = make_layers(dropout=dropout, batchnorm=batchnorm)
     model = nn.Sequential(*layers)
@@ -63,9 +70,16 @@ def reference_step(N: int = 16, dropout: float = 0.0, lr: float = 0.1, batchnorm
     with torch.no_grad():
         for p in model.parameters():
             p -= lr * p.grad
-    return {"loss": loss.item(), "grads": grads, "params": [p.detach().clone() for p in model.parameters()],
-            "buffers": {_unwrap(k): v.clone() for k, v in model.state_dict().items()
-                        if "running" in k or "num_batches" in k}}
+    return {
+        "loss": loss.item(),
+        "grads": grads,
+        "params": [p.detach().clone() for p in model.parameters()],
+        "buffers": {
+            _unwrap(k): v.clone()
+            for k, v in model.state_dict().items()
+            if "running" in k or "num_batches" in k
+        },
+    }
 
 
 def _unwrap(key: str) -> str:
@@ -74,19 +88,37 @@ def _unwrap(key: str) -> str:
     return f"{prefix.removesuffix('.bn')}.{leaf}"
 
 
-def pipeline_step(K: int, M: int, checkpoint: str, schedule: str, balance: list[int],
-                  N: int = 16, dropout: float = 0.0, replicas: int = 1, lr: float = 0.1,
-                  batchnorm: bool = False) -> dict:
+def pipeline_step(
+    K: int,
+    M: int,
+    checkpoint: str,
+    schedule: str,
+    balance: list[int],
+    N: int = 16,
+    dropout: float = 0.0,
+    replicas: int = 1,
+    lr: float = 0.1,
+    batchnorm: bool = False,
+) -> dict:
     """One pipelined SGD step; returns this rank's slice of grads/params/buffers and its loss."""
     topo = init_topology(K, replicas)
     layers = make_layers(dropout=dropout, batchnorm=batchnorm)
     sl = stage_slice(balance, topo.stage)
     mine = copy.deepcopy(layers[sl])
-    pipe = Pipeline(mine, topo, M=M, schedule=schedule, checkpoint=checkpoint,
-                    loss_fn=nn.functional.cross_entropy)
+    pipe = Pipeline(
+        mine,
+        topo,
+        M=M,
+        schedule=schedule,
+        checkpoint=checkpoint,
+        loss_fn=nn.functional.cross_entropy,
+    )
     x, y = make_batch(N)
     n = N // replicas
-    x, y = x[topo.replica * n:(topo.replica + 1) * n], y[topo.replica * n:(topo.replica + 1) * n]
+    x, y = (
+        x[topo.replica * n : (topo.replica + 1) * n],
+        y[topo.replica * n : (topo.replica + 1) * n],
+    )
     torch.manual_seed(123)  # same dropout stream on every rank and mode
     loss = pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
     grads = [p.grad.clone() for p in pipe.parameters()]
@@ -99,9 +131,15 @@ def pipeline_step(K: int, M: int, checkpoint: str, schedule: str, balance: list[
         for k, v in layer.state_dict().items():
             if "running" in k or "num_batches" in k:
                 bufs[f"{first_layer + i}.{k}"] = v.clone()
-    return {"stage": topo.stage, "replica": topo.replica, "loss": loss,
-            "grads": grads, "params": [p.detach().clone() for p in pipe.parameters()], "buffers": bufs,
-            "peak_act": pipe.peak_activation_bytes}
+    return {
+        "stage": topo.stage,
+        "replica": topo.replica,
+        "loss": loss,
+        "grads": grads,
+        "params": [p.detach().clone() for p in pipe.parameters()],
+        "buffers": bufs,
+        "peak_act": pipe.peak_activation_bytes,
+    }
 
 
 def grid(K: int, configs: list[dict], replicas: int = 1) -> list[dict]:
@@ -141,8 +179,14 @@ class _SleepFn(torch.autograd.Function):
 def bubble_run(K: int, M: int, f: float, steps: int, schedule: str) -> dict:
 
     topo = init_topology(K)
-    pipe = Pipeline([Sleep(f / M)], topo, M=M, schedule=schedule, checkpoint="never",
-                    loss_fn=lambda y, t: (y - t).pow(2).mean())
+    pipe = Pipeline(
+        [Sleep(f / M)],
+        topo,
+        M=M,
+        schedule=schedule,
+        checkpoint="never",
+        loss_fn=lambda y, t: (y - t).pow(2).mean(),
+    )
     x = torch.randn(M * 2, 4)
     for _ in range(steps):
         pipe.train_step(x if topo.is_first else None, x if topo.is_last else None)
@@ -154,8 +198,13 @@ def memory_run(K: int, M: int, checkpoint: str, N: int, width: int, depth: int) 
     torch.manual_seed(0)
     layers = [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)]
     per = depth // K
-    pipe = Pipeline(layers[topo.stage * per:(topo.stage + 1) * per], topo, M=M, checkpoint=checkpoint,
-                    loss_fn=lambda y, t: (y - t).pow(2).mean())
+    pipe = Pipeline(
+        layers[topo.stage * per : (topo.stage + 1) * per],
+        topo,
+        M=M,
+        checkpoint=checkpoint,
+        loss_fn=lambda y, t: (y - t).pow(2).mean(),
+    )
     x = torch.randn(N, width)
     pipe.train_step(x if topo.is_first else None, x if topo.is_last else None)
     return {"stage": topo.stage, "peak": pipe.peak_activation_bytes}
@@ -172,7 +221,9 @@ def failing(K: int, bad_rank: int) -> None:
 
 def rel_err(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
     assert len(got) == len(want)
-    return max(((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item() for a, b in zip(got, want))
+    return max(
+        ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item() for a, b in zip(got, want)
+    )
 
 
 def gather(results: list[dict], key: str, replica: int = 0) -> list[torch.Tensor]:

@@ -45,12 +45,17 @@ def test_recomputation_does_not_count_twice():
 @pytest.mark.slow
 def test_pipelined_running_stats_equal_whole_batch_for_every_mode():
     ref = w.reference_step(batchnorm=True, M=4)
-    configs = [dict(M=4, checkpoint=c, schedule=s, balance=[3, 5], batchnorm=True)
-               for c in ("never", "always") for s in ("gpipe", "1f1b")]
+    configs = [
+        dict(M=4, checkpoint=c, schedule=s, balance=[3, 5], batchnorm=True)
+        for c in ("never", "always")
+        for s in ("gpipe", "1f1b")
+    ]
     configs.append(dict(M=4, checkpoint="always", schedule="gpipe", balance=[3, 5], batchnorm=True))
     per_rank = launch(w.grid, 2, (2, configs[:-1]), threads=1)
     dp = launch(w.grid, 4, (2, configs[-1:], 2), threads=1)
-    runs = [[rank[i] for rank in per_rank] for i in range(len(configs) - 1)] + [[rank[0] for rank in dp]]
+    runs = [[rank[i] for rank in per_rank] for i in range(len(configs) - 1)] + [
+        [rank[0] for rank in dp]
+    ]
     # the data-parallel run sees the same global batch split over 2 replicas of M=4 chunks each,
     # i.e. 8 chunks of 2 samples: compare it with that reference.
     ref_dp = w.reference_step(batchnorm=True, M=8)

@@ -7,7 +7,11 @@ from gpipe_repro.engine.comm import META_LEN, TensorMeta, _decode, _encode, desc
 
 
 def test_meta_round_trip_for_a_tuple_of_mixed_dtypes():
-    ts = (torch.zeros(4, 3, 8, 8), torch.zeros(4, 16, dtype=torch.long), torch.zeros(2, dtype=torch.bool))
+    ts = (
+        torch.zeros(4, 3, 8, 8),
+        torch.zeros(4, 16, dtype=torch.long),
+        torch.zeros(2, dtype=torch.bool),
+    )
     metas = describe(ts)
     enc = _encode(metas, True)
     assert enc.shape == (META_LEN,) and enc.dtype == torch.int64

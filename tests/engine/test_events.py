@@ -9,7 +9,9 @@ from gpipe_repro.engine import Event, bubble_fraction, chrome_trace, launch, mea
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("K,M,schedule", [(2, 1, "gpipe"), (2, 4, "gpipe"), (4, 4, "gpipe"), (4, 8, "1f1b")])
+@pytest.mark.parametrize(
+    "K,M,schedule", [(2, 1, "gpipe"), (2, 4, "gpipe"), (4, 4, "gpipe"), (4, 8, "1f1b")]
+)
 def test_measured_bubble_matches_formula(K, M, schedule):
     # Each cell sleeps f/M per micro-batch forward and 2f/M backward: balanced and compute-free,
     # so the bubble is pure schedule. Tolerance 0.06 absolute covers transfer and Python overhead.

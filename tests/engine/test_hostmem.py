@@ -45,7 +45,9 @@ _STEP_FAULTS = textwrap.dedent(
 
 
 def _run(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _STEP_FAULTS, mode], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _STEP_FAULTS, mode], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -63,10 +65,18 @@ def test_retain_removes_steady_state_page_faults():
 
 
 def test_bad_mode_one_line():
-    with pytest.raises(ValueError, match=r"^host_memory='swap' is invalid; allowed: retain, system$"):
+    with pytest.raises(
+        ValueError, match=r"^host_memory='swap' is invalid; allowed: retain, system$"
+    ):
         check_host_memory("swap")
     with pytest.raises(ValueError, match="host_memory='swap'"):
-        Pipeline([nn.Linear(2, 2)], single_process(), M=1, loss_fn=lambda y, t: y.sum(), host_memory="swap")
+        Pipeline(
+            [nn.Linear(2, 2)],
+            single_process(),
+            M=1,
+            loss_fn=lambda y, t: y.sum(),
+            host_memory="swap",
+        )
 
 
 def test_system_keeps_an_earlier_retain():
@@ -75,4 +85,3 @@ def test_system_keeps_an_earlier_retain():
     assert apply_host_memory("system") == first
     if platform.libc_ver()[0] != "glibc":
         assert first.startswith("system (C library")
-

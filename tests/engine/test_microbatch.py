@@ -17,8 +17,11 @@ def test_split_join_roundtrip_tensor_and_tuple():
 
 @pytest.mark.parametrize(
     "M,msg",
-    [(0, "M=0 is invalid"), (9, "M=9 exceeds the mini-batch of 8"),
-     (3, "M=3 does not divide the mini-batch of 8")],
+    [
+        (0, "M=0 is invalid"),
+        (9, "M=9 exceeds the mini-batch of 8"),
+        (3, "M=3 does not divide the mini-batch of 8"),
+    ],
 )
 def test_bad_splits(M, msg):
     with pytest.raises(ValueError, match=msg):

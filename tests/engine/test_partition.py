@@ -42,9 +42,7 @@ def test_uneven_amoebanet_like_costs_follow_cost_not_count():
     assert b[0] > b[-1]  # the cheap early layers share a cell; the heavy last ones are spread
 
 
-@pytest.mark.parametrize(
-    "K,msg", [(0, "K=0 is invalid"), (5, "K=5 exceeds the model's 4 layers")]
-)
+@pytest.mark.parametrize("K,msg", [(0, "K=0 is invalid"), (5, "K=5 exceeds the model's 4 layers")])
 def test_bad_k(K, msg):
     with pytest.raises(PartitionError, match=msg):
         balance_by_cost([1, 1, 1, 1], K)
@@ -52,7 +50,11 @@ def test_bad_k(K, msg):
 
 @pytest.mark.parametrize(
     "bal,msg",
-    [([2, 1], "sums to 3 but the model has 4 layers"), ([4, 0], "a cell with 0 layers"), ([], "empty")],
+    [
+        ([2, 1], "sums to 3 but the model has 4 layers"),
+        ([4, 0], "a cell with 0 layers"),
+        ([], "empty"),
+    ],
 )
 def test_bad_balance(bal, msg):
     with pytest.raises(PartitionError, match=msg):

@@ -36,8 +36,10 @@ def test_two_stages_four_micro_batches_with_remat_equal_single_process():
 @pytest.mark.parametrize("K", [1, 2, 4])
 def test_gradients_and_update_equal_single_process(K):
     ref = w.reference_step()
-    configs = [dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[K])
-               for M, c, s in itertools.product(MS, MODES, SCHEDS)]
+    configs = [
+        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[K])
+        for M, c, s in itertools.product(MS, MODES, SCHEDS)
+    ]
     for cfg, res in zip(configs, run_grid(K, configs)):
         assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
         assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5, cfg
@@ -48,8 +50,10 @@ def test_gradients_and_update_equal_single_process(K):
 @pytest.mark.slow
 def test_dropout_remat_repeats_the_same_masks():
     K = 2
-    configs = [dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[K], dropout=0.5)
-               for M, s, c in itertools.product([2, 4], SCHEDS, MODES)]
+    configs = [
+        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[K], dropout=0.5)
+        for M, s, c in itertools.product([2, 4], SCHEDS, MODES)
+    ]
     res = run_grid(K, configs)
     for i in range(0, len(configs), 3):  # never, except_last, always of one (M, schedule)
         base = gather(res[i], "grads")
@@ -62,8 +66,10 @@ def test_dropout_remat_repeats_the_same_masks():
 @pytest.mark.slow
 def test_two_replicas_of_two_stages_equal_single_process_on_global_batch():
     ref = w.reference_step(N=16)
-    configs = [dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[2])
-               for M, c, s in [(2, "never", "gpipe"), (4, "always", "1f1b"), (1, "except_last", "gpipe")]]
+    configs = [
+        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[2])
+        for M, c, s in [(2, "never", "gpipe"), (4, "always", "1f1b"), (1, "except_last", "gpipe")]
+    ]
     for cfg, res in zip(configs, run_grid(2, configs, replicas=2)):
         for rep in (0, 1):
             assert rel_err(gather(res, "grads", rep), ref["grads"]) <= 1e-5, (cfg, rep)

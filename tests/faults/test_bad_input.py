@@ -53,16 +53,31 @@ COMMAND_LINE = [
 VALUES = [
     (["pipeline.K=0"], "pipeline.K=0 is invalid; allowed: an integer >= 1"),
     (["pipeline.M=0"], "pipeline.M=0 is invalid; allowed: an integer >= 1"),
-    (["pipeline.M=3"], "pipeline.M=3 does not divide train.batch_size=64; allowed: a divisor of 64"),
+    (
+        ["pipeline.M=3"],
+        "pipeline.M=3 does not divide train.batch_size=64; allowed: a divisor of 64",
+    ),
     (["pipeline.M=128"], "pipeline.M=128 exceeds the mini-batch of 64"),
     (["pipeline.K=9"], "pipeline.K=9 exceeds the model's 5 layers; allowed: 1..5"),
-    (["pipeline.K=2", "pipeline.balance=[4,4]"], "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers"),
+    (
+        ["pipeline.K=2", "pipeline.balance=[4,4]"],
+        "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers",
+    ),
     (["pipeline.K=2", "pipeline.balance=[1,2,3]"], "has 3 cells but pipeline.K=2"),
-    (["pipeline.K=2", "pipeline.balance=[0,5]"], "pipeline.balance=[0, 5] has a cell with 0 layers"),
-    (["pipeline.checkpoint=sometimes"], "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last"),
+    (
+        ["pipeline.K=2", "pipeline.balance=[0,5]"],
+        "pipeline.balance=[0, 5] has a cell with 0 layers",
+    ),
+    (
+        ["pipeline.checkpoint=sometimes"],
+        "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last",
+    ),
     (["pipeline.schedule=zb"], "pipeline.schedule='zb' is not allowed; allowed: gpipe, 1f1b"),
     (["pipeline.host_memory=swap"], "pipeline.host_memory='swap' is not allowed"),
-    (["pipeline.balance_by=luck"], "pipeline.balance_by='luck' is not allowed; allowed: params, flops, time, memory"),
+    (
+        ["pipeline.balance_by=luck"],
+        "pipeline.balance_by='luck' is not allowed; allowed: params, flops, time, memory",
+    ),
     (["pipeline.replicas=0"], "pipeline.replicas=0 is invalid"),
     (["pipeline.replicas=3"], "pipeline.replicas=3 does not divide train.batch_size=64"),
     (["pipeline.timeout_s=0"], "pipeline.timeout_s=0.0 is invalid; allowed: a number >= 1"),
@@ -71,23 +86,44 @@ VALUES = [
     (["train.steps=3", "train.warmup_steps=3"], "train.warmup_steps=3 leaves no timed step"),
     (["train.threads=0"], "train.threads=0 is invalid"),
     (["train.save_keep=0"], "train.save_keep=0 is invalid"),
-    (["train.lr_schedule=linear"], "train.lr_schedule='linear' is not allowed; allowed: constant, cosine"),
-    (["train.resume=a", "train.init_from=b"], "train.resume=a and train.init_from=b exclude each other"),
+    (
+        ["train.lr_schedule=linear"],
+        "train.lr_schedule='linear' is not allowed; allowed: constant, cosine",
+    ),
+    (
+        ["train.resume=a", "train.init_from=b"],
+        "train.resume=a and train.init_from=b exclude each other",
+    ),
     (["optim.lr=-1"], "optim.lr=-1.0 is invalid; allowed: a number >= 0"),
     (["optim.name=lamb"], "optim.name='lamb' is not allowed; allowed: rmsprop, sgd, adam"),
     (["optim=adam", "optim.betas=[0.9]"], "optim.betas=[0.9] is invalid; allowed: two numbers"),
     (["device=tpu"], "device='tpu' is not allowed; allowed: auto, cpu, cuda"),
     (["data.eval_size=-1"], "data.eval_size=-1 is invalid; allowed: an integer in 1..4999"),
     (["data.eval_size=0"], "data.eval_size=0 is invalid"),
-    (["data=synthetic", "data.kind=tokens", "model=tokennet", "data.vocab=0"], "data.vocab=0 is invalid"),
-    (["data=synthetic", "data.kind=tokens", "model=tokennet", "data.seq_len=0"], "data.seq_len=0 is invalid"),
-    (["data=synthetic", "data.kind=video"], "data.kind='video' is not allowed; allowed: image, tokens, pairs"),
+    (
+        ["data=synthetic", "data.kind=tokens", "model=tokennet", "data.vocab=0"],
+        "data.vocab=0 is invalid",
+    ),
+    (
+        ["data=synthetic", "data.kind=tokens", "model=tokennet", "data.seq_len=0"],
+        "data.seq_len=0 is invalid",
+    ),
+    (
+        ["data=synthetic", "data.kind=video"],
+        "data.kind='video' is not allowed; allowed: image, tokens, pairs",
+    ),
     (["model.hidden=-5"], "model.hidden=-5 is invalid; allowed: an integer >= 1"),
     (["model.depth=0"], "model.depth=0 is invalid; allowed: an integer >= 1"),
     (["model.dropout=2"], "model.dropout=2.0 is invalid; allowed: a number in 0..1"),
     (["model=amoebanet_d", "model.L=4"], "model.L=4 is invalid; allowed: a positive multiple of 3"),
-    (["model=transformer_lm"], "model=transformer_lm needs tokens data, but the dataset gives image"),
-    (["model=transformer_lm", "data=synthetic", "data.kind=tokens", "model.d=130"], "model.d=130 is not divisible by model.A=4"),
+    (
+        ["model=transformer_lm"],
+        "model=transformer_lm needs tokens data, but the dataset gives image",
+    ),
+    (
+        ["model=transformer_lm", "data=synthetic", "data.kind=tokens", "model.d=130"],
+        "model.d=130 is not divisible by model.A=4",
+    ),
     (["data=cifar10"], "data.root is not set; cifar10 is read from a local folder"),
     (["backend=sim", "hardware=tpu_v3", "hardware.link_hops=0"], "hardware.link_hops=0 is invalid"),
 ]
@@ -111,7 +147,9 @@ def test_the_table_is_large():
     assert len(COMMAND_LINE) + len(VALUES) >= 60
 
 
-@pytest.mark.parametrize("overrides,message", COMMAND_LINE, ids=[" ".join(c[0]) for c in COMMAND_LINE])
+@pytest.mark.parametrize(
+    "overrides,message", COMMAND_LINE, ids=[" ".join(c[0]) for c in COMMAND_LINE]
+)
 def test_command_line_mistakes_are_one_line_before_anything_runs(overrides, message):
     err = preflight(overrides)
     assert err is not None and message in err and "\n" not in err, err
@@ -129,23 +167,40 @@ def _entry(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
 
 
-SAMPLE = [(["pipeline.K=abc"], 2, "pipeline.K='abc' is not an integer"),
-          (["+pipeline.k=2"], 2, "did you mean pipeline.K?"),
-          (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
-          (["optim=adam", "optim.betas=[0.9]"], 1, "optim.betas=[0.9] is invalid")]
+SAMPLE = [
+    (["pipeline.K=abc"], 2, "pipeline.K='abc' is not an integer"),
+    (["+pipeline.k=2"], 2, "did you mean pipeline.K?"),
+    (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
+    (["optim=adam", "optim.betas=[0.9]"], 1, "optim.betas=[0.9] is invalid"),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides,code,message", SAMPLE, ids=[" ".join(s[0]) for s in SAMPLE])
 def test_through_gpipe_run_and_gpipe_torchrun(tmp_path, overrides, code, message):
     bindir = Path(sys.executable).parent
-    for name, cmd in [("gpipe-run", [str(bindir / "gpipe-run"), f"hydra.run.dir={tmp_path}/run"]),
-                      ("gpipe-torchrun", [str(bindir / "gpipe-torchrun"), "--nnodes", "1", "--nproc-per-node", "1",
-                                          "--out", str(tmp_path / "torchrun")])]:
+    for name, cmd in [
+        ("gpipe-run", [str(bindir / "gpipe-run"), f"hydra.run.dir={tmp_path}/run"]),
+        (
+            "gpipe-torchrun",
+            [
+                str(bindir / "gpipe-torchrun"),
+                "--nnodes",
+                "1",
+                "--nproc-per-node",
+                "1",
+                "--out",
+                str(tmp_path / "torchrun"),
+            ],
+        ),
+    ]:
         r = _entry([*cmd, *SMALL, *overrides], tmp_path)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == code, (name, r.returncode, r.stderr[-1500:])
-        assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr, (name, r.stderr[-1500:])
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr, (
+            name,
+            r.stderr[-1500:],
+        )
         folder = tmp_path / ("run" if name == "gpipe-run" else "torchrun")
         if code == 1:  # the job ran: its metrics.json says why it failed
             m = json.loads((folder / "metrics.json").read_text())

@@ -24,8 +24,15 @@ MLP = ["model.hidden=64", "model.depth=3", "logger=none", "train.eval=false"]
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "gpipe-run"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, cwd=cwd, start_new_session=True)
+    return subprocess.Popen(
+        [str(BIN / "gpipe-run"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=cwd,
+        start_new_session=True,
+    )
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -64,8 +71,10 @@ def pid_of(run: Path, rank: int) -> int:
 
 
 def no_rank_left(run_pids: list[int]) -> bool:
-    return all(not Path(f"/proc/{p}").exists() or "zombie" in Path(f"/proc/{p}/status").read_text().lower()
-               for p in run_pids)
+    return all(
+        not Path(f"/proc/{p}").exists() or "zombie" in Path(f"/proc/{p}/status").read_text().lower()
+        for p in run_pids
+    )
 
 
 @pytest.mark.slow
@@ -86,14 +95,25 @@ def test_sigkill_of_a_rank_ends_the_run_and_names_it(tmp_path):
 @pytest.mark.slow
 def test_a_stopped_rank_is_named_in_seconds_not_minutes(tmp_path):
     run = tmp_path / "run"
-    proc = start(["pipeline.K=2", "train.steps=100000", "pipeline.heartbeat_s=3", *MLP, f"hydra.run.dir={run}"],
-                 tmp_path)
+    proc = start(
+        [
+            "pipeline.K=2",
+            "train.steps=100000",
+            "pipeline.heartbeat_s=3",
+            *MLP,
+            f"hydra.run.dir={run}",
+        ],
+        tmp_path,
+    )
     wait_for(lambda: steps_done(run) >= 5, 120, "training to start")
     victim = pid_of(run, 1)
     os.kill(victim, signal.SIGSTOP)
     code, err, took = finish(proc, 30)
     assert code == 1 and took < 20, took
-    assert "rank 1 (stage 1, replica 0) stopped responding: no heartbeat for" in err and len(lines(err)) == 1, err
+    assert (
+        "rank 1 (stage 1, replica 0) stopped responding: no heartbeat for" in err
+        and len(lines(err)) == 1
+    ), err
     assert "rank 1" in metrics(run)["error"]
 
 
@@ -103,7 +123,14 @@ def _losses(run: Path) -> list[float]:
 
 @pytest.mark.slow
 def test_sigint_stops_after_the_step_saves_and_resume_is_bit_identical(tmp_path):
-    args = ["pipeline.K=2", "pipeline.M=2", "train.steps=40", *MLP, "model.dropout=0.2", "train.save_every=1000"]
+    args = [
+        "pipeline.K=2",
+        "pipeline.M=2",
+        "train.steps=40",
+        *MLP,
+        "model.dropout=0.2",
+        "train.save_every=1000",
+    ]
     full = tmp_path / "full"
     code, err, _ = finish(start([*args, f"hydra.run.dir={full}"], tmp_path), 300)
     assert code == 0, err
@@ -120,7 +147,9 @@ def test_sigint_stops_after_the_step_saves_and_resume_is_bit_identical(tmp_path)
     assert (run / "saves" / f"save-{done}" / "COMPLETE").exists()  # a save when saves are on
     assert m["losses"] == _losses(full)[:done]
     # resume in the same folder: the per-step losses of the whole run equal the uninterrupted run's
-    code, err, _ = finish(start([*args, f"hydra.run.dir={run}", "train.resume=auto"], tmp_path), 300)
+    code, err, _ = finish(
+        start([*args, f"hydra.run.dir={run}", "train.resume=auto"], tmp_path), 300
+    )
     assert code == 0, err
     assert _losses(run) == _losses(full)
 
@@ -150,14 +179,27 @@ def test_sigint_of_a_one_process_run(tmp_path):
     code, err, took = finish(proc, 30)
     assert code == 130 and "Traceback" not in err and len(lines(err)) <= 3, err
     m = metrics(run)
-    assert m["status"] == "interrupted" and len(m["losses"]) >= 5 and len(m["step_times_s"]) == len(m["losses"])
+    assert (
+        m["status"] == "interrupted"
+        and len(m["losses"]) >= 5
+        and len(m["step_times_s"]) == len(m["losses"])
+    )
 
 
 @pytest.mark.slow
 def test_sigterm_stops_the_whole_sweep_and_gathers_what_finished(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = start(["-m", "pipeline.K=1,2", "pipeline.M=1,2", "train.steps=100000", *MLP, f"hydra.sweep.dir={sweep}"],
-                 tmp_path)
+    proc = start(
+        [
+            "-m",
+            "pipeline.K=1,2",
+            "pipeline.M=1,2",
+            "train.steps=100000",
+            *MLP,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        tmp_path,
+    )
     first = sweep / "0_K1-M1"
     wait_for(lambda: steps_done(first) >= 5, 120, "the first job to start")
     proc.send_signal(signal.SIGTERM)
@@ -167,20 +209,50 @@ def test_sigterm_stops_the_whole_sweep_and_gathers_what_finished(tmp_path):
     assert len(rows) == 2 and ",interrupted," in rows[1]  # the one job that ran, as a row
     assert not list(sweep.glob("[123]_*/metrics.json"))  # the others did not run
     # re-running the sweep with skip_done runs only what has no ok result (here: all, briefly)
-    code, err, _ = finish(start(["-m", "pipeline.K=1,2", "pipeline.M=1,2", "train.steps=3", *MLP,
-                                 f"hydra.sweep.dir={sweep}", "sweep.skip_done=true"], tmp_path), 300)
+    code, err, _ = finish(
+        start(
+            [
+                "-m",
+                "pipeline.K=1,2",
+                "pipeline.M=1,2",
+                "train.steps=3",
+                *MLP,
+                f"hydra.sweep.dir={sweep}",
+                "sweep.skip_done=true",
+            ],
+            tmp_path,
+        ),
+        300,
+    )
     assert code == 0, err
     assert all(metrics(j)["status"] == "ok" for j in sweep.glob("*_K*"))
-    code, out, _ = finish(start(["-m", "pipeline.K=1,2", "pipeline.M=1,2", "train.steps=3", *MLP,
-                                 f"hydra.sweep.dir={sweep}", "sweep.skip_done=true"], tmp_path), 300)
+    code, out, _ = finish(
+        start(
+            [
+                "-m",
+                "pipeline.K=1,2",
+                "pipeline.M=1,2",
+                "train.steps=3",
+                *MLP,
+                f"hydra.sweep.dir={sweep}",
+                "sweep.skip_done=true",
+            ],
+            tmp_path,
+        ),
+        300,
+    )
     assert code == 0 and len((sweep / "results.csv").read_text().splitlines()) == 5
 
 
 @pytest.mark.slow
 def test_divergence_is_reported_as_diverged(tmp_path):
     run = tmp_path / "run"
-    code, err, _ = finish(start(["train.steps=30", *MLP, "optim=sgd", "optim.lr=1e8", f"hydra.run.dir={run}"],
-                                tmp_path), 120)
+    code, err, _ = finish(
+        start(
+            ["train.steps=30", *MLP, "optim=sgd", "optim.lr=1e8", f"hydra.run.dir={run}"], tmp_path
+        ),
+        120,
+    )
     assert code == 1 and len(lines(err)) == 1 and "the loss diverged at step" in err, err
     assert metrics(run)["status"] == "diverged"
 
@@ -188,9 +260,27 @@ def test_divergence_is_reported_as_diverged(tmp_path):
 @pytest.mark.slow
 def test_a_run_that_cannot_fit_is_refused_before_allocating(tmp_path):
     run = tmp_path / "run"
-    code, err, took = finish(start(["model=transformer_lm", "model.L=40", "model.d=4096", "data=synthetic",
-                                    "data.kind=tokens", "logger=none", f"hydra.run.dir={run}"], tmp_path), 120)
-    assert code == 1 and len(lines(err)) == 1 and "the plan needs" in err and "train.memory_check=false" in err
+    code, err, took = finish(
+        start(
+            [
+                "model=transformer_lm",
+                "model.L=40",
+                "model.d=4096",
+                "data=synthetic",
+                "data.kind=tokens",
+                "logger=none",
+                f"hydra.run.dir={run}",
+            ],
+            tmp_path,
+        ),
+        120,
+    )
+    assert (
+        code == 1
+        and len(lines(err)) == 1
+        and "the plan needs" in err
+        and "train.memory_check=false" in err
+    )
     assert metrics(run)["status"] == "failed" and "GiB" in metrics(run)["error"]
 
 
@@ -205,7 +295,9 @@ def test_concurrent_runs_never_share_a_folder(tmp_path):
     assert all(metrics(r.parent)["status"] == "ok" for r in runs)
 
 
-def test_an_unwritable_folder_is_one_line_and_the_numbers_reach_stdout(tmp_path, monkeypatch, capsys):
+def test_an_unwritable_folder_is_one_line_and_the_numbers_reach_stdout(
+    tmp_path, monkeypatch, capsys
+):
     import errno
 
     from gpipe_repro.config.compose import compose
@@ -219,7 +311,9 @@ def test_an_unwritable_folder_is_one_line_and_the_numbers_reach_stdout(tmp_path,
         return real(self, *a, **k)
 
     monkeypatch.setattr(Path, "write_text", full)
-    m = run_job(compose(["train.steps=3", *MLP, "train.progress=false"], cuda_available=False), tmp_path)
+    m = run_job(
+        compose(["train.steps=3", *MLP, "train.progress=false"], cuda_available=False), tmp_path
+    )
     out, err = capsys.readouterr()
     assert m.status == "failed" and "No space left on device" in m.error
     assert len(lines(err)) == 1 and "the run's metrics follow on stdout" in err

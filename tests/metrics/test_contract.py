@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_published_schema_and_page_are_generated_from_the_types():
-    assert json.loads((ROOT / "docs" / "metrics.schema.json").read_text()) == json_schema(), \
+    assert json.loads((ROOT / "docs" / "metrics.schema.json").read_text()) == json_schema(), (
         "docs/metrics.schema.json is stale: python -m gpipe_repro.metrics.schema --out docs"
+    )
     assert (ROOT / "docs" / "metrics.md").read_text() == markdown()
 
 
@@ -35,8 +36,12 @@ def test_a_run_before_it_runs_fits_the_schema_and_reads_back(tmp_path):
 
 def test_the_schema_rejects_what_breaks_the_contract():
     doc = json.loads(to_json(RunMetrics()))
-    for bad, where in [({**doc, "status": "fine"}, "status"), ({**doc, "extra": 1}, "unexpected extra"),
-                       ({**doc, "losses": ["x"]}, "losses[0]"), ({k: v for k, v in doc.items() if k != "env"}, "env")]:
+    for bad, where in [
+        ({**doc, "status": "fine"}, "status"),
+        ({**doc, "extra": 1}, "unexpected extra"),
+        ({**doc, "losses": ["x"]}, "losses[0]"),
+        ({k: v for k, v in doc.items() if k != "env"}, "env"),
+    ]:
         with pytest.raises(ValueError, match=where.replace("[", r"\[").replace("]", r"\]")):
             validate(bad, json_schema())
 

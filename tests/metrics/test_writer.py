@@ -15,7 +15,10 @@ from gpipe_repro.metrics.writer import OutputError, write_metrics, write_run
 
 
 def test_writes_the_three_files(tmp_path):
-    ev = [Event("forward", 0, 0.0, 0.01, stage=0, step=1), Event("backward", 0, 0.02, 0.04, stage=1, step=1)]
+    ev = [
+        Event("forward", 0, 0.0, 0.01, stage=0, step=1),
+        Event("backward", 0, 0.02, 0.04, stage=1, step=1),
+    ]
     m = RunMetrics(pipeline=PipelineInfo(K=2, M=1))
     paths = write_run(tmp_path, m, ev)
     assert [p.name for p in paths] == ["metrics.json", "trace.json", "timeline.png"]

@@ -25,7 +25,9 @@ def test_a_slice_gets_the_same_weights_as_the_whole_model():
 
 def test_children_are_initialised_before_a_parent_rescales_them():
     layers = materialize(_build(), seed=0)
-    plain = materialize([transformer_lm_layers(4, d=32, H=64, A=2, V=50, ffn_init_scale=False)[1].to("meta")], 0, 1)
+    plain = materialize(
+        [transformer_lm_layers(4, d=32, H=64, A=2, V=50, ffn_init_scale=False)[1].to("meta")], 0, 1
+    )
     # ffn_init_scale divides the feed-forward initialisation by L = 4 (paper §5)
     assert torch.allclose(layers[1].ffn.fc1.weight, plain[0].ffn.fc1.weight / 4)
     assert layers[1].attn.per_dim_scale.abs().sum() == 0  # reset by its own module
@@ -37,5 +39,7 @@ def test_a_module_that_cannot_be_initialised_is_named():
             super().__init__()
             self.w = nn.Parameter(torch.empty(3, device="meta"))
 
-    with pytest.raises(TypeError, match="Raw in layer 7 has parameters or buffers but no reset_parameters"):
+    with pytest.raises(
+        TypeError, match="Raw in layer 7 has parameters or buffers but no reset_parameters"
+    ):
         materialize([Raw()], seed=0, first_index=7)

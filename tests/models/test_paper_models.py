@@ -42,7 +42,9 @@ def test_amoebanet_counts(g, L, D, size, exact, paper, tol):
         assert abs(count(layers) / paper - 1) <= tol
 
 
-@pytest.mark.parametrize("L,paper", [(3, 282.2e6), (13, 785.8e6), (103, 5.3e9), (415, 21.0e9), (1663, 83.9e9)])
+@pytest.mark.parametrize(
+    "L,paper", [(3, 282.2e6), (13, 785.8e6), (103, 5.3e9), (415, 21.0e9), (1663, 83.9e9)]
+)
 def test_transformer_lm_counts(L, paper):
     with torch.device("meta"):
         layers = transformer_lm_layers(L)
@@ -51,10 +53,16 @@ def test_transformer_lm_counts(L, paper):
     assert abs(count(layers) / paper - 1) <= 0.005
 
 
-@pytest.mark.parametrize("L,H,A,exact,paper", [
-    (6, 8192, 16, 408_206_976, 400e6), (24, 8192, 16, 1_239_419_904, 1.3e9),
-    (12, 16384, 32, 1_239_233_280, 1.3e9), (32, 16384, 32, 3_086_062_080, 3e9),
-    (64, 16384, 32, 6_040_988_160, 6e9)])
+@pytest.mark.parametrize(
+    "L,H,A,exact,paper",
+    [
+        (6, 8192, 16, 408_206_976, 400e6),
+        (24, 8192, 16, 1_239_419_904, 1.3e9),
+        (12, 16384, 32, 1_239_233_280, 1.3e9),
+        (32, 16384, 32, 3_086_062_080, 3e9),
+        (64, 16384, 32, 6_040_988_160, 6e9),
+    ],
+)
 def test_transformer_mt_counts(L, H, A, exact, paper):
     with torch.device("meta"):
         layers = transformer_mt_layers(L, H, A)

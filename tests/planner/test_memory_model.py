@@ -13,12 +13,29 @@ from gpipe_repro.planner.table1 import GiB, plan_amoebanet, plan_transformer
 from gpipe_repro.runner import run
 
 
-def measured(tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpipe", precision="fp32"):
-    s = compose([*model, *data, f"pipeline.K={K}", f"pipeline.M={M}", f"pipeline.checkpoint={checkpoint}",
-                 f"pipeline.balance=[{','.join(map(str, balance))}]", f"pipeline.schedule={schedule}",
-                 f"train.precision={precision}",
-                 f"train.batch_size={N}", "train.steps=2", "train.warmup_steps=1", "train.progress=false",
-                 "train.eval=false", "optim=rmsprop", "logger=none", "device=cpu"])
+def measured(
+    tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpipe", precision="fp32"
+):
+    s = compose(
+        [
+            *model,
+            *data,
+            f"pipeline.K={K}",
+            f"pipeline.M={M}",
+            f"pipeline.checkpoint={checkpoint}",
+            f"pipeline.balance=[{','.join(map(str, balance))}]",
+            f"pipeline.schedule={schedule}",
+            f"train.precision={precision}",
+            f"train.batch_size={N}",
+            "train.steps=2",
+            "train.warmup_steps=1",
+            "train.progress=false",
+            "train.eval=false",
+            "optim=rmsprop",
+            "logger=none",
+            "device=cpu",
+        ]
+    )
     m = run(s, tmp_path)
     assert m.status == "ok", m.error
     return m.stages
@@ -26,15 +43,45 @@ def measured(tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpip
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("checkpoint,schedule", [("never", "gpipe"), ("always", "gpipe"), ("except_last", "1f1b")])
-def test_amoebanet_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint, schedule, precision):
+@pytest.mark.parametrize(
+    "checkpoint,schedule", [("never", "gpipe"), ("always", "gpipe"), ("except_last", "1f1b")]
+)
+def test_amoebanet_plan_matches_engine_within_10_percent(
+    tmp_path: Path, checkpoint, schedule, precision
+):
     bal = [4, 8]
-    stages = measured(tmp_path, ["model=amoebanet_d", "model.L=6", "model.D=16"],
-                      ["data=synthetic", "data.image_size=32"], 2, 4, 16, checkpoint, bal, schedule, precision)
-    plan = plan_amoebanet(6, 16, 2, 4, checkpoint, 16, 8 * GiB, schedule, image_size=32, classes=10, balance=bal,
-                          precision=precision)
+    stages = measured(
+        tmp_path,
+        ["model=amoebanet_d", "model.L=6", "model.D=16"],
+        ["data=synthetic", "data.image_size=32"],
+        2,
+        4,
+        16,
+        checkpoint,
+        bal,
+        schedule,
+        precision,
+    )
+    plan = plan_amoebanet(
+        6,
+        16,
+        2,
+        4,
+        checkpoint,
+        16,
+        8 * GiB,
+        schedule,
+        image_size=32,
+        classes=10,
+        balance=bal,
+        precision=precision,
+    )
     for st, act, state in zip(stages, plan.activation, plan.state):
-        assert act == pytest.approx(st.activation_bytes, rel=0.10), (st.stage, act, st.activation_bytes)
+        assert act == pytest.approx(st.activation_bytes, rel=0.10), (
+            st.stage,
+            act,
+            st.activation_bytes,
+        )
         assert state == st.param_bytes + st.grad_bytes + st.optimizer_bytes
 
 
@@ -43,13 +90,38 @@ def test_amoebanet_plan_matches_engine_within_10_percent(tmp_path: Path, checkpo
 @pytest.mark.parametrize("checkpoint", ["never", "always"])
 def test_transformer_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint, precision):
     bal = [3, 3]
-    stages = measured(tmp_path, ["model=transformer_lm", "model.L=4", "model.d=32", "model.H=64", "model.A=2"],
-                      ["data=synthetic", "data.kind=tokens", "data.seq_len=16", "data.vocab=50"], 2, 2, 8,
-                      checkpoint, bal, precision=precision)
-    plan = plan_transformer(4, 2, 2, checkpoint, 8, 16 * GiB, d=32, H=64, A=2, V=50, S=16, balance=bal,
-                            precision=precision)
+    stages = measured(
+        tmp_path,
+        ["model=transformer_lm", "model.L=4", "model.d=32", "model.H=64", "model.A=2"],
+        ["data=synthetic", "data.kind=tokens", "data.seq_len=16", "data.vocab=50"],
+        2,
+        2,
+        8,
+        checkpoint,
+        bal,
+        precision=precision,
+    )
+    plan = plan_transformer(
+        4,
+        2,
+        2,
+        checkpoint,
+        8,
+        16 * GiB,
+        d=32,
+        H=64,
+        A=2,
+        V=50,
+        S=16,
+        balance=bal,
+        precision=precision,
+    )
     for st, act in zip(stages, plan.activation):
-        assert act == pytest.approx(st.activation_bytes, rel=0.10), (st.stage, act, st.activation_bytes)
+        assert act == pytest.approx(st.activation_bytes, rel=0.10), (
+            st.stage,
+            act,
+            st.activation_bytes,
+        )
 
 
 def test_remat_shrinks_the_planned_activations_as_the_paper_says():
@@ -99,5 +171,8 @@ def test_the_planner_sees_the_engines_attention_not_the_meta_fallback():
 
     with torch.device("meta"):
         layer = transformer_lm_layers(1, d=32, H=64, A=2, V=50)[1]
-    per_token = [measure_stage([layer], torch.empty(1, S, 32, device="meta"))[0].saved / S for S in (256, 1024)]
+    per_token = [
+        measure_stage([layer], torch.empty(1, S, 32, device="meta"))[0].saved / S
+        for S in (256, 1024)
+    ]
     assert per_token[1] == pytest.approx(per_token[0], rel=0.01)

@@ -39,16 +39,42 @@ def test_a_mix_trains_through_two_stages_and_reports_each_language(tmp_path, mon
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
     hi = write_corpus(tmp_path / "hi", "xx", 200)
     lo = write_corpus(tmp_path / "lo", "yy", 200)
-    m = run(compose(["model=transformer_mt", "model.L=1", "model.H=64", "model.A=2", "model.d=32",
-                     "data=translation", f"data.corpora=[{hi},{lo}]", "data.train_sizes=[null,20]",
-                     "data.temperature=5", "data.vocab_size=60", "data.max_len=24", "pipeline.K=2",
-                     "pipeline.M=2", "train.batch_size=256", "train.steps=3", "train.warmup_steps=1",
-                     "train.eval_limit=5", "train.progress=false", "logger=none", "optim=adam"],
-                    cuda_available=False), tmp_path / "run")
+    m = run(
+        compose(
+            [
+                "model=transformer_mt",
+                "model.L=1",
+                "model.H=64",
+                "model.A=2",
+                "model.d=32",
+                "data=translation",
+                f"data.corpora=[{hi},{lo}]",
+                "data.train_sizes=[null,20]",
+                "data.temperature=5",
+                "data.vocab_size=60",
+                "data.max_len=24",
+                "pipeline.K=2",
+                "pipeline.M=2",
+                "train.batch_size=256",
+                "train.steps=3",
+                "train.warmup_steps=1",
+                "train.eval_limit=5",
+                "train.progress=false",
+                "logger=none",
+                "optim=adam",
+            ],
+            cuda_available=False,
+        ),
+        tmp_path / "run",
+    )
     assert m.status == "ok", m.error
     by = m.eval.by_language
-    assert list(by) == ["xx", "yy"] and m.eval.samples == 10  # eval_limit sentences of each language
+    assert (
+        list(by) == ["xx", "yy"] and m.eval.samples == 10
+    )  # eval_limit sentences of each language
     assert by["xx"]["resource"] == "high" and by["yy"]["resource"] == "low"
-    assert by["yy"]["train_pairs"] == 20 and by["yy"]["copies"] > 1 and by["xx"]["synthetic"] is False
+    assert (
+        by["yy"]["train_pairs"] == 20 and by["yy"]["copies"] > 1 and by["xx"]["synthetic"] is False
+    )
     for v in by.values():
         assert v["bleu"] >= 0 and v["nll"] > 0 and v["sentences"] == 5

@@ -23,18 +23,42 @@ def corpus(root, n_train=200, n_eval=20):
 
 
 @pytest.mark.slow
-def test_translation_through_two_stages_reports_bleu_and_real_token_throughput(tmp_path, monkeypatch):
+def test_translation_through_two_stages_reports_bleu_and_real_token_throughput(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "corpus"
     root.mkdir()
     corpus(root)
-    m = run(compose(["model=transformer_mt", "model.L=1", "model.H=64", "model.A=2", "model.d=32",
-                     "data=translation", f"data.root={root}", "data.vocab_size=40", "data.max_len=24",
-                     "pipeline.K=2", "pipeline.M=2", "train.batch_size=256", "train.steps=4",
-                     "train.warmup_steps=1", "train.progress=false", "logger=none", "optim=adam"],
-                    cuda_available=False), tmp_path / "run")
+    m = run(
+        compose(
+            [
+                "model=transformer_mt",
+                "model.L=1",
+                "model.H=64",
+                "model.A=2",
+                "model.d=32",
+                "data=translation",
+                f"data.root={root}",
+                "data.vocab_size=40",
+                "data.max_len=24",
+                "pipeline.K=2",
+                "pipeline.M=2",
+                "train.batch_size=256",
+                "train.steps=4",
+                "train.warmup_steps=1",
+                "train.progress=false",
+                "logger=none",
+                "optim=adam",
+            ],
+            cuda_available=False,
+        ),
+        tmp_path / "run",
+    )
     assert m.status == "ok", m.error
-    assert m.eval is not None and m.eval.samples == 20 and m.eval.bleu is not None and m.eval.bleu >= 0
+    assert (
+        m.eval is not None and m.eval.samples == 20 and m.eval.bleu is not None and m.eval.bleu >= 0
+    )
     assert m.eval.bleu_signature and "nrefs:1" in m.eval.bleu_signature
     assert m.eval.loss is not None and m.eval.loss > 0  # NLL per target token
     # batches are built by target tokens (~256 per step), not batch_size x max_len

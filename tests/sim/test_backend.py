@@ -191,8 +191,17 @@ def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monke
         return replace(spec, train=replace(spec.train, batch_size=32))
 
     monkeypatch.setattr(runner, "engine_batch", fit)
-    spec = compose([*MLP, "train.batch_mode=fit", "train.steps=2", "train.warmup_steps=1", "train.eval=false",
-                    "train.progress=false"], cuda_available=False)
+    spec = compose(
+        [
+            *MLP,
+            "train.batch_mode=fit",
+            "train.steps=2",
+            "train.warmup_steps=1",
+            "train.eval=false",
+            "train.progress=false",
+        ],
+        cuda_available=False,
+    )
     m = runner.run(spec, tmp_path)
     assert seen == ["fit"] and m.status == "ok" and m.batch_size == 32
 
@@ -201,10 +210,24 @@ def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
     from gpipe_repro.rank import plan_model
     from gpipe_repro.runner.batch import engine_batch
 
-    spec = compose(["model=tuplenet", "data=synthetic", "pipeline.K=2", "pipeline.M=4", "train.batch_size=16",
-                    "pipeline.checkpoint=never", "backend=sim", "train.batch_mode=fit"], cuda_available=False)
+    spec = compose(
+        [
+            "model=tuplenet",
+            "data=synthetic",
+            "pipeline.K=2",
+            "pipeline.M=4",
+            "train.batch_size=16",
+            "pipeline.checkpoint=never",
+            "backend=sim",
+            "train.batch_mode=fit",
+        ],
+        cuda_available=False,
+    )
     fitted = engine_batch(spec, plan_model(spec), memory_bytes=100_000_000)
     assert fitted.train.batch_size % 4 == 0 and fitted.train.batch_size > 16
-    assert engine_batch(fitted, plan_model(spec), memory_bytes=10**12).train.batch_size > fitted.train.batch_size
+    assert (
+        engine_batch(fitted, plan_model(spec), memory_bytes=10**12).train.batch_size
+        > fitted.train.batch_size
+    )
     fixed = compose(["model=tuplenet", "data=synthetic"], cuda_available=False)
     assert engine_batch(fixed, plan_model(fixed)) is fixed

@@ -62,12 +62,29 @@ def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path)
     from gpipe_repro.report.gather import load_rows
     from gpipe_repro.runner import run
 
-    spec = compose(["model=tuplenet", "model.dropout=0", "data=digits", "train.steps=6", "train.warmup_steps=2",
-                    "train.batch_size=16", "pipeline.M=2", "train.predict=true", "logger=none",
-                    "train.progress=false", "train.eval=false"], cuda_available=False)
+    spec = compose(
+        [
+            "model=tuplenet",
+            "model.dropout=0",
+            "data=digits",
+            "train.steps=6",
+            "train.warmup_steps=2",
+            "train.batch_size=16",
+            "pipeline.M=2",
+            "train.predict=true",
+            "logger=none",
+            "train.progress=false",
+            "train.eval=false",
+        ],
+        cuda_available=False,
+    )
     m = run(spec, tmp_path / "0_K1-M2")
     assert m is not None and m.status == "ok", m and m.error
-    assert m.source == "measured" and m.predicted_step_time_s is not None and m.predicted_step_time_s > 0
+    assert (
+        m.source == "measured"
+        and m.predicted_step_time_s is not None
+        and m.predicted_step_time_s > 0
+    )
     assert m.predicted_throughput == pytest.approx(16 / m.predicted_step_time_s)
     # a generous sanity bound (the machine may be loaded): the same order of magnitude
     assert 0.2 < m.predicted_step_time_s / m.step_time_s < 5
@@ -82,9 +99,20 @@ def test_the_validation_pipeline_writes_its_report(tmp_path):
     from gpipe_repro.validation.report import write_report
     from gpipe_repro.validation.run import CSV_COLUMNS, Settings, validate
 
-    s = Settings(models=["imbalanced"], real_K=[1], emulated_models=["transformer"], emulated_K=[2], Ms=[4],
-                 schedules=["gpipe"], checkpoints=["always"], rounds=1, emulated_rounds=1, warmup=1, steps=2,
-                 repeats=2)
+    s = Settings(
+        models=["imbalanced"],
+        real_K=[1],
+        emulated_models=["transformer"],
+        emulated_K=[2],
+        Ms=[4],
+        schedules=["gpipe"],
+        checkpoints=["always"],
+        rounds=1,
+        emulated_rounds=1,
+        warmup=1,
+        steps=2,
+        repeats=2,
+    )
     v = validate(tmp_path, s, log=lambda msg: None)
     assert [(r["kind"], r["K"], r["M"]) for r in v.rows] == [("real", 1, 4), ("emulated", 2, 4)]
     with open(tmp_path / "validation.csv") as f:
@@ -93,5 +121,9 @@ def test_the_validation_pipeline_writes_its_report(tmp_path):
     assert all(float(r["measured_step_s"]) > 0 and float(r["simulated_step_s"]) > 0 for r in rows)
     (tmp_path / "calibration.json").write_text(__import__("json").dumps(v.calibration))
     md = write_report(tmp_path).read_text()
-    assert "| real | 1 |" in md and "| emulated | 1 |" in md and "What each modelling choice buys" in md
+    assert (
+        "| real | 1 |" in md
+        and "| emulated | 1 |" in md
+        and "What each modelling choice buys" in md
+    )
     assert (tmp_path / "trace_worst_emulated_measured.json").exists()

@@ -74,7 +74,12 @@ def _field(cfg: DictConfig, key: str) -> Any:
     return next((f for f in fields(t) if f.name == name), None)
 
 
-_KIND = {"int": "an integer", "float": "a number", "bool": "a boolean (true, false)", "str": "a string"}
+_KIND = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean (true, false)",
+    "str": "a string",
+}
 
 
 def _type_error(cfg: DictConfig, key: str, value: str) -> str:
@@ -94,11 +99,18 @@ def _unknown_key(cfg: DictConfig, key: str) -> str:
         own = [k.split(".", 1)[1] for k in keys if k.startswith(section + ".")]
         choice = OmegaConf.select(cfg, f"{section}.name")
         near = difflib.get_close_matches(sub.lower(), [k.lower() for k in own], n=1, cutoff=0.75)
-        others = [name for name, node in _group_nodes(section).items()
-                  if any(f.name == sub for f in fields(type(node)))]
-        hint = (f"did you mean {section}.{own[[k.lower() for k in own].index(near[0])]}?" if near
-                else f"{section}={' or '.join(others)} has it" if others
-                else f"its keys: {', '.join(k for k in own if k != 'name')}")
+        others = [
+            name
+            for name, node in _group_nodes(section).items()
+            if any(f.name == sub for f in fields(type(node)))
+        ]
+        hint = (
+            f"did you mean {section}.{own[[k.lower() for k in own].index(near[0])]}?"
+            if near
+            else f"{section}={' or '.join(others)} has it"
+            if others
+            else f"its keys: {', '.join(k for k in own if k != 'name')}"
+        )
         return f"{key} is not a key of {section}={choice}; {hint}"
     lowered = {k.lower(): k for k in keys}
     near = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
@@ -134,8 +146,11 @@ def preflight(argv: list[str]) -> str | None:
     firsts: list[str] = []
     for ov in parsed:
         key = ov.key_or_group
-        values = [str(v) for v in ov.sweep_string_iterator()] if ov.is_sweep_override() else \
-            [ov.get_value_element_as_str()]
+        values = (
+            [str(v) for v in ov.sweep_string_iterator()]
+            if ov.is_sweep_override()
+            else [ov.get_value_element_as_str()]
+        )
         if key in GROUPS and not ov.is_delete():
             allowed = group_options(key, CONF_DIR)
             for v in values:
@@ -144,7 +159,9 @@ def preflight(argv: list[str]) -> str | None:
         line = f"{ov.get_key_element()}={values[0]}" if values else str(ov.input_line)
         variants.append([f"{ov.get_key_element()}={v}" for v in values[1:]])
         firsts.append(line)
-    jobs = [firsts] + [firsts[:i] + [alt] + firsts[i + 1:] for i, alts in enumerate(variants) for alt in alts]
+    jobs = [firsts] + [
+        firsts[:i] + [alt] + firsts[i + 1 :] for i, alts in enumerate(variants) for alt in alts
+    ]
     with _hydra():
         for job in jobs:
             problem = _check_job(job)
@@ -156,7 +173,9 @@ def preflight(argv: list[str]) -> str | None:
 def _check_job(overrides: list[str]) -> str | None:
     from hydra.errors import MissingConfigException
 
-    groups = [o for o in overrides if o.split("=")[0].lstrip("+~") in GROUPS or "/" in o.split("=")[0]]
+    groups = [
+        o for o in overrides if o.split("=")[0].lstrip("+~") in GROUPS or "/" in o.split("=")[0]
+    ]
     try:
         base = _compose([o for o in groups if not o.startswith("hydra/")])
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors, reported in one line
@@ -182,7 +201,13 @@ def _check_job(overrides: list[str]) -> str | None:
         if not _exists(base, bare):
             return _unknown_key(base, bare)
     try:
-        _compose([o for o in overrides if not o.startswith("hydra/") and not o.split("=")[0].startswith("hydra.")])
+        _compose(
+            [
+                o
+                for o in overrides
+                if not o.startswith("hydra/") and not o.split("=")[0].startswith("hydra.")
+            ]
+        )
     except MissingConfigException as err:
         return _one_line(err)
     except Exception as err:  # noqa: BLE001
@@ -190,7 +215,14 @@ def _check_job(overrides: list[str]) -> str | None:
         m = re.search(r"full_key: (\S+)", str(cause))
         if m:
             key = m.group(1)
-            value = next((o.partition("=")[2] for o in reversed(overrides) if o.split("=")[0].lstrip("+") == key), "?")
+            value = next(
+                (
+                    o.partition("=")[2]
+                    for o in reversed(overrides)
+                    if o.split("=")[0].lstrip("+") == key
+                ),
+                "?",
+            )
             return _type_error(base, key, value)
         return _one_line(err)
     return None
@@ -232,8 +264,11 @@ def to_spec(cfg: DictConfig, cuda_available: bool | None = None) -> RunConfig:
     return validate(plain, cuda_available)
 
 
-def compose(overrides: list[str] | tuple[str, ...] = (), cuda_available: bool | None = None,
-            check: bool = True) -> RunConfig:
+def compose(
+    overrides: list[str] | tuple[str, ...] = (),
+    cuda_available: bool | None = None,
+    check: bool = True,
+) -> RunConfig:
     """Compose ``conf/config.yaml`` with ``overrides`` and validate it (raises UserError)."""
     ovs = list(overrides)
     if check:

@@ -46,8 +46,10 @@ def _table(cls: type, prefix: str) -> list[str]:
         v = f.default_factory() if f.default_factory is not MISSING else None
         if is_dataclass(v) or f.name in ("model", "data", "optim"):
             continue
-        rows.append(f"| `{prefix}{f.name}` | {_type(hints[f.name])} | `{_default(f)}` | "
-                    f"{allowed_text(f) or ''} | {f.metadata.get('doc', '')} |")
+        rows.append(
+            f"| `{prefix}{f.name}` | {_type(hints[f.name])} | `{_default(f)}` | "
+            f"{allowed_text(f) or ''} | {f.metadata.get('doc', '')} |"
+        )
     return rows
 
 
@@ -55,16 +57,32 @@ def markdown() -> str:
     from .store import _groups
 
     groups = _groups()
-    lines = ["# Options", "",
-             "Generated from the config schema by `python -m gpipe_repro.config.docs --out docs`. Every key is "
-             "set on the command line (`gpipe-run pipeline.K=2 train.steps=20`); a group is chosen with "
-             "`group=option` (`model=amoebanet_d`). The root config (`conf/config.yaml`) chooses "
-             "`model=mlp data=mnist pipeline=gpipe optim=rmsprop logger=wandb`.", ""]
+    lines = [
+        "# Options",
+        "",
+        "Generated from the config schema by `python -m gpipe_repro.config.docs --out docs`. Every key is "
+        "set on the command line (`gpipe-run pipeline.K=2 train.steps=20`); a group is chosen with "
+        "`group=option` (`model=amoebanet_d`). The root config (`conf/config.yaml`) chooses "
+        "`model=mlp data=mnist pipeline=gpipe optim=rmsprop logger=wandb`.",
+        "",
+    ]
     lines += ["## Run", "", *_table(RunConfig, ""), ""]
-    for section, cls in [("pipeline", "PipelineConfig"), ("train", "TrainConfig"), ("logger", "LoggerConfig"),
-                         ("sweep", "SweepConfig"), ("sim", "SimConfig")]:
+    for section, cls in [
+        ("pipeline", "PipelineConfig"),
+        ("train", "TrainConfig"),
+        ("logger", "LoggerConfig"),
+        ("sweep", "SweepConfig"),
+        ("sim", "SimConfig"),
+    ]:
         sub = typing.get_type_hints(RunConfig)[section]
-        lines += [f"## {section}", "", (sub.__doc__ or "").strip(), "", *_table(sub, f"{section}."), ""]
+        lines += [
+            f"## {section}",
+            "",
+            (sub.__doc__ or "").strip(),
+            "",
+            *_table(sub, f"{section}."),
+            "",
+        ]
         if section in groups:
             lines += [f"Options: {', '.join(f'`{section}={n}`' for n in groups[section])}.", ""]
         assert sub.__name__ == cls

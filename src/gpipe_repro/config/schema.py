@@ -20,8 +20,19 @@ from ..engine.hostmem import HOST_MEMORY_MODES
 from ..optim import LR_SCHEDULES
 from ..options import opt
 
-__all__ = ["BACKENDS", "BATCH_MODES", "PipelineConfig", "TrainConfig", "LoggerConfig", "SweepConfig", "SimConfig", "RunConfig", "DEVICES",
-           "LOGGERS", "WANDB_MODES"]
+__all__ = [
+    "BACKENDS",
+    "BATCH_MODES",
+    "PipelineConfig",
+    "TrainConfig",
+    "LoggerConfig",
+    "SweepConfig",
+    "SimConfig",
+    "RunConfig",
+    "DEVICES",
+    "LOGGERS",
+    "WANDB_MODES",
+]
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("engine", "sim", "auto")
@@ -36,18 +47,31 @@ class PipelineConfig:
 
     K: int = opt(1, "partitions (cells), one rank each", min=1)
     M: int = opt(1, "micro-batches per mini-batch; must divide train.batch_size / replicas", min=1)
-    checkpoint: str = opt("except_last", "rematerialisation (paper §2.3; torchgpipe's name)",
-                          choices=CHECKPOINT_MODES)
-    schedule: str = opt("gpipe", "gpipe = fill-drain (the paper's), 1f1b = PipeDream-flush", choices=SCHEDULES)
-    balance: list[int] | None = opt(None, "layers per cell, e.g. [3,5]; null = exact min-max partition by "
-                                    "balance_by", allowed="null or a list of K layer counts, each >= 1")
+    checkpoint: str = opt(
+        "except_last", "rematerialisation (paper §2.3; torchgpipe's name)", choices=CHECKPOINT_MODES
+    )
+    schedule: str = opt(
+        "gpipe", "gpipe = fill-drain (the paper's), 1f1b = PipeDream-flush", choices=SCHEDULES
+    )
+    balance: list[int] | None = opt(
+        None,
+        "layers per cell, e.g. [3,5]; null = exact min-max partition by balance_by",
+        allowed="null or a list of K layer counts, each >= 1",
+    )
     balance_by: str = opt("params", "per-layer cost the partition balances", choices=COST_KINDS)
     replicas: int = opt(1, "data-parallel copies of the pipeline (world size K * replicas)", min=1)
     timeout_s: float = opt(300.0, "bound on every wait between ranks", min=1)
-    heartbeat_s: float = opt(30.0, "a rank silent this long (stopped, frozen) is named and the run stopped; "
-                             "0 = off", min=0)
-    host_memory: str = opt("retain", "retain: CPU ranks keep freed memory between steps (no page-fault "
-                           "churn); system: leave malloc alone", choices=HOST_MEMORY_MODES)
+    heartbeat_s: float = opt(
+        30.0,
+        "a rank silent this long (stopped, frozen) is named and the run stopped; 0 = off",
+        min=0,
+    )
+    host_memory: str = opt(
+        "retain",
+        "retain: CPU ranks keep freed memory between steps (no page-fault "
+        "churn); system: leave malloc alone",
+        choices=HOST_MEMORY_MODES,
+    )
 
 
 @dataclass
@@ -55,45 +79,87 @@ class TrainConfig:
     """The training loop."""
 
     batch_size: int = opt(64, "the mini-batch N (global: split over pipeline.replicas)", min=1)
-    micro_batch_size: int | None = opt(None, "grow the mini-batch through M: when set, train.batch_size "
-                                       "becomes pipeline.M * pipeline.replicas * this (samples, or target "
-                                       "tokens for data=translation); null = train.batch_size", min=1)
-    batch_mode: str = opt("fixed", "fixed: train.batch_size as given; fit: the largest multiple of "
-                          "pipeline.M * replicas whose every stage fits the device memory at this K (the "
-                          "paper's Table 2: 'adjusted to fit memory'; planned on the meta device; "
-                          "backend=sim)", choices=BATCH_MODES)
+    micro_batch_size: int | None = opt(
+        None,
+        "grow the mini-batch through M: when set, train.batch_size "
+        "becomes pipeline.M * pipeline.replicas * this (samples, or target "
+        "tokens for data=translation); null = train.batch_size",
+        min=1,
+    )
+    batch_mode: str = opt(
+        "fixed",
+        "fixed: train.batch_size as given; fit: the largest multiple of "
+        "pipeline.M * replicas whose every stage fits the device memory at this K (the "
+        "paper's Table 2: 'adjusted to fit memory'; planned on the meta device; "
+        "backend=sim)",
+        choices=BATCH_MODES,
+    )
     steps: int = opt(50, "optimiser steps", min=1)
-    warmup_steps: int | None = opt(None, "steps excluded from step_time_s; null = min(5, (steps - 1) // 2)",
-                                   min=0, allowed="null or an integer in 0..steps-1")
+    warmup_steps: int | None = opt(
+        None,
+        "steps excluded from step_time_s; null = min(5, (steps - 1) // 2)",
+        min=0,
+        allowed="null or an integer in 0..steps-1",
+    )
     threads: int = opt(1, "torch intra-op threads per rank", min=1)
-    precision: str = opt("fp32", "fp32, or bf16: autocast with fp32 master weights, gradients and optimiser "
-                         "state; activations kept and sent between stages in bf16 (half the bytes)",
-                         choices=PRECISIONS)
+    precision: str = opt(
+        "fp32",
+        "fp32, or bf16: autocast with fp32 master weights, gradients and optimiser "
+        "state; activations kept and sent between stages in bf16 (half the bytes)",
+        choices=PRECISIONS,
+    )
     eval: bool = opt(True, "evaluate on the held-out split after training")
     eval_batch_size: int = opt(256, "evaluation batch (rounded down to a multiple of M)", min=1)
-    eval_limit: int | None = opt(None, "translation: test sentences decoded for BLEU (NLL uses all); null = all",
-                                 min=1)
+    eval_limit: int | None = opt(
+        None, "translation: test sentences decoded for BLEU (NLL uses all); null = all", min=1
+    )
     progress: bool = opt(True, "a progress bar on the last stage")
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)
-    lr_schedule: str = opt("constant", "the learning rate over the steps: constant, or cosine decay to 0 "
-                           "(after lr_warmup linear warm-up steps in both)", choices=LR_SCHEDULES)
+    lr_schedule: str = opt(
+        "constant",
+        "the learning rate over the steps: constant, or cosine decay to 0 "
+        "(after lr_warmup linear warm-up steps in both)",
+        choices=LR_SCHEDULES,
+    )
     lr_warmup: int = opt(0, "linear learning-rate warm-up steps", min=0)
-    save_every: int = opt(0, "write a save (weights, optimiser, step, RNG, losses) every N steps and at "
-                          "the end; 0 = never", min=0)
+    save_every: int = opt(
+        0,
+        "write a save (weights, optimiser, step, RNG, losses) every N steps and at "
+        "the end; 0 = never",
+        min=0,
+    )
     save_dir: str | None = opt(None, "where saves go; null = <the run's folder>/saves")
     save_keep: int | None = opt(3, "keep the newest N saves; null = all", min=1)
-    resume: str | None = opt(None, "continue from a save: a save folder, a folder of saves, or auto (the "
-                             "newest in save_dir; a fresh start when there is none)")
-    init_from: str | None = opt(None, "initialise the weights from a save (transfer learning), except the "
-                                "layers of init_skip")
-    init_skip: list[int] | None = opt(None, "global layer indices init_from leaves freshly initialised; "
-                                      "null = the last layer (the classifier: a new head)")
-    memory_check: bool = opt(True, "refuse, before allocating, a run whose planned memory exceeds the "
-                             "device's (each GPU, or this host's RAM)")
-    predict: bool = opt(False, "engine runs: also simulate the run on this device's measured costs "
-                        "(hardware=measured) and report predicted_step_time_s beside the measurement")
-    stop_grace_s: float = opt(60.0, "after SIGINT/SIGTERM, how long to wait for the current step (and "
-                              "save) before stopping at once", min=0)
+    resume: str | None = opt(
+        None,
+        "continue from a save: a save folder, a folder of saves, or auto (the "
+        "newest in save_dir; a fresh start when there is none)",
+    )
+    init_from: str | None = opt(
+        None,
+        "initialise the weights from a save (transfer learning), except the layers of init_skip",
+    )
+    init_skip: list[int] | None = opt(
+        None,
+        "global layer indices init_from leaves freshly initialised; "
+        "null = the last layer (the classifier: a new head)",
+    )
+    memory_check: bool = opt(
+        True,
+        "refuse, before allocating, a run whose planned memory exceeds the "
+        "device's (each GPU, or this host's RAM)",
+    )
+    predict: bool = opt(
+        False,
+        "engine runs: also simulate the run on this device's measured costs "
+        "(hardware=measured) and report predicted_step_time_s beside the measurement",
+    )
+    stop_grace_s: float = opt(
+        60.0,
+        "after SIGINT/SIGTERM, how long to wait for the current step (and "
+        "save) before stopping at once",
+        min=0,
+    )
 
     @property
     def timed_from(self) -> int:
@@ -107,8 +173,11 @@ class LoggerConfig:
 
     name: str = opt("wandb", "wandb or none", choices=LOGGERS)
     project: str = opt("gpipe-repro", "wandb project")
-    mode: str = opt("${oc.env:WANDB_MODE,offline}", "offline | online | disabled (env WANDB_MODE wins)",
-                    choices=WANDB_MODES)
+    mode: str = opt(
+        "${oc.env:WANDB_MODE,offline}",
+        "offline | online | disabled (env WANDB_MODE wins)",
+        choices=WANDB_MODES,
+    )
     group: str | None = opt(None, "wandb group; null = the experiment, else the sweep folder")
     name_format: str = opt("K{K}-M{M}", "run name, formatted with the pipeline's fields")
 
@@ -117,7 +186,9 @@ class LoggerConfig:
 class SweepConfig:
     """How ``gpipe-run -m`` treats a sweep folder."""
 
-    skip_done: bool = opt(False, "re-run only the jobs without an ok metrics.json in hydra.sweep.dir")
+    skip_done: bool = opt(
+        False, "re-run only the jobs without an ok metrics.json in hydra.sweep.dir"
+    )
 
 
 @dataclass
@@ -125,9 +196,13 @@ class SimConfig:
     """How ``backend=sim`` times a run on ``hardware=measured``: each distinct layer profiled on this device
     (cached per model and sizes, so a sweep profiles once)."""
 
-    profile_max_micro_batch: int = opt(64, "layers are profiled at the powers of two up to this micro-batch; "
-                                       "larger micro-batches keep the per-sample cost of the largest (for "
-                                       "paper-size models: 1 or 2 bounds the profiling time)", min=1)
+    profile_max_micro_batch: int = opt(
+        64,
+        "layers are profiled at the powers of two up to this micro-batch; "
+        "larger micro-batches keep the per-sample cost of the largest (for "
+        "paper-size models: 1 or 2 bounds the profiling time)",
+        min=1,
+    )
     profile_repeats: int = opt(5, "timed repeats per layer and size (their median)", min=1)
 
 
@@ -138,8 +213,11 @@ class RunConfig:
     model: Any = MISSING
     data: Any = MISSING
     optim: Any = MISSING
-    hardware: Any = opt(None, "the device a simulated run is timed on: a published profile "
-                        "(conf/hardware/*.yaml) or measured (this device, cached)")
+    hardware: Any = opt(
+        None,
+        "the device a simulated run is timed on: a published profile "
+        "(conf/hardware/*.yaml) or measured (this device, cached)",
+    )
     pipeline: PipelineConfig = opt(PipelineConfig())
     train: TrainConfig = opt(TrainConfig())
     logger: LoggerConfig = opt(LoggerConfig())
@@ -147,11 +225,16 @@ class RunConfig:
     sim: SimConfig = opt(SimConfig())
     seed: int = opt(0, "seeds weights (per layer), data order and dropout", min=0)
     device: str = opt("auto", "auto = cuda when available, else cpu", choices=DEVICES)
-    backend: str = opt("engine", "engine = run the pipeline and measure; sim = simulate it on the hardware "
-                       "profile (nothing allocated); auto = engine where the host has a CUDA device per "
-                       "rank, else sim (resolved at validation; metrics.json's source says which)",
-                       choices=BACKENDS)
-    experiment_name: str | None = opt(None, "set by conf/experiment/*.yaml; names reports/<experiment_name>/")
+    backend: str = opt(
+        "engine",
+        "engine = run the pipeline and measure; sim = simulate it on the hardware "
+        "profile (nothing allocated); auto = engine where the host has a CUDA device per "
+        "rank, else sim (resolved at validation; metrics.json's source says which)",
+        choices=BACKENDS,
+    )
+    experiment_name: str | None = opt(
+        None, "set by conf/experiment/*.yaml; names reports/<experiment_name>/"
+    )
 
     @property
     def world_size(self) -> int:

@@ -20,9 +20,15 @@ __all__ = ["validate", "engine_error", "resolve_backend", "resolve_device", "ENG
 
 # The engine's parameter names -> the config keys that set them.
 ENGINE_KEYS = {
-    "K": "pipeline.K", "M": "pipeline.M", "checkpoint": "pipeline.checkpoint", "schedule": "pipeline.schedule",
-    "balance": "pipeline.balance", "kind": "pipeline.balance_by", "replicas": "pipeline.replicas",
-    "host_memory": "pipeline.host_memory", "precision": "train.precision",
+    "K": "pipeline.K",
+    "M": "pipeline.M",
+    "checkpoint": "pipeline.checkpoint",
+    "schedule": "pipeline.schedule",
+    "balance": "pipeline.balance",
+    "kind": "pipeline.balance_by",
+    "replicas": "pipeline.replicas",
+    "host_memory": "pipeline.host_memory",
+    "precision": "train.precision",
 }
 
 
@@ -49,36 +55,54 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
     _check_option("data", cfg.data, DATASETS)
     optim = _check_option("optim", cfg.optim, OPTIMIZERS)
     check_fields(cfg, "")
-    if hasattr(cfg.data, "check"):  # what a dataset can say about itself without loading (a root missing)
+    if hasattr(
+        cfg.data, "check"
+    ):  # what a dataset can say about itself without loading (a root missing)
         cfg.data.check()
     if optim.check is not None:
         optim.check(cfg.optim)
     p, t = cfg.pipeline, cfg.train
-    if t.micro_batch_size is not None:  # the batch grows with M at a fixed micro-batch (GPipe's point)
+    if (
+        t.micro_batch_size is not None
+    ):  # the batch grows with M at a fixed micro-batch (GPipe's point)
         t = replace(t, batch_size=p.M * p.replicas * t.micro_batch_size)
         cfg = replace(cfg, train=t)
     if p.balance is not None:
         if len(p.balance) != p.K:
-            raise UserError(f"pipeline.balance={list(p.balance)} has {len(p.balance)} cells but pipeline.K={p.K}")
+            raise UserError(
+                f"pipeline.balance={list(p.balance)} has {len(p.balance)} cells but pipeline.K={p.K}"
+            )
         if any(b < 1 for b in p.balance):
-            raise UserError(f"pipeline.balance={list(p.balance)} has a cell with {min(p.balance)} layers; "
-                            "every cell needs at least 1")
+            raise UserError(
+                f"pipeline.balance={list(p.balance)} has a cell with {min(p.balance)} layers; "
+                "every cell needs at least 1"
+            )
     if t.resume is not None and t.init_from is not None:
-        raise UserError(f"train.resume={t.resume} and train.init_from={t.init_from} exclude each other; "
-                        "allowed: one of them (resume continues a run, init_from starts one from weights)")
+        raise UserError(
+            f"train.resume={t.resume} and train.init_from={t.init_from} exclude each other; "
+            "allowed: one of them (resume continues a run, init_from starts one from weights)"
+        )
     if t.warmup_steps is not None and t.warmup_steps >= t.steps:
-        raise UserError(f"train.warmup_steps={t.warmup_steps} leaves no timed step; allowed: null or "
-                        f"0..{t.steps - 1} (train.steps={t.steps})")
+        raise UserError(
+            f"train.warmup_steps={t.warmup_steps} leaves no timed step; allowed: null or "
+            f"0..{t.steps - 1} (train.steps={t.steps})"
+        )
     per_replica, rem = divmod(t.batch_size, p.replicas)
     if rem:
-        raise UserError(f"pipeline.replicas={p.replicas} does not divide train.batch_size={t.batch_size}")
+        raise UserError(
+            f"pipeline.replicas={p.replicas} does not divide train.batch_size={t.batch_size}"
+        )
     if p.M > per_replica:
-        raise UserError(f"pipeline.M={p.M} exceeds the mini-batch of {per_replica} per replica; "
-                        f"allowed: 1..{per_replica}")
+        raise UserError(
+            f"pipeline.M={p.M} exceeds the mini-batch of {per_replica} per replica; "
+            f"allowed: 1..{per_replica}"
+        )
     if per_replica % p.M:
-        raise UserError(f"pipeline.M={p.M} does not divide train.batch_size={t.batch_size}"
-                        + (f" / {p.replicas} replicas" if p.replicas > 1 else "")
-                        + f"; allowed: a divisor of {per_replica}")
+        raise UserError(
+            f"pipeline.M={p.M} does not divide train.batch_size={t.batch_size}"
+            + (f" / {p.replicas} replicas" if p.replicas > 1 else "")
+            + f"; allowed: a divisor of {per_replica}"
+        )
     device = resolve_device(cfg.device, cuda_available)
     backend = resolve_backend(cfg.backend, device, cfg.world_size)
     if backend == "sim":
@@ -94,13 +118,17 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
 
             n = torch.cuda.device_count()
             if cfg.world_size > n:
-                raise UserError(f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks but this host has {n} "
-                                f"CUDA device(s); one rank per device: lower pipeline.K, or simulate with "
-                                f"backend=sim (or backend=auto)")
+                raise UserError(
+                    f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks but this host has {n} "
+                    f"CUDA device(s); one rank per device: lower pipeline.K, or simulate with "
+                    f"backend=sim (or backend=auto)"
+                )
     return replace(cfg, device=device, backend=backend)
 
 
-def resolve_backend(backend: str, device: str, world_size: int, device_count: int | None = None) -> str:
+def resolve_backend(
+    backend: str, device: str, world_size: int, device_count: int | None = None
+) -> str:
     """``auto``: the engine where the host has a CUDA device for every rank, else the simulator (a CPU
     host always simulates: its ranks would share its cores). ``device_count`` None = ask torch."""
     if backend != "auto":

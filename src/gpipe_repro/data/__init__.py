@@ -68,7 +68,9 @@ def build_dataset(name: str, options: dict[str, Any] | None = None) -> Dataset:
     allowed = [f.name for f in fields(spec.config) if f.name != "name"]
     for key in options or {}:
         if key not in allowed:
-            raise UserError(f"data.{key} is not an option of data={name}; allowed: {', '.join(allowed)}")
+            raise UserError(
+                f"data.{key} is not an option of data={name}; allowed: {', '.join(allowed)}"
+            )
     cfg = spec.config(**(options or {}))
     check_fields(cfg, "data")
     return spec.build(cfg)

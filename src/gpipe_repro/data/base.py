@@ -27,7 +27,9 @@ class DataInfo:
         if self.kind == "image":
             if str(device) == "meta":
                 return torch.empty(n, *self.shape, device="meta")
-            return torch.randn(n, *self.shape, generator=torch.Generator().manual_seed(0)).to(device)
+            return torch.randn(n, *self.shape, generator=torch.Generator().manual_seed(0)).to(
+                device
+            )
         tokens = torch.ones(n, *self.shape, dtype=torch.long, device=device)
         return (tokens, tokens.clone()) if self.kind == "pairs" else tokens
 
@@ -38,11 +40,20 @@ class Dataset:
     info: DataInfo
     name: str = "dataset"
 
-    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def train_batch(
+        self, step: int, batch_size: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def batches(self, start_step: int, batch_size: int, seed: int, *, multiple_of: int = 1,
-                need_inputs: bool = True) -> Iterator[tuple[Any, Any]]:
+    def batches(
+        self,
+        start_step: int,
+        batch_size: int,
+        seed: int,
+        *,
+        multiple_of: int = 1,
+        need_inputs: bool = True,
+    ) -> Iterator[tuple[Any, Any]]:
         """Training mini-batches ``(inputs, targets)`` for steps ``start_step``, ``start_step + 1``, ...
 
         The sequence depends only on ``seed`` and the step, never on which process asks or where a run
@@ -68,18 +79,34 @@ class Dataset:
         x, y = es
         n = x[0].shape[0] if isinstance(x, tuple) else x.shape[0]
         for i in range(0, n, batch_size):
-            xi = tuple(t[i : i + batch_size] for t in x) if isinstance(x, tuple) else x[i : i + batch_size]
+            xi = (
+                tuple(t[i : i + batch_size] for t in x)
+                if isinstance(x, tuple)
+                else x[i : i + batch_size]
+            )
             yield xi, y[i : i + batch_size]
 
     def describe(self) -> dict:
-        return {"name": self.name, "kind": self.info.kind, "shape": list(self.info.shape),
-                "classes": self.info.classes}
+        return {
+            "name": self.name,
+            "kind": self.info.kind,
+            "shape": list(self.info.shape),
+            "classes": self.info.classes,
+        }
 
 
 class TensorDataset(Dataset):
     """A dataset held in memory as tensors, with a held-out evaluation split."""
 
-    def __init__(self, name: str, x: torch.Tensor, y: torch.Tensor, info: DataInfo, eval_size: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        info: DataInfo,
+        eval_size: int,
+        seed: int = 0,
+    ) -> None:
         self.name, self.info = name, info
         g = torch.Generator().manual_seed(1234)  # the split never depends on the run's seed
         perm = torch.randperm(x.shape[0], generator=g)
@@ -87,7 +114,9 @@ class TensorDataset(Dataset):
         self.x_train, self.y_train = x[tr], y[tr]
         self.x_eval, self.y_eval = x[ev], y[ev]
 
-    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def train_batch(
+        self, step: int, batch_size: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         idx = torch.randint(0, self.x_train.shape[0], (batch_size,), generator=g)
         return self.x_train[idx], self.y_train[idx]
@@ -96,5 +125,8 @@ class TensorDataset(Dataset):
         return self.x_eval, self.y_eval
 
     def describe(self) -> dict:
-        return {**super().describe(), "train_size": int(self.x_train.shape[0]),
-                "eval_size": int(self.x_eval.shape[0])}
+        return {
+            **super().describe(),
+            "train_size": int(self.x_train.shape[0]),
+            "eval_size": int(self.x_eval.shape[0]),
+        }

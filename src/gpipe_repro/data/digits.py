@@ -29,8 +29,18 @@ from .image_options import ImageOptions
 if TYPE_CHECKING:
     from .loader import ImageDataset
 
-__all__ = ["MNISTConfig", "DigitsConfig", "MNISTImagesConfig", "DigitsImagesConfig", "digits", "digits_images",
-           "fixed_split", "mnist", "mnist_file", "mnist_images"]
+__all__ = [
+    "MNISTConfig",
+    "DigitsConfig",
+    "MNISTImagesConfig",
+    "DigitsImagesConfig",
+    "digits",
+    "digits_images",
+    "fixed_split",
+    "mnist",
+    "mnist_file",
+    "mnist_images",
+]
 
 
 @dataclass
@@ -63,7 +73,9 @@ class MNISTImagesConfig(ImageOptions):
 
     name: str = "mnist_images"
     eval_size: int = opt(1000, "images held out for evaluation", min=1, max=4999)
-    flip: bool = opt(False, "random horizontal flip in training (off: it changes a digit's identity)")
+    flip: bool = opt(
+        False, "random horizontal flip in training (off: it changes a digit's identity)"
+    )
 
     def info(self) -> DataInfo:
         return self.image_info(1, 10)
@@ -77,7 +89,9 @@ class DigitsImagesConfig(ImageOptions):
     name: str = "digits_images"
     eval_size: int = opt(297, "images held out for evaluation", min=1, max=1796)
     image_size: int = opt(8, "images are resized to image_size x image_size", min=1)
-    flip: bool = opt(False, "random horizontal flip in training (off: it changes a digit's identity)")
+    flip: bool = opt(
+        False, "random horizontal flip in training (off: it changes a digit's identity)"
+    )
     cutout: int = opt(0, "cutout square side in pixels, 0 = off", min=0)
 
     def info(self) -> DataInfo:
@@ -146,7 +160,9 @@ def fixed_split(n: int, eval_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return perm[eval_size:], perm[:eval_size]
 
 
-def _as_images(name: str, x: torch.Tensor, y: torch.Tensor, eval_size: int, options: dict[str, Any]) -> ImageDataset:
+def _as_images(
+    name: str, x: torch.Tensor, y: torch.Tensor, eval_size: int, options: dict[str, Any]
+) -> ImageDataset:
     from .loader import from_tensors  # imports torchvision: only when building
 
     tr, te = fixed_split(x.shape[0], eval_size)
@@ -164,4 +180,6 @@ def digits_images(c: DigitsImagesConfig) -> ImageDataset:
     0..255) through the augmenting image loader; ``image_size=28`` resizes them for a 28x28 model."""
     images, target = _sk_digits()
     x = torch.from_numpy(np.round(images * (255.0 / 16.0))).to(torch.uint8).unsqueeze(1)
-    return _as_images("digits_images", x, torch.from_numpy(target).long(), c.eval_size, c.loader_kwargs())
+    return _as_images(
+        "digits_images", x, torch.from_numpy(target).long(), c.eval_size, c.loader_kwargs()
+    )

@@ -165,9 +165,14 @@ class FashionMNISTConfig(ImageOptions):
     Debian's dataset-fashion-mnist package, fetched once into the data cache (offline afterwards)."""
 
     name: str = "fashion_mnist"
-    root: str | None = opt(None, "a folder with the idx files (or torchvision's FashionMNIST/raw); null = "
-                           "fetch the Debian package")
-    cache: str | None = opt(None, "the data cache; null = $GPIPE_DATA_CACHE or ~/.cache/gpipe-repro/data")
+    root: str | None = opt(
+        None,
+        "a folder with the idx files (or torchvision's FashionMNIST/raw); null = "
+        "fetch the Debian package",
+    )
+    cache: str | None = opt(
+        None, "the data cache; null = $GPIPE_DATA_CACHE or ~/.cache/gpipe-repro/data"
+    )
 
     def info(self) -> DataInfo:
         return self.image_info(1, len(CLASS_NAMES))

@@ -20,7 +20,11 @@ class SyntheticConfig:
     """Random data with the model's shapes: the default for throughput and memory runs."""
 
     name: str = "synthetic"
-    kind: str = opt("image", "image (classification), tokens (language model), pairs (translation)", choices=KINDS)
+    kind: str = opt(
+        "image",
+        "image (classification), tokens (language model), pairs (translation)",
+        choices=KINDS,
+    )
     channels: int = opt(3, "image channels", min=1)
     image_size: int = opt(32, "image height and width", min=1)
     classes: int = opt(10, "image classes", min=1)
@@ -29,7 +33,9 @@ class SyntheticConfig:
 
     def info(self) -> DataInfo:
         if self.kind == "image":
-            return DataInfo("image", (self.channels, self.image_size, self.image_size), self.classes)
+            return DataInfo(
+                "image", (self.channels, self.image_size, self.image_size), self.classes
+            )
         return DataInfo("tokens" if self.kind == "tokens" else "pairs", (self.seq_len,), self.vocab)
 
 
@@ -39,10 +45,14 @@ class SyntheticImages(Dataset):
     def __init__(self, channels: int, image_size: int, classes: int) -> None:
         self.info = DataInfo("image", (channels, image_size, image_size), classes)
 
-    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def train_batch(
+        self, step: int, batch_size: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        return (torch.randn(batch_size, *self.info.shape, generator=g),
-                torch.randint(0, self.info.classes, (batch_size,), generator=g))
+        return (
+            torch.randn(batch_size, *self.info.shape, generator=g),
+            torch.randint(0, self.info.classes, (batch_size,), generator=g),
+        )
 
 
 class SyntheticTokens(Dataset):
@@ -53,7 +63,9 @@ class SyntheticTokens(Dataset):
     def __init__(self, seq_len: int, vocab: int) -> None:
         self.info = DataInfo("tokens", (seq_len,), vocab)
 
-    def train_batch(self, step: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def train_batch(
+        self, step: int, batch_size: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         seq = torch.randint(0, self.info.classes, (batch_size, self.info.shape[0] + 1), generator=g)
         return seq[:, :-1], seq[:, 1:]

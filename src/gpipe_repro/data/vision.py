@@ -73,7 +73,9 @@ class VisionConfig(ImageOptions):
     gpipe-run data=cifar10 data.root=/path/to/datasets (or set GPIPE_DATA_ROOT)."""
 
     name: str = "cifar10"
-    root: str | None = opt("${oc.env:GPIPE_DATA_ROOT,null}", "folder holding the dataset's torchvision layout")
+    root: str | None = opt(
+        "${oc.env:GPIPE_DATA_ROOT,null}", "folder holding the dataset's torchvision layout"
+    )
     image_size: int = opt(32, "images are resized to image_size x image_size", min=8)
     cutout: int = opt(0, "cutout square side in pixels, 0 = off (DeVries & Taylor 2017)", min=0)
 
@@ -83,18 +85,25 @@ class VisionConfig(ImageOptions):
     def check(self) -> None:
         """What can be said without reading the files: is there a root, and the set's folder in it."""
         if not self.root:
-            raise UserError(f"data.root is not set; {self.name} is read from a local folder: "
-                            "data.root=/path/to/datasets")
+            raise UserError(
+                f"data.root is not set; {self.name} is read from a local folder: "
+                "data.root=/path/to/datasets"
+            )
         _, sub, _, url = VISION_SETS[self.name]
         path = Path(self.root).expanduser() / sub
         if not path.exists():
-            raise UserError(f"data.root={self.root!r}: {self.name} not found; expected {path} (get it from {url})")
+            raise UserError(
+                f"data.root={self.root!r}: {self.name} not found; expected {path} (get it from {url})"
+            )
 
 
 # One config class per set: the option's name is its default.
 VISION_CONFIGS: dict[str, type] = {
-    name: make_dataclass(f"{name.title().replace('_', '')}Config", [("name", str, field(default=name))],
-                         bases=(VisionConfig,))
+    name: make_dataclass(
+        f"{name.title().replace('_', '')}Config",
+        [("name", str, field(default=name))],
+        bases=(VisionConfig,),
+    )
     for name in VISION_SETS
 }
 

@@ -40,8 +40,16 @@ def recomputing() -> Iterator[None]:
 class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
     """BatchNorm whose running statistics advance once per mini-batch."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self._stats: list[tuple[float, torch.Tensor, torch.Tensor]] = []
 
@@ -52,8 +60,16 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
         if not self.training or not self.track_running_stats:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                not self.track_running_stats or self.training, 0.0, self.eps)
+            return F.batch_norm(
+                x,
+                self.running_mean,
+                self.running_var,
+                self.weight,
+                self.bias,
+                not self.track_running_stats or self.training,
+                0.0,
+                self.eps,
+            )
         if not _RECOMPUTING[0]:
             with torch.no_grad():
                 dims = [0] + list(range(2, x.dim()))
@@ -81,8 +97,13 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
         self._stats.clear()
         if group is not None and dist.get_world_size(group) > 1:
             # Sum (count, sum, sum of squares about zero) over the replicas.
-            buf = torch.cat([torch.tensor([n], dtype=mean.dtype, device=mean.device),
-                             mean * n, m2 + mean**2 * n])
+            buf = torch.cat(
+                [
+                    torch.tensor([n], dtype=mean.dtype, device=mean.device),
+                    mean * n,
+                    m2 + mean**2 * n,
+                ]
+            )
             dist.all_reduce(buf, group=group)
             n = float(buf[0].item())
             C = mean.numel()
@@ -98,14 +119,23 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
         else:
             factor = self.momentum
         self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
-        self.running_var.mul_(1 - factor).add_(var_unbiased.to(self.running_var.dtype), alpha=factor)
+        self.running_var.mul_(1 - factor).add_(
+            var_unbiased.to(self.running_var.dtype), alpha=factor
+        )
 
 
 def convert_batchnorm(module: nn.Module) -> nn.Module:
     """Replace every ``nn.BatchNorm{1,2,3}d`` in ``module`` by a ``MicroBatchNorm`` sharing its state."""
-    if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(module, MicroBatchNorm):
-        new = MicroBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
-                             module.track_running_stats)
+    if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
+        module, MicroBatchNorm
+    ):
+        new = MicroBatchNorm(
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+        )
         if module.affine:
             new.weight = module.weight
             new.bias = module.bias

@@ -21,7 +21,14 @@ import torch
 
 from .errors import ArgumentError
 
-__all__ = ["CheckpointMode", "CHECKPOINT_MODES", "RngState", "save_rng", "restored_rng", "uses_remat"]
+__all__ = [
+    "CheckpointMode",
+    "CHECKPOINT_MODES",
+    "RngState",
+    "save_rng",
+    "restored_rng",
+    "uses_remat",
+]
 
 CheckpointMode = Literal["never", "except_last", "always"]
 CHECKPOINT_MODES: tuple[str, ...] = ("never", "except_last", "always")
@@ -34,7 +41,9 @@ def uses_remat(mode: str, mb: int, M: int) -> bool:
     keeping its activations costs one micro-batch and saves one recompute.
     """
     if mode not in CHECKPOINT_MODES:
-        raise ArgumentError("checkpoint", mode, f"is unknown; allowed: {', '.join(CHECKPOINT_MODES)}")
+        raise ArgumentError(
+            "checkpoint", mode, f"is unknown; allowed: {', '.join(CHECKPOINT_MODES)}"
+        )
     return mode == "always" or (mode == "except_last" and mb != M - 1)
 
 

@@ -21,8 +21,18 @@ import torch.distributed as dist
 __all__ = ["TensorMeta", "describe", "send_meta", "recv_meta", "isend", "irecv", "META_LEN"]
 
 META_LEN = 64
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-           torch.int16, torch.int8, torch.uint8, torch.bool]
+_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,9 @@ def _decode(t: torch.Tensor) -> tuple[list[TensorMeta], bool]:
     return out, is_tuple
 
 
-def send_meta(metas: Sequence[TensorMeta], is_tuple: bool, dst: int, device: torch.device) -> dist.Work | None:
+def send_meta(
+    metas: Sequence[TensorMeta], is_tuple: bool, dst: int, device: torch.device
+) -> dist.Work | None:
     return dist.isend(_encode(metas, is_tuple).to(device), dst)
 
 
@@ -77,7 +89,9 @@ def isend(tensors: Sequence[torch.Tensor], dst: int) -> list[dist.Work]:
     return works
 
 
-def irecv(metas: Sequence[TensorMeta], src: int, device: torch.device) -> tuple[list[torch.Tensor], list[dist.Work]]:
+def irecv(
+    metas: Sequence[TensorMeta], src: int, device: torch.device
+) -> tuple[list[torch.Tensor], list[dist.Work]]:
     bufs = [torch.empty(m.shape, dtype=m.dtype, device=device) for m in metas]
     works = []
     for b in bufs:

@@ -39,7 +39,9 @@ def _backward(y: Batch) -> None:
         torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
 
 
-def layer_costs(layers: Sequence[nn.Module], sample: Batch | None, kind: str, repeats: int = 2) -> list[float]:
+def layer_costs(
+    layers: Sequence[nn.Module], sample: Batch | None, kind: str, repeats: int = 2
+) -> list[float]:
     """Cost of each layer; ``sample`` is one micro-batch of model input (meta tensors allowed for
     ``flops``). Layers are not modified (timing runs on copies)."""
     if kind == "params":

@@ -96,12 +96,35 @@ def chrome_trace(events: Sequence[Event]) -> dict[str, Any]:
     for e in events:
         if (e.replica, e.stage) not in seen:
             seen.add((e.replica, e.stage))
-            out.append({"ph": "M", "name": "thread_name", "pid": e.replica, "tid": e.stage,
-                        "args": {"name": f"stage {e.stage}"}})
-            out.append({"ph": "M", "name": "process_name", "pid": e.replica, "tid": e.stage,
-                        "args": {"name": f"replica {e.replica}"}})
+            out.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": e.replica,
+                    "tid": e.stage,
+                    "args": {"name": f"stage {e.stage}"},
+                }
+            )
+            out.append(
+                {
+                    "ph": "M",
+                    "name": "process_name",
+                    "pid": e.replica,
+                    "tid": e.stage,
+                    "args": {"name": f"replica {e.replica}"},
+                }
+            )
         name = e.action if e.mb < 0 else f"{e.action} {e.mb}"
-        out.append({"ph": "X", "name": name, "cat": e.action, "pid": e.replica, "tid": e.stage,
-                    "ts": (e.start - t0) * 1e6, "dur": max(0.0, (e.end - e.start) * 1e6),
-                    "args": {"step": e.step, "micro_batch": e.mb}})
+        out.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": e.action,
+                "pid": e.replica,
+                "tid": e.stage,
+                "ts": (e.start - t0) * 1e6,
+                "dur": max(0.0, (e.end - e.start) * 1e6),
+                "args": {"step": e.step, "micro_batch": e.mb},
+            }
+        )
     return {"traceEvents": out, "displayTimeUnit": "ms"}

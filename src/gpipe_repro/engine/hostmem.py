@@ -44,7 +44,9 @@ _applied: str | None = None
 
 def check_host_memory(mode: str) -> None:
     if mode not in HOST_MEMORY_MODES:
-        raise ArgumentError("host_memory", mode, f"is invalid; allowed: {', '.join(HOST_MEMORY_MODES)}")
+        raise ArgumentError(
+            "host_memory", mode, f"is invalid; allowed: {', '.join(HOST_MEMORY_MODES)}"
+        )
 
 
 def apply_host_memory(mode: str) -> str:

@@ -22,8 +22,15 @@ __all__ = ["RankError", "launch", "is_secondary"]
 
 SECONDARY_DELAY_S = 3.0
 # Failures that echo another rank's failure rather than cause one.
-_SECONDARY = ("DistBackendError", "DistNetworkError", "DistError", "Connection closed by peer",
-              "Connection reset by peer", "SIGTERM", "Signals.SIGTERM")
+_SECONDARY = (
+    "DistBackendError",
+    "DistNetworkError",
+    "DistError",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "SIGTERM",
+    "Signals.SIGTERM",
+)
 
 
 class RankError(RuntimeError):
@@ -106,8 +113,16 @@ def _root_message(err: BaseException) -> tuple[int, str]:
     return rank, _split_failure(failure)[1]
 
 
-def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *, threads: int | None = None,
-           monitor_interval: float = 0.1, log_dir: str | None = None, handle_signals: bool = True) -> list[Any]:
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...] = (),
+    *,
+    threads: int | None = None,
+    monitor_interval: float = 0.1,
+    log_dir: str | None = None,
+    handle_signals: bool = True,
+) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` local ranks; return their results in rank order.
 
     ``fn`` must be importable (a module-level function) and should call ``init_topology``. Raises
@@ -120,9 +135,15 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), 
 
     os.environ.setdefault("OMP_NUM_THREADS", str(threads or 1))
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=f"gpipe-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
-        monitor_interval=monitor_interval, start_method="spawn",
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=f"gpipe-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+        monitor_interval=monitor_interval,
+        start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
         signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT" if handle_signals else "SIGHUP,SIGQUIT",
     )
@@ -132,8 +153,11 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), 
     for q in quiet:
         q.setLevel(logging.CRITICAL)
     # The agent installs its own handlers for these signals and leaves them installed: restore ours after.
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} \
-        if threading.current_thread() is threading.main_thread() else {}
+    handlers = (
+        {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        if threading.current_thread() is threading.main_thread()
+        else {}
+    )
     try:
         results = elastic_launch(config, _entry)(fn, args, threads)
     except Exception as err:  # ChildFailedError and rendezvous errors

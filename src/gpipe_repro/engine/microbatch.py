@@ -35,7 +35,9 @@ def check_micro_batches(N: int, M: int) -> None:
         raise ArgumentError("M", M, f"exceeds the mini-batch of {N}; allowed: 1..{N}")
     if N % M:
         raise ArgumentError(
-            "M", M, f"does not divide the mini-batch of {N}; allowed: a divisor of {N} (the split must be even)"
+            "M",
+            M,
+            f"does not divide the mini-batch of {N}; allowed: a divisor of {N} (the split must be even)",
         )
 
 

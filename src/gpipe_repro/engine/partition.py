@@ -28,9 +28,13 @@ def check_balance(balance: Sequence[int], num_layers: int) -> list[int]:
     if not bal:
         raise PartitionError("balance", bal, "is empty; give the number of layers of each cell")
     if any(b < 1 for b in bal):
-        raise PartitionError("balance", bal, f"has a cell with {min(bal)} layers; every cell needs at least 1")
+        raise PartitionError(
+            "balance", bal, f"has a cell with {min(bal)} layers; every cell needs at least 1"
+        )
     if sum(bal) != num_layers:
-        raise PartitionError("balance", bal, f"sums to {sum(bal)} but the model has {num_layers} layers")
+        raise PartitionError(
+            "balance", bal, f"sums to {sum(bal)} but the model has {num_layers} layers"
+        )
     return bal
 
 
@@ -39,7 +43,9 @@ def check_k(K: int, num_layers: int) -> None:
     if K < 1:
         raise PartitionError("K", K, "is invalid; allowed: an integer >= 1")
     if K > num_layers:
-        raise PartitionError("K", K, f"exceeds the model's {num_layers} layers; allowed: 1..{num_layers}")
+        raise PartitionError(
+            "K", K, f"exceeds the model's {num_layers} layers; allowed: 1..{num_layers}"
+        )
 
 
 def cell_costs(costs: Sequence[float], balance: Sequence[int]) -> list[float]:
@@ -85,7 +91,7 @@ def _bisect_partition(prefix: np.ndarray, K: int) -> list[int]:
     assert cells is not None
     while len(cells) < K:  # split the longest cell: the bottleneck cannot grow
         i = max(range(len(cells)), key=lambda k: cells[k])
-        cells[i:i + 1] = [cells[i] - cells[i] // 2, cells[i] // 2]
+        cells[i : i + 1] = [cells[i] - cells[i] // 2, cells[i] // 2]
     return cells
 
 

@@ -136,14 +136,20 @@ class Pipeline:
         self.last_backward = max(i for i, a in enumerate(self.actions) if a.kind == "B")
         self.device = topology.device
         # CPU activations are host memory: keep freed blocks for the next step (see hostmem).
-        self.host_memory = apply_host_memory(host_memory) if self.device.type == "cpu" else "system (not a CPU rank)"
+        self.host_memory = (
+            apply_host_memory(host_memory)
+            if self.device.type == "cpu"
+            else "system (not a CPU rank)"
+        )
         dtype = compute_dtype(precision) if precision != "fp32" else None
         self.cell = convert_batchnorm(Cell(layers, dtype)).to(self.device)
         self.module: nn.Module = self.cell
         self.ddp: DistributedDataParallel | None = None
         if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
             self.ddp = DistributedDataParallel(
-                self.cell, process_group=topology.dp_group, **_NO_BUFFER_SYNC,
+                self.cell,
+                process_group=topology.dp_group,
+                **_NO_BUFFER_SYNC,
                 bucket_cap_mb=bucket_cap_mb,
                 device_ids=[self.device] if self.device.type == "cuda" else None,
             )
@@ -171,7 +177,11 @@ class Pipeline:
         self.cell.train()
         self._xs = split(_to(inputs, self.device), M) if topo.is_first else None
         if topo.is_last:
-            self._ts = split(_to(targets, self.device), M) if torch.is_tensor(targets) or isinstance(targets, tuple) else [targets] * M
+            self._ts = (
+                split(_to(targets, self.device), M)
+                if torch.is_tensor(targets) or isinstance(targets, tuple)
+                else [targets] * M
+            )
         self._state: dict[int, tuple] = {}
         self._posted: dict[tuple[str, int], tuple[list[torch.Tensor], list]] = {}
         self._sends: list = []
@@ -228,7 +238,11 @@ class Pipeline:
                     outs.append(y)
                 else:
                     ys = as_tuple(y)
-                    sends.append(comm.send_meta(comm.describe(ys), isinstance(y, tuple), topo.next_rank, self.device))
+                    sends.append(
+                        comm.send_meta(
+                            comm.describe(ys), isinstance(y, tuple), topo.next_rank, self.device
+                        )
+                    )
                     sends += comm.isend(ys, topo.next_rank)
             for w in sends:
                 if w is not None:
@@ -310,7 +324,9 @@ class Pipeline:
             ys = as_tuple(y)
             if self._out_meta is None:
                 self._out_meta = comm.describe(ys)
-                w = comm.send_meta(self._out_meta, isinstance(y, tuple), topo.next_rank, self.device)
+                w = comm.send_meta(
+                    self._out_meta, isinstance(y, tuple), topo.next_rank, self.device
+                )
                 if w is not None:
                     self._sends.append(w)
             with rec.span("send", m):
@@ -333,8 +349,11 @@ class Pipeline:
             outs, grads = [loss * scale if scale != 1 else loss], None
         else:
             g = self._take(("B", m))
-            pairs = [(o, gi) for o, gi in zip([t for t in as_tuple(y) if t.is_floating_point()], g)
-                     if o.requires_grad]
+            pairs = [
+                (o, gi)
+                for o, gi in zip([t for t in as_tuple(y) if t.is_floating_point()], g)
+                if o.requires_grad
+            ]
             outs, grads = [p[0] for p in pairs], [p[1] for p in pairs]
         if last_backward and self.ddp is not None:
             # All forwards ran under no_sync; arm DDP's reducer for exactly this backward, so its
@@ -344,10 +363,12 @@ class Pipeline:
             if outs:
                 torch.autograd.backward(outs, grads)
         if not topo.is_first:
-            gx = [t.grad if t.grad is not None else torch.zeros_like(t)
-                  for t in as_tuple(x) if t.is_floating_point()]
+            gx = [
+                t.grad if t.grad is not None else torch.zeros_like(t)
+                for t in as_tuple(x)
+                if t.is_floating_point()
+            ]
             with rec.span("send", m):
                 self._sends += comm.isend(gx, topo.prev_rank)
         if meter is not None:
             meter.release(m)
-

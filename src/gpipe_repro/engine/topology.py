@@ -69,7 +69,9 @@ def single_process(device: torch.device | str = "cpu") -> Topology:
     return Topology(K=1, replicas=1, rank=0, device=torch.device(device))
 
 
-def init_topology(K: int, replicas: int = 1, device: str = "cpu", timeout_s: float = 120.0) -> Topology:
+def init_topology(
+    K: int, replicas: int = 1, device: str = "cpu", timeout_s: float = 120.0
+) -> Topology:
     """Join the process group described by the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...).
 
     Works the same under ``gpipe_repro.engine.launch``, ``torchrun`` and SLURM (the caller exports

@@ -17,8 +17,18 @@ from typing import Any
 from ..engine.precision import PRECISIONS
 from ..options import opt
 
-__all__ = ["STATUSES", "SOURCES", "StageMetrics", "EvalMetrics", "EnvInfo", "ModelInfo", "PipelineInfo",
-           "RunMetrics", "load_metrics", "to_json"]
+__all__ = [
+    "STATUSES",
+    "SOURCES",
+    "StageMetrics",
+    "EvalMetrics",
+    "EnvInfo",
+    "ModelInfo",
+    "PipelineInfo",
+    "RunMetrics",
+    "load_metrics",
+    "to_json",
+]
 
 STATUSES = ("ok", "failed", "interrupted", "diverged")
 SOURCES = ("measured", "simulated")
@@ -36,9 +46,14 @@ class StageMetrics:
     param_bytes: int = opt(0, "bytes of the cell's parameters")
     grad_bytes: int = opt(0, "bytes of their gradients")
     optimizer_bytes: int = opt(0, "bytes of the optimiser's state for them")
-    activation_bytes: int = opt(0, "peak bytes saved for backward plus boundary buffers, over a step")
-    peak_memory_bytes: int = opt(0, "the stage's peak memory: the CUDA allocator's peak where there is one, "
-                                 "else accounted_memory_bytes")
+    activation_bytes: int = opt(
+        0, "peak bytes saved for backward plus boundary buffers, over a step"
+    )
+    peak_memory_bytes: int = opt(
+        0,
+        "the stage's peak memory: the CUDA allocator's peak where there is one, "
+        "else accounted_memory_bytes",
+    )
     accounted_memory_bytes: int = opt(0, "param + grad + optimizer + activation bytes")
     memory_source: str = opt("accounted", "what peak_memory_bytes is", choices=MEMORY_SOURCES)
     busy_s: float = opt(0.0, "median seconds per step computing (forward, backward, recompute)")
@@ -54,8 +69,10 @@ class EvalMetrics:
     bleu: float | None = opt(None, "corpus BLEU (translation)")
     bleu_signature: str | None = opt(None, "sacrebleu's signature of the BLEU score")
     by_language: dict[str, dict[str, Any]] | None = opt(
-        None, "many->English (data.corpora): per source language its bleu, nll, sentences and labels "
-        "(corpus, synthetic, resource high|low, train_pairs, copies)")
+        None,
+        "many->English (data.corpora): per source language its bleu, nll, sentences and labels "
+        "(corpus, synthetic, resource high|low, train_pairs, copies)",
+    )
 
 
 @dataclass
@@ -66,7 +83,9 @@ class EnvInfo:
     python: str = opt("", "Python version")
     host: str = opt("", "host name")
     git_commit: str | None = opt(None, "the project's commit")
-    device_names: list[str] = opt([], "the devices the ranks ran on (CPU model or CUDA device names)")
+    device_names: list[str] = opt(
+        [], "the devices the ranks ran on (CPU model or CUDA device names)"
+    )
     threads_per_rank: int | None = opt(None, "torch intra-op threads per rank")
     host_memory: list[str] = opt([], "each rank's host allocator setting in effect")
     launcher: str = opt("local", "local, torchrun, submitit or sim")
@@ -85,7 +104,9 @@ class PipelineInfo:
     M: int = opt(1, "micro-batches")
     checkpoint: str = opt("except_last", "rematerialisation mode")
     schedule: str = opt("gpipe", "schedule")
-    balance: list[int] | None = opt(None, "layers per stage as run (null when the run failed before partitioning)")
+    balance: list[int] | None = opt(
+        None, "layers per stage as run (null when the run failed before partitioning)"
+    )
     balance_by: str = opt("params", "the per-layer cost the partition balanced")
     replicas: int = opt(1, "data-parallel replicas")
 
@@ -94,35 +115,54 @@ class PipelineInfo:
 class RunMetrics:
     """One run (one Hydra job). Written also when the run fails or is interrupted."""
 
-    status: str = opt("ok", "ok, failed, interrupted (SIGINT/SIGTERM; what was measured so far is kept) "
-                      "or diverged (the loss became non-finite or exploded)", choices=STATUSES)
+    status: str = opt(
+        "ok",
+        "ok, failed, interrupted (SIGINT/SIGTERM; what was measured so far is kept) "
+        "or diverged (the loss became non-finite or exploded)",
+        choices=STATUSES,
+    )
     source: str = opt("measured", "measured by the engine, or simulated", choices=SOURCES)
     error: str | None = opt(None, "one-line message when status is not ok")
     model: ModelInfo | None = opt(None, "the model")
     data: dict[str, Any] | None = opt(None, "the dataset's options")
     pipeline: PipelineInfo | None = opt(None, "the pipeline as run")
     optim: dict[str, Any] | None = opt(None, "the optimiser's options")
-    batch_size: int | None = opt(None, "the mini-batch N (as run: after train.batch_mode=fit chose it)")
-    batch_mode: str = opt("fixed", "fixed (train.batch_size as given) or fit (the largest batch that fits "
-                          "the device memory at this K)")
+    batch_size: int | None = opt(
+        None, "the mini-batch N (as run: after train.batch_mode=fit chose it)"
+    )
+    batch_mode: str = opt(
+        "fixed",
+        "fixed (train.batch_size as given) or fit (the largest batch that fits "
+        "the device memory at this K)",
+    )
     steps: int | None = opt(None, "optimiser steps asked for")
     warmup_steps: int | None = opt(None, "steps excluded from step_time_s")
     seed: int | None = opt(None, "the run's seed")
-    precision: str = opt("fp32", "train.precision: fp32, or bf16 (autocast, fp32 master weights; "
-                         "activations and boundary transfers in bf16)", choices=PRECISIONS)
+    precision: str = opt(
+        "fp32",
+        "train.precision: fp32, or bf16 (autocast, fp32 master weights; "
+        "activations and boundary transfers in bf16)",
+        choices=PRECISIONS,
+    )
     device: str | None = opt(None, "cpu or cuda")
     world_size: int | None = opt(None, "ranks: K * replicas")
     experiment: str | None = opt(None, "the experiment (conf/experiment/<name>.yaml)")
-    losses: list[float | None] = opt([], "the loss of every optimiser step run, full precision "
-                                     "(null where it was not finite)")
-    step_time_s: float | None = opt(None, "median step time over the timed steps (slowest rank per step)")
+    losses: list[float | None] = opt(
+        [], "the loss of every optimiser step run, full precision (null where it was not finite)"
+    )
+    step_time_s: float | None = opt(
+        None, "median step time over the timed steps (slowest rank per step)"
+    )
     step_times_s: list[float] = opt([], "every step's time (slowest rank)")
     throughput: float | None = opt(None, "samples per second, from step_time_s")
     tokens_per_s: float | None = opt(None, "tokens per second (sequence models)")
     bubble_fraction: float | None = opt(None, "measured share of stage time idle inside a step")
     bubble_ideal: float | None = opt(None, "(K-1)/(M+K-1), GPipe §2.3")
-    predicted_step_time_s: float | None = opt(None, "train.predict: the step time the simulator predicts for "
-                                              "this run on this device's measured costs (simulated)")
+    predicted_step_time_s: float | None = opt(
+        None,
+        "train.predict: the step time the simulator predicts for "
+        "this run on this device's measured costs (simulated)",
+    )
     predicted_throughput: float | None = opt(None, "samples per second from predicted_step_time_s")
     stages: list[StageMetrics] = opt([], "one per stage")
     layer_costs: list[float] = opt([], "the per-layer costs the partition used")
@@ -151,8 +191,13 @@ def _build(cls: Any, d: Any) -> Any:
             continue
         v = d[f.name]
         t = str(f.type)
-        sub = {"StageMetrics": StageMetrics, "EvalMetrics": EvalMetrics, "EnvInfo": EnvInfo,
-               "ModelInfo": ModelInfo, "PipelineInfo": PipelineInfo}
+        sub = {
+            "StageMetrics": StageMetrics,
+            "EvalMetrics": EvalMetrics,
+            "EnvInfo": EnvInfo,
+            "ModelInfo": ModelInfo,
+            "PipelineInfo": PipelineInfo,
+        }
         for name, c in sub.items():
             if t.startswith(name):
                 v = _build(c, v)
@@ -161,7 +206,9 @@ def _build(cls: Any, d: Any) -> Any:
         kw[f.name] = v
     unknown = set(d) - {f.name for f in fields(cls)}
     if unknown:
-        raise ValueError(f"unknown {getattr(cls, '__name__', cls)} keys: {', '.join(sorted(unknown))}")
+        raise ValueError(
+            f"unknown {getattr(cls, '__name__', cls)} keys: {', '.join(sorted(unknown))}"
+        )
     return cls(**kw)
 
 

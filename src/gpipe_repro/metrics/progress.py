@@ -62,7 +62,9 @@ def read_progress(path: Path) -> list[StepRecord]:
 class Follower:
     """Calls ``on_record`` for each new line of ``path`` from a background thread, until ``stop``."""
 
-    def __init__(self, path: Path, on_record: Callable[[StepRecord], Any], interval_s: float = 0.2) -> None:
+    def __init__(
+        self, path: Path, on_record: Callable[[StepRecord], Any], interval_s: float = 0.2
+    ) -> None:
         self.path, self.on_record, self.interval_s = path, on_record, interval_s
         self._seen = 0
         self._stop = threading.Event()
@@ -77,7 +79,7 @@ class Follower:
 
     def _poll(self) -> None:
         recs = read_progress(self.path)
-        for rec in recs[self._seen:]:
+        for rec in recs[self._seen :]:
             try:
                 self.on_record(rec)
             except Exception:  # noqa: BLE001 - a logging failure must never stop the run

@@ -58,18 +58,29 @@ def _object(cls: Any, defs: dict[str, Any]) -> dict[str, Any]:
             s = {**s, "description": f.metadata["doc"]}
         props[f.name] = s
     required = [f.name for f in fields(cls)]
-    return {"type": "object", "description": (cls.__doc__ or "").strip(), "properties": props,
-            "required": required, "additionalProperties": False}
+    return {
+        "type": "object",
+        "description": (cls.__doc__ or "").strip(),
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 def json_schema() -> dict[str, Any]:
     defs: dict[str, Any] = {}
     root = _object(RunMetrics, defs)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "gpipe-repro metrics.json",
-            **root, "$defs": defs}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "gpipe-repro metrics.json",
+        **root,
+        "$defs": defs,
+    }
 
 
-def validate(doc: Any, schema: dict[str, Any], root: dict[str, Any] | None = None, path: str = "$") -> None:
+def validate(
+    doc: Any, schema: dict[str, Any], root: dict[str, Any] | None = None, path: str = "$"
+) -> None:
     """Raise ValueError at the first place ``doc`` breaks ``schema`` (the generated subset)."""
     root = root or schema
     if "$ref" in schema:
@@ -87,11 +98,15 @@ def validate(doc: Any, schema: dict[str, Any], root: dict[str, Any] | None = Non
     types = schema.get("type")
     if types is not None:
         names = types if isinstance(types, list) else [types]
-        checks = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-                  "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-                  "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-                  "null": lambda v: v is None, "array": lambda v: isinstance(v, list),
-                  "object": lambda v: isinstance(v, dict)}
+        checks = {
+            "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+            "string": lambda v: isinstance(v, str),
+            "boolean": lambda v: isinstance(v, bool),
+            "null": lambda v: v is None,
+            "array": lambda v: isinstance(v, list),
+            "object": lambda v: isinstance(v, dict),
+        }
         if not any(checks[n](doc) for n in names):
             raise ValueError(f"{path}: {doc!r} is not of type {types}")
     if "enum" in schema and doc is not None and doc not in schema["enum"]:
@@ -124,18 +139,30 @@ def _type_name(t: Any) -> str:
 
 
 def markdown() -> str:
-    lines = ["# `metrics.json`", "",
-             "Generated from `src/gpipe_repro/metrics/contract.py` by "
-             "`python -m gpipe_repro.metrics.schema --out docs` (JSON Schema: `metrics.schema.json`). "
-             "Every run writes one, also when it fails or is interrupted; `trace.json` (Chrome trace) and "
-             "`timeline.png` lie beside it.", ""]
+    lines = [
+        "# `metrics.json`",
+        "",
+        "Generated from `src/gpipe_repro/metrics/contract.py` by "
+        "`python -m gpipe_repro.metrics.schema --out docs` (JSON Schema: `metrics.schema.json`). "
+        "Every run writes one, also when it fails or is interrupted; `trace.json` (Chrome trace) and "
+        "`timeline.png` lie beside it.",
+        "",
+    ]
     seen: list[Any] = []
 
     def section(cls: Any) -> None:
         seen.append(cls)
         hints = typing.get_type_hints(cls)
-        lines.extend([f"## {cls.__name__}", "", (cls.__doc__ or "").strip(), "",
-                      "| key | type | meaning |", "|---|---|---|"])
+        lines.extend(
+            [
+                f"## {cls.__name__}",
+                "",
+                (cls.__doc__ or "").strip(),
+                "",
+                "| key | type | meaning |",
+                "|---|---|---|",
+            ]
+        )
         nested = []
         for f in fields(cls):
             doc = f.metadata.get("doc", "")
@@ -172,4 +199,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

@@ -39,7 +39,9 @@ class RankResult:
     cuda_peak_bytes: int | None
     losses: list[float]  # every step's, including those before a resume
     step_times: list[float]  # the steps this process ran
-    samples: list[int]  # per step run: samples (sentences) in the global mini-batch (last stage; else [])
+    samples: list[
+        int
+    ]  # per step run: samples (sentences) in the global mini-batch (last stage; else [])
     tokens: list[int]  # per step run: target tokens in it (sequence models; else [])
     first_step: int  # the step this process started at (> 0 after a resume)
     stopped: bool  # stopped early by SIGINT/SIGTERM (after a completed step)
@@ -51,28 +53,34 @@ class RankResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-
 def timed_from(spec: RunConfig, start: int) -> int:
     """The first of this process's steps whose time counts: after the warm-up, or after the first
     step of a resumed run (its shape handshake and cold caches)."""
     return spec.train.timed_from if start == 0 else min(spec.train.timed_from, 1)
 
 
-
-
 def git_commit() -> str | None:
     try:
         root = Path(__file__).resolve().parents[3]
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
 
 
 def env_info(results: Sequence[RankResult] = (), launcher: str = "local") -> EnvInfo:
-    env = EnvInfo(torch=torch.__version__, python=platform.python_version(), host=platform.node(),
-                  git_commit=git_commit(), launcher=launcher)
+    env = EnvInfo(
+        torch=torch.__version__,
+        python=platform.python_version(),
+        host=platform.node(),
+        git_commit=git_commit(),
+        launcher=launcher,
+    )
     if results:
         env.device_names = sorted({r.device_name for r in results})
         env.threads_per_rank = results[0].threads
@@ -86,7 +94,9 @@ def _options(cfg: Any) -> dict[str, Any]:
     return d
 
 
-def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, launcher: str = "local") -> RunMetrics:
+def base_metrics(
+    spec: RunConfig, status: str = "ok", error: str | None = None, launcher: str = "local"
+) -> RunMetrics:
     """What is known of a run before it runs: its configuration."""
     p = spec.pipeline
     simulated = spec.backend == "sim"
@@ -94,22 +104,36 @@ def base_metrics(spec: RunConfig, status: str = "ok", error: str | None = None, 
     return RunMetrics(
         source="simulated" if simulated else "measured",
         hardware={"name": hw.get("name", "measured")} if simulated else None,
-        status=status, error=error,
+        status=status,
+        error=error,
         model=ModelInfo(name=spec.model.name, config=_options(spec.model)),
         data={"name": spec.data.name, **_options(spec.data)},
-        pipeline=PipelineInfo(K=p.K, M=p.M, checkpoint=p.checkpoint, schedule=p.schedule,
-                              balance=list(p.balance) if p.balance else None, balance_by=p.balance_by,
-                              replicas=p.replicas),
+        pipeline=PipelineInfo(
+            K=p.K,
+            M=p.M,
+            checkpoint=p.checkpoint,
+            schedule=p.schedule,
+            balance=list(p.balance) if p.balance else None,
+            balance_by=p.balance_by,
+            replicas=p.replicas,
+        ),
         optim={"name": spec.optim.name, **_options(spec.optim)},
-        batch_size=spec.train.batch_size, batch_mode=spec.train.batch_mode, steps=spec.train.steps,
-        warmup_steps=spec.train.timed_from, seed=spec.seed, precision=spec.train.precision,
+        batch_size=spec.train.batch_size,
+        batch_mode=spec.train.batch_mode,
+        steps=spec.train.steps,
+        warmup_steps=spec.train.timed_from,
+        seed=spec.seed,
+        precision=spec.train.precision,
         device="cuda" if spec.device.startswith("cuda") else "cpu",
-        world_size=spec.world_size, experiment=spec.experiment_name, env=env_info(launcher=launcher),
+        world_size=spec.world_size,
+        experiment=spec.experiment_name,
+        env=env_info(launcher=launcher),
     )
 
 
-def summarize(spec: RunConfig, results: Sequence[RankResult],
-              launcher: str = "local") -> tuple[RunMetrics, list[Event]]:
+def summarize(
+    spec: RunConfig, results: Sequence[RankResult], launcher: str = "local"
+) -> tuple[RunMetrics, list[Event]]:
     """metrics.json content and the events of the steps kept for trace.json."""
     K = spec.pipeline.K
     results = sorted(results, key=lambda r: r.rank)
@@ -125,27 +149,41 @@ def summarize(spec: RunConfig, results: Sequence[RankResult],
     steps = sorted({e.step for e in events if e.step >= W})
     bubbles, busy_per_stage = [], []
     for s in steps:
-        _, bubble, busy = measured_bubble([e for e in events if e.step == s and e.action != "step"], K)
+        _, bubble, busy = measured_bubble(
+            [e for e in events if e.step == s and e.action != "step"], K
+        )
         bubbles.append(bubble)
         busy_per_stage.append(busy)
     stages = []
     for r in rep0:
         accounted = r.param_bytes + r.grad_bytes + r.optimizer_bytes + r.activation_bytes
-        stages.append(StageMetrics(
-            stage=r.stage, layers=r.balance[r.stage], layer_names=r.layer_names, param_count=r.param_count,
-            param_bytes=r.param_bytes, grad_bytes=r.grad_bytes, optimizer_bytes=r.optimizer_bytes,
-            activation_bytes=r.activation_bytes,
-            peak_memory_bytes=r.cuda_peak_bytes if r.cuda_peak_bytes is not None else accounted,
-            accounted_memory_bytes=accounted,
-            memory_source="cuda_allocator" if r.cuda_peak_bytes is not None else "accounted",
-            busy_s=statistics.median([b[r.stage] for b in busy_per_stage]) if busy_per_stage else 0.0,
-        ))
+        stages.append(
+            StageMetrics(
+                stage=r.stage,
+                layers=r.balance[r.stage],
+                layer_names=r.layer_names,
+                param_count=r.param_count,
+                param_bytes=r.param_bytes,
+                grad_bytes=r.grad_bytes,
+                optimizer_bytes=r.optimizer_bytes,
+                activation_bytes=r.activation_bytes,
+                peak_memory_bytes=r.cuda_peak_bytes if r.cuda_peak_bytes is not None else accounted,
+                accounted_memory_bytes=accounted,
+                memory_source="cuda_allocator" if r.cuda_peak_bytes is not None else "accounted",
+                busy_s=statistics.median([b[r.stage] for b in busy_per_stage])
+                if busy_per_stage
+                else 0.0,
+            )
+        )
     ev = next((r.eval for r in lasts if r.replica == 0), None)
     m = base_metrics(spec, launcher=launcher)
     assert m.model is not None and m.pipeline is not None
     if any(r.stopped for r in results):
         done = results[0].first_step + len(results[0].step_times)
-        m.status, m.error = "interrupted", f"stopped by SIGINT/SIGTERM after step {done} of {spec.train.steps}"
+        m.status, m.error = (
+            "interrupted",
+            f"stopped by SIGINT/SIGTERM after step {done} of {spec.train.steps}",
+        )
     m.model.param_count = sum(s.param_count for s in stages)
     m.pipeline.balance = results[0].balance
     m.losses = list[float | None](losses)
@@ -164,5 +202,5 @@ def summarize(spec: RunConfig, results: Sequence[RankResult],
     m.layer_costs = results[0].costs
     m.eval = EvalMetrics(**ev) if ev is not None else None
     m.env = env_info(results, launcher)
-    keep = set(steps[-spec.train.trace_steps:])
+    keep = set(steps[-spec.train.trace_steps :])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]

@@ -9,8 +9,13 @@ from ..engine.events import Event
 
 __all__ = ["plot_timeline"]
 
-COLORS = {"forward": "#4C72B0", "backward": "#DD8452", "recompute": "#55A868", "wait": "#DDDDDD",
-          "send": "#8172B3"}
+COLORS = {
+    "forward": "#4C72B0",
+    "backward": "#DD8452",
+    "recompute": "#55A868",
+    "wait": "#DDDDDD",
+    "send": "#8172B3",
+}
 
 
 def plot_timeline(events: Sequence[Event], K: int, path: Path, title: str = "") -> None:
@@ -27,7 +32,9 @@ def plot_timeline(events: Sequence[Event], K: int, path: Path, title: str = "") 
         # re-autoscale the axes and take tens of seconds.
         groups: dict[tuple[int, str], list[tuple[float, float]]] = {}
         for e in evs:
-            groups.setdefault((e.stage, e.action), []).append(((e.start - t0) * 1e3, (e.end - e.start) * 1e3))
+            groups.setdefault((e.stage, e.action), []).append(
+                ((e.start - t0) * 1e3, (e.end - e.start) * 1e3)
+            )
         for (stage, action), bars in groups.items():
             y = K - 1 - stage
             h = 0.8 if action in ("forward", "backward", "recompute") else 0.3
@@ -35,15 +42,26 @@ def plot_timeline(events: Sequence[Event], K: int, path: Path, title: str = "") 
         labelled = [e for e in evs if e.action in ("forward", "backward") and e.end > e.start]
         if len(labelled) <= 400:  # beyond that the numbers are unreadable anyway
             for e in labelled:
-                ax.text((e.start - t0 + (e.end - e.start) / 2) * 1e3, K - 1 - e.stage, str(e.mb), ha="center",
-                        va="center", fontsize=6, color="white")
+                ax.text(
+                    (e.start - t0 + (e.end - e.start) / 2) * 1e3,
+                    K - 1 - e.stage,
+                    str(e.mb),
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white",
+                )
     ax.set_yticks(range(K), [f"stage {K - 1 - i}" for i in range(K)])
     ax.set_xlabel("time (ms)")
     ax.set_title(title or "pipeline timeline")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=a) for a, c in COLORS.items()], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    ax.legend(
+        handles=[Patch(color=c, label=a) for a, c in COLORS.items()],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=7,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

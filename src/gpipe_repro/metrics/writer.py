@@ -51,17 +51,29 @@ def write_run(out: Path, m: RunMetrics, events: Sequence[Event] = ()) -> list[Pa
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise OutputError(f"cannot create the run folder {out}: {err.strerror or err}") from None
+            raise OutputError(
+                f"cannot create the run folder {out}: {err.strerror or err}"
+            ) from None
         _atomic_write(out / "trace.json", json.dumps(chrome_trace(events)))
         written.append(out / "trace.json")
         last = max(e.step for e in events)
         p = m.pipeline
-        title = (f"{m.model.name if m.model else ''}  K={p.K}  M={p.M}  {p.schedule}  checkpoint={p.checkpoint}"
-                 f"  ({m.source}, step {last})") if p else ""
+        title = (
+            (
+                f"{m.model.name if m.model else ''}  K={p.K}  M={p.M}  {p.schedule}  checkpoint={p.checkpoint}"
+                f"  ({m.source}, step {last})"
+            )
+            if p
+            else ""
+        )
         try:
-            plot_timeline([e for e in events if e.step == last], p.K if p else 1, out / "timeline.png", title)
+            plot_timeline(
+                [e for e in events if e.step == last], p.K if p else 1, out / "timeline.png", title
+            )
         except OSError as err:
-            raise OutputError(f"cannot write {out / 'timeline.png'}: {err.strerror or err}") from None
+            raise OutputError(
+                f"cannot write {out / 'timeline.png'}: {err.strerror or err}"
+            ) from None
         written.append(out / "timeline.png")
     written.insert(0, write_metrics(out, m))
     return written

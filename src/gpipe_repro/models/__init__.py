@@ -110,8 +110,12 @@ class TransformerLMConfig:
     H: int = opt(512, "feed-forward hidden size", min=1)
     A: int = opt(4, "attention heads (must divide d)", min=1)
     dropout: float = opt(0.0, "dropout", min=0, max=1)
-    ffn_init_scale: bool = opt(False, "paper §5: scale the feed-forward initialisation down by the layers")
-    logit_clip: float | None = opt(None, "paper §5: clip softmax pre-activations to [-c, c]; null = off", min=0)
+    ffn_init_scale: bool = opt(
+        False, "paper §5: scale the feed-forward initialisation down by the layers"
+    )
+    logit_clip: float | None = opt(
+        None, "paper §5: clip softmax pre-activations to [-c, c]; null = off", min=0
+    )
 
 
 @dataclass
@@ -125,8 +129,12 @@ class TransformerMTConfig:
     A: int = opt(2, "attention heads of 64 dimensions", min=1)
     d: int = opt(128, "model dimension", min=1)
     dropout: float = opt(0.0, "dropout", min=0, max=1)
-    ffn_init_scale: bool = opt(False, "paper §5: scale the feed-forward initialisation down by the layers")
-    logit_clip: float | None = opt(None, "paper §5: clip softmax pre-activations to [-c, c]; null = off", min=0)
+    ffn_init_scale: bool = opt(
+        False, "paper §5: scale the feed-forward initialisation down by the layers"
+    )
+    logit_clip: float | None = opt(
+        None, "paper §5: clip softmax pre-activations to [-c, c]; null = off", min=0
+    )
 
 
 # ------------------------------------------------------------------------------ builders
@@ -136,7 +144,9 @@ def _mlp(info: DataInfo, c: MLPConfig) -> list[nn.Module]:
 
 
 def _tuplenet(info: DataInfo, c: TuplenetConfig) -> list[nn.Module]:
-    return toy.tuplenet_layers(info.shape[0], c.channels, c.cells, info.classes, c.dropout, c.batchnorm)
+    return toy.tuplenet_layers(
+        info.shape[0], c.channels, c.cells, info.classes, c.dropout, c.batchnorm
+    )
 
 
 def _tokennet(info: DataInfo, c: TokennetConfig) -> list[nn.Module]:
@@ -148,20 +158,43 @@ def _amoebanet(genotype: str) -> Callable[[DataInfo, AmoebaNetDConfig], list[nn.
         ch, h, w = info.shape
         if h != w:
             raise ValueError(f"AmoebaNet needs square images, got {h}x{w}")
-        return amoebanet_layers(genotype, c.L, c.D, classes=info.classes, in_channels=ch, image_size=h,
-                                dropout=c.dropout)
+        return amoebanet_layers(
+            genotype,
+            c.L,
+            c.D,
+            classes=info.classes,
+            in_channels=ch,
+            image_size=h,
+            dropout=c.dropout,
+        )
 
     return build
 
 
 def _transformer_lm(info: DataInfo, c: TransformerLMConfig) -> list[nn.Module]:
-    return transformer_lm_layers(c.L, c.d, c.H, c.A, info.classes, dropout=c.dropout,
-                                 ffn_init_scale=c.ffn_init_scale, logit_clip=c.logit_clip)
+    return transformer_lm_layers(
+        c.L,
+        c.d,
+        c.H,
+        c.A,
+        info.classes,
+        dropout=c.dropout,
+        ffn_init_scale=c.ffn_init_scale,
+        logit_clip=c.logit_clip,
+    )
 
 
 def _transformer_mt(info: DataInfo, c: TransformerMTConfig) -> list[nn.Module]:
-    return transformer_mt_layers(c.L, c.H, c.A, c.d, info.classes, dropout=c.dropout,
-                                 ffn_init_scale=c.ffn_init_scale, logit_clip=c.logit_clip)
+    return transformer_mt_layers(
+        c.L,
+        c.H,
+        c.A,
+        c.d,
+        info.classes,
+        dropout=c.dropout,
+        ffn_init_scale=c.ffn_init_scale,
+        logit_clip=c.logit_clip,
+    )
 
 
 @dataclass(frozen=True)
@@ -178,8 +211,10 @@ class ModelSpec:
     def layers(self, info: DataInfo, cfg: Any) -> list[nn.Module]:
         """The flat layer list, built on the current device (``meta`` for a plan: no memory)."""
         if info.kind != self.data_kind:
-            raise UserError(f"model={self.name} needs {self.data_kind} data, but the dataset gives {info.kind}; "
-                            f"choose a data option with {self.data_kind}")
+            raise UserError(
+                f"model={self.name} needs {self.data_kind} data, but the dataset gives {info.kind}; "
+                f"choose a data option with {self.data_kind}"
+            )
         try:
             return self.build(info, cfg)
         except (TypeError, ValueError) as err:
@@ -199,9 +234,17 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     "amoebanet_d": ModelSpec("amoebanet_d", AmoebaNetDConfig, _amoebanet("D"), "classify", "image"),
     "amoebanet_b": ModelSpec("amoebanet_b", AmoebaNetBConfig, _amoebanet("B"), "classify", "image"),
-    "transformer_lm": ModelSpec("transformer_lm", TransformerLMConfig, _transformer_lm, "lm", "tokens"),
-    "transformer_mt": ModelSpec("transformer_mt", TransformerMTConfig, _transformer_mt, "translate", "pairs",
-                                loss_reduction="sum"),
+    "transformer_lm": ModelSpec(
+        "transformer_lm", TransformerLMConfig, _transformer_lm, "lm", "tokens"
+    ),
+    "transformer_mt": ModelSpec(
+        "transformer_mt",
+        TransformerMTConfig,
+        _transformer_mt,
+        "translate",
+        "pairs",
+        loss_reduction="sum",
+    ),
     "mlp": ModelSpec("mlp", MLPConfig, _mlp, "classify", "image"),
     "tuplenet": ModelSpec("tuplenet", TuplenetConfig, _tuplenet, "classify", "image"),
     "tokennet": ModelSpec("tokennet", TokennetConfig, _tokennet, "lm", "tokens"),

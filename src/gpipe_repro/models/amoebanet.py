@@ -20,16 +20,72 @@ __all__ = ["GENOTYPES", "amoebanet_layers", "amoebanet_param_formula"]
 # (operations, hidden-state indices, concatenated states) per cell kind
 GENOTYPES: dict[str, dict[str, tuple[list[str], list[int], list[int]]]] = {
     "D": {
-        "normal": (["1x1", "max_pool_3x3", "none", "1x7_7x1", "1x1", "1x7_7x1", "max_pool_3x3", "none",
-                    "avg_pool_3x3", "1x1"], [1, 1, 1, 0, 0, 0, 2, 2, 1, 5], [0, 3, 4, 6]),
-        "reduction": (["max_pool_2x2", "max_pool_3x3", "none", "3x3", "1x7_7x1", "max_pool_3x3", "none",
-                       "max_pool_2x2", "avg_pool_3x3", "1x1"], [0, 0, 2, 1, 2, 2, 3, 1, 2, 3], [4, 5, 6]),
+        "normal": (
+            [
+                "1x1",
+                "max_pool_3x3",
+                "none",
+                "1x7_7x1",
+                "1x1",
+                "1x7_7x1",
+                "max_pool_3x3",
+                "none",
+                "avg_pool_3x3",
+                "1x1",
+            ],
+            [1, 1, 1, 0, 0, 0, 2, 2, 1, 5],
+            [0, 3, 4, 6],
+        ),
+        "reduction": (
+            [
+                "max_pool_2x2",
+                "max_pool_3x3",
+                "none",
+                "3x3",
+                "1x7_7x1",
+                "max_pool_3x3",
+                "none",
+                "max_pool_2x2",
+                "avg_pool_3x3",
+                "1x1",
+            ],
+            [0, 0, 2, 1, 2, 2, 3, 1, 2, 3],
+            [4, 5, 6],
+        ),
     },
     "B": {
-        "normal": (["1x1", "max_pool_3x3", "none", "separable_3x3_2", "1x1", "separable_3x3_2", "1x1",
-                    "none", "avg_pool_3x3", "1x1"], [1, 1, 1, 0, 1, 0, 2, 2, 1, 5], [0, 3, 4, 6]),
-        "reduction": (["max_pool_2x2", "max_pool_3x3", "none", "3x3", "separable_5x5_2", "max_pool_3x3",
-                       "none", "separable_3x3_2", "avg_pool_3x3", "1x1"], [0, 0, 2, 1, 2, 2, 3, 1, 4, 3], [5, 6]),
+        "normal": (
+            [
+                "1x1",
+                "max_pool_3x3",
+                "none",
+                "separable_3x3_2",
+                "1x1",
+                "separable_3x3_2",
+                "1x1",
+                "none",
+                "avg_pool_3x3",
+                "1x1",
+            ],
+            [1, 1, 1, 0, 1, 0, 2, 2, 1, 5],
+            [0, 3, 4, 6],
+        ),
+        "reduction": (
+            [
+                "max_pool_2x2",
+                "max_pool_3x3",
+                "none",
+                "3x3",
+                "separable_5x5_2",
+                "max_pool_3x3",
+                "none",
+                "separable_3x3_2",
+                "avg_pool_3x3",
+                "1x1",
+            ],
+            [0, 0, 2, 1, 2, 2, 3, 1, 4, 3],
+            [5, 6],
+        ),
     },
 }
 
@@ -46,10 +102,15 @@ def _pad2d(x: torch.Tensor, k: int, s: int, value: float = 0.0) -> torch.Tensor:
     return F.pad(x, (pw[0], pw[1], ph[0], ph[1]), value=value)
 
 
-def relu_conv_bn(cin: int, cout: int, k: int | tuple[int, int] = 1, stride: int | tuple[int, int] = 1) -> nn.Sequential:
+def relu_conv_bn(
+    cin: int, cout: int, k: int | tuple[int, int] = 1, stride: int | tuple[int, int] = 1
+) -> nn.Sequential:
     kk = (k, k) if isinstance(k, int) else k
-    return nn.Sequential(nn.ReLU(), nn.Conv2d(cin, cout, kk, stride, padding=(kk[0] // 2, kk[1] // 2), bias=False),
-                         nn.BatchNorm2d(cout))
+    return nn.Sequential(
+        nn.ReLU(),
+        nn.Conv2d(cin, cout, kk, stride, padding=(kk[0] // 2, kk[1] // 2), bias=False),
+        nn.BatchNorm2d(cout),
+    )
 
 
 class Pool(nn.Module):
@@ -73,8 +134,12 @@ class Separable(nn.Sequential):
         mods: list[nn.Module] = []
         for i in range(n):
             c = cin if i == 0 else C
-            mods += [nn.ReLU(), nn.Conv2d(c, c, k, stride if i == 0 else 1, padding=k // 2, groups=c, bias=False),
-                     nn.Conv2d(c, C, 1, bias=False), nn.BatchNorm2d(C)]
+            mods += [
+                nn.ReLU(),
+                nn.Conv2d(c, c, k, stride if i == 0 else 1, padding=k // 2, groups=c, bias=False),
+                nn.Conv2d(c, C, 1, bias=False),
+                nn.BatchNorm2d(C),
+            ]
         super().__init__(*mods)
 
 
@@ -95,10 +160,16 @@ def make_op(name: str, cin: int, C: int, stride: int) -> nn.Module:
     if name == "1x1":
         return relu_conv_bn(cin, C, 1, stride)
     if name == "3x3":
-        return nn.Sequential(relu_conv_bn(cin, r), relu_conv_bn(r, r, 3, stride), relu_conv_bn(r, C))
+        return nn.Sequential(
+            relu_conv_bn(cin, r), relu_conv_bn(r, r, 3, stride), relu_conv_bn(r, C)
+        )
     if name == "1x7_7x1":
-        return nn.Sequential(relu_conv_bn(cin, r), relu_conv_bn(r, r, (1, 7), (1, stride)),
-                             relu_conv_bn(r, r, (7, 1), (stride, 1)), relu_conv_bn(r, C))
+        return nn.Sequential(
+            relu_conv_bn(cin, r),
+            relu_conv_bn(r, r, (1, 7), (1, stride)),
+            relu_conv_bn(r, r, (7, 1), (stride, 1)),
+            relu_conv_bn(r, C),
+        )
     if name.startswith("separable_"):
         k, n = name.removeprefix("separable_").split("_")
         return Separable(cin, C, int(k.split("x")[0]), int(n), stride)
@@ -130,8 +201,15 @@ class Cell(nn.Module):
     The first stem cell has no previous cell: its state 1 is the stem's output as it is (the
     reference passes ``prev_layer=None``), so the ops reading it see the stem's 32 channels."""
 
-    def __init__(self, genotype: str, reduction: bool, C: int, cin_cur: int, cin_prev: int | None,
-                 prev_reduce: bool) -> None:
+    def __init__(
+        self,
+        genotype: str,
+        reduction: bool,
+        C: int,
+        cin_cur: int,
+        cin_prev: int | None,
+        prev_reduce: bool,
+    ) -> None:
         super().__init__()
         ops, idx, concat = GENOTYPES[genotype]["reduction" if reduction else "normal"]
         self.idx, self.concat = idx, concat
@@ -147,15 +225,19 @@ class Cell(nn.Module):
         else:
             self.prev = nn.Identity()
         self.first = cin_prev is None
-        self.ops = nn.ModuleList(make_op(op, c1 if i == 1 else C, C, 2 if reduction and i < 2 else 1)
-                                 for op, i in zip(ops, idx))
+        self.ops = nn.ModuleList(
+            make_op(op, c1 if i == 1 else C, C, 2 if reduction and i < 2 else 1)
+            for op, i in zip(ops, idx)
+        )
         self.out_channels = C * len(concat)
 
     def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         cur, prev = pair
         h = [self.cur(cur), self.prev(cur if self.first else prev)]
         for i in range(len(self.ops) // 2):
-            h.append(self.ops[2 * i](h[self.idx[2 * i]]) + self.ops[2 * i + 1](h[self.idx[2 * i + 1]]))
+            h.append(
+                self.ops[2 * i](h[self.idx[2 * i]]) + self.ops[2 * i + 1](h[self.idx[2 * i + 1]])
+            )
         return torch.cat([h[j] for j in self.concat], dim=1), cur
 
 
@@ -180,15 +262,26 @@ class Head(nn.Module):
         return self.fc(self.drop(F.relu(pair[0]).mean(dim=(2, 3))))
 
 
-def amoebanet_layers(genotype: str, L: int, D: int, classes: int = 1000, in_channels: int = 3,
-                     image_size: int = 224, dropout: float = 0.0) -> list[nn.Module]:
+def amoebanet_layers(
+    genotype: str,
+    L: int,
+    D: int,
+    classes: int = 1000,
+    in_channels: int = 3,
+    image_size: int = 224,
+    dropout: float = 0.0,
+) -> list[nn.Module]:
     """AmoebaNet-{D,B}(L, D): L + 6 layers (stem, 2 stem cells, L normal + 2 reduction, head)."""
     if genotype not in GENOTYPES:
         raise ValueError(f"model.genotype={genotype!r} is unknown; allowed: D, B")
     if L < 3 or L % 3:
-        raise ValueError(f"model.L={L} is invalid; allowed: a positive multiple of 3 (three stacks of L/3)")
+        raise ValueError(
+            f"model.L={L} is invalid; allowed: a positive multiple of 3 (three stacks of L/3)"
+        )
     if D < 4 or D % 4:
-        raise ValueError(f"model.D={D} is invalid; allowed: a positive multiple of 4 (stem cells at D/4)")
+        raise ValueError(
+            f"model.D={D} is invalid; allowed: a positive multiple of 4 (stem cells at D/4)"
+        )
     if image_size < 8:
         raise ValueError(f"image_size={image_size} is too small; allowed: >= 8")
     layers: list[nn.Module] = [Stem(in_channels)]
@@ -201,7 +294,14 @@ def amoebanet_layers(genotype: str, L: int, D: int, classes: int = 1000, in_chan
             plan.append((True, C))
         plan += [(False, C)] * (L // 3)
     for i, (reduction, C) in enumerate(plan):
-        cell = Cell(genotype, reduction, C, cur_c, None if i == 0 else prev_c, prev_reduce=prev_size != cur_size)
+        cell = Cell(
+            genotype,
+            reduction,
+            C,
+            cur_c,
+            None if i == 0 else prev_c,
+            prev_reduce=prev_size != cur_size,
+        )
         layers.append(cell)
         out_size = math.ceil(cur_size / 2) if reduction else cur_size
         prev_c, prev_size = cur_c, cur_size
@@ -213,4 +313,6 @@ def amoebanet_layers(genotype: str, L: int, D: int, classes: int = 1000, in_chan
 def amoebanet_param_formula(L: int, D: int, classes: int = 1000) -> int:
     """MODELS.md's closed form for AmoebaNet-D (genotype D), used to check the builder."""
     n = L // 3
-    return round((288.75 * n + 61.93359375) * D * D + (119 * n + 16 * classes + 118.375) * D + 928 + classes)
+    return round(
+        (288.75 * n + 61.93359375) * D * D + (119 * n + 16 * classes + 118.375) * D + 928 + classes
+    )

@@ -34,8 +34,9 @@ def _post_order(module: nn.Module) -> list[nn.Module]:
     return out
 
 
-def materialize(layers: Sequence[nn.Module], seed: int, first_index: int = 0,
-                device: torch.device | str = "cpu") -> list[nn.Module]:
+def materialize(
+    layers: Sequence[nn.Module], seed: int, first_index: int = 0, device: torch.device | str = "cpu"
+) -> list[nn.Module]:
     """Allocate ``layers`` (built on meta) on ``device`` and initialise each from its own seed.
 
     ``first_index`` is the global index of ``layers[0]``. Raises TypeError for a submodule with
@@ -52,7 +53,9 @@ def materialize(layers: Sequence[nn.Module], seed: int, first_index: int = 0,
                 if reset is not None:
                     reset()
                 elif own:
-                    raise TypeError(f"{type(m).__name__} in layer {first_index + i} has parameters or buffers "
-                                    "but no reset_parameters(); it cannot be built on the meta device")
+                    raise TypeError(
+                        f"{type(m).__name__} in layer {first_index + i} has parameters or buffers "
+                        "but no reset_parameters(); it cannot be built on the meta device"
+                    )
         out.append(layer)
     return out

@@ -15,8 +15,14 @@ from torch import nn
 __all__ = ["mlp_layers", "tuplenet_layers", "tokennet_layers", "PairCell", "TokenBlock"]
 
 
-def mlp_layers(in_features: int, hidden: int, depth: int, classes: int, dropout: float = 0.1,
-               batchnorm: bool = True) -> list[nn.Module]:
+def mlp_layers(
+    in_features: int,
+    hidden: int,
+    depth: int,
+    classes: int,
+    dropout: float = 0.1,
+    batchnorm: bool = True,
+) -> list[nn.Module]:
     layers: list[nn.Module] = [nn.Flatten()]
     width = in_features
     for _ in range(depth):
@@ -50,8 +56,12 @@ class PairCell(nn.Module):
 
     def __init__(self, ch: int, dropout: float, batchnorm: bool = True) -> None:
         super().__init__()
-        self.op = nn.Sequential(nn.ReLU(), nn.Conv2d(ch, ch, 3, padding=1, bias=False),
-                                _bn(ch, batchnorm), nn.Dropout(dropout))
+        self.op = nn.Sequential(
+            nn.ReLU(),
+            nn.Conv2d(ch, ch, 3, padding=1, bias=False),
+            _bn(ch, batchnorm),
+            nn.Dropout(dropout),
+        )
         self.skip = nn.Sequential(nn.ReLU(), nn.Conv2d(ch, ch, 1, bias=False), _bn(ch, batchnorm))
 
     def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,11 +78,19 @@ class PairHead(nn.Module):
         return self.fc(torch.relu(pair[0]).mean(dim=(2, 3)))
 
 
-def tuplenet_layers(in_channels: int, channels: int, cells: int, classes: int,
-                    dropout: float = 0.1, batchnorm: bool = True) -> list[nn.Module]:
-    return [Stem(in_channels, channels, batchnorm),
-            *[PairCell(channels, dropout, batchnorm) for _ in range(cells)],
-            PairHead(channels, classes)]
+def tuplenet_layers(
+    in_channels: int,
+    channels: int,
+    cells: int,
+    classes: int,
+    dropout: float = 0.1,
+    batchnorm: bool = True,
+) -> list[nn.Module]:
+    return [
+        Stem(in_channels, channels, batchnorm),
+        *[PairCell(channels, dropout, batchnorm) for _ in range(cells)],
+        PairHead(channels, classes),
+    ]
 
 
 class Embed(nn.Module):
@@ -91,7 +109,9 @@ class TokenBlock(nn.Module):
     def __init__(self, dim: int, hidden: int, dropout: float) -> None:
         super().__init__()
         self.ln = nn.LayerNorm(dim)
-        self.ff = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, dim))
+        self.ff = nn.Sequential(
+            nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, dim)
+        )
 
     def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         h, h0 = pair
@@ -108,5 +128,11 @@ class TokenHead(nn.Module):
         return self.proj(h + h0)
 
 
-def tokennet_layers(vocab: int, dim: int, hidden: int, blocks: int, dropout: float = 0.1) -> list[nn.Module]:
-    return [Embed(vocab, dim), *[TokenBlock(dim, hidden, dropout) for _ in range(blocks)], TokenHead(dim, vocab)]
+def tokennet_layers(
+    vocab: int, dim: int, hidden: int, blocks: int, dropout: float = 0.1
+) -> list[nn.Module]:
+    return [
+        Embed(vocab, dim),
+        *[TokenBlock(dim, hidden, dropout) for _ in range(blocks)],
+        TokenHead(dim, vocab),
+    ]

@@ -26,15 +26,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["PAD_ID", "transformer_lm_layers", "transformer_mt_layers", "Attention", "lm_param_formula",
-           "token_loss"]
+__all__ = [
+    "PAD_ID",
+    "transformer_lm_layers",
+    "transformer_mt_layers",
+    "Attention",
+    "lm_param_formula",
+    "token_loss",
+]
 
 PAD_ID = 0
 KVCache = dict[str, torch.Tensor]
 MTState = tuple[torch.Tensor, ...]  # (enc, dec) or (enc, dec, source mask)
 
 
-def sinusoid(S: int, d: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sinusoid(
+    S: int, d: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     pos = torch.arange(S, device=device, dtype=torch.float32)[:, None]
     i = torch.arange(0, d, 2, device=device, dtype=torch.float32)
     ang = pos / torch.pow(10000.0, i / d)
@@ -57,8 +65,14 @@ class Attention(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.zeros_(self.per_dim_scale)
 
-    def forward(self, x: torch.Tensor, mem: torch.Tensor | None = None, causal: bool = False,
-                key_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mem: torch.Tensor | None = None,
+        causal: bool = False,
+        key_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """``key_mask`` (B, T) bool: True where a key is a real token (padded keys get no weight).
 
         ``cache`` (decoding, one new position per call): self-attention appends this call's keys and
@@ -81,8 +95,14 @@ class Attention(nn.Module):
         # softplus(0) * 1.442695 = 1: the learned scale starts at 1/sqrt(head_dim)
         q = q * (F.softplus(self.per_dim_scale) * 1.442695041)
         mask = None if key_mask is None else key_mask[:, None, None, :]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=causal,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
         return self.o(y.transpose(1, 2).reshape(B, S, self.h * self.hd))
 
 
@@ -107,7 +127,9 @@ class FFN(nn.Module):
 class LMLayer(nn.Module):
     """Pre-LN decoder-only layer: x + Attn(LN(x)) (causal), then x + FFN(LN(x))."""
 
-    def __init__(self, d: int, H: int, A: int, head_dim: int, dropout: float, ffn_scale: float) -> None:
+    def __init__(
+        self, d: int, H: int, A: int, head_dim: int, dropout: float, ffn_scale: float
+    ) -> None:
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = Attention(d, A, head_dim)
@@ -165,9 +187,17 @@ class Softmax(nn.Module):
         return logits.clamp(-self.clip, self.clip) if self.clip else logits
 
 
-def transformer_lm_layers(L: int, d: int = 2048, H: int = 8192, A: int = 32, V: int = 32000,
-                          head_dim: int | None = None, dropout: float = 0.0, ffn_init_scale: bool = False,
-                          logit_clip: float | None = None) -> list[nn.Module]:
+def transformer_lm_layers(
+    L: int,
+    d: int = 2048,
+    H: int = 8192,
+    A: int = 32,
+    V: int = 32000,
+    head_dim: int | None = None,
+    dropout: float = 0.0,
+    ffn_init_scale: bool = False,
+    logit_clip: float | None = None,
+) -> list[nn.Module]:
     """Transformer-L: embed, L pre-LN layers, softmax (L + 2 layers)."""
     if L < 1:
         raise ValueError(f"model.L={L} is invalid; allowed: an integer >= 1")
@@ -176,8 +206,11 @@ def transformer_lm_layers(L: int, d: int = 2048, H: int = 8192, A: int = 32, V: 
             raise ValueError(f"model.d={d} is not divisible by model.A={A} heads")
         head_dim = d // A
     scale = 1.0 / L if ffn_init_scale else 1.0
-    return [Embed(V, d, dropout), *[LMLayer(d, H, A, head_dim, dropout, scale) for _ in range(L)],
-            Softmax(d, V, logit_clip)]
+    return [
+        Embed(V, d, dropout),
+        *[LMLayer(d, H, A, head_dim, dropout, scale) for _ in range(L)],
+        Softmax(d, V, logit_clip),
+    ]
 
 
 def lm_param_formula(L: int) -> int:
@@ -218,19 +251,32 @@ class DecoderLayer(nn.Module):
         cross_cache = None if cache is None else cache.setdefault("cross", {})
         dec = dec + self.drop(self.self_attn(self.ln1(dec), causal=True, cache=self_cache))
         key_mask = mask[0] if mask else None
-        dec = dec + self.drop(self.cross_attn(self.ln2(dec), mem=enc, key_mask=key_mask,
-                                              cache=cross_cache))
+        dec = dec + self.drop(
+            self.cross_attn(self.ln2(dec), mem=enc, key_mask=key_mask, cache=cross_cache)
+        )
         return (enc, dec + self.drop(self.ffn(self.ln3(dec))), *mask)
 
 
-def transformer_mt_layers(L: int, H: int, A: int, d: int = 1024, V: int = 64000, dropout: float = 0.0,
-                          ffn_init_scale: bool = False, logit_clip: float | None = None) -> list[nn.Module]:
+def transformer_mt_layers(
+    L: int,
+    H: int,
+    A: int,
+    d: int = 1024,
+    V: int = 64000,
+    dropout: float = 0.0,
+    ffn_init_scale: bool = False,
+    logit_clip: float | None = None,
+) -> list[nn.Module]:
     """T(L, H, A): embed (shared source/target), L encoder + L decoder layers, softmax (2L + 2)."""
     if L < 1:
         raise ValueError(f"model.L={L} is invalid; allowed: an integer >= 1")
     scale = 1.0 / (2 * L) if ffn_init_scale else 1.0
-    return [Embed(V, d, dropout), *[EncoderLayer(d, H, A, dropout, scale) for _ in range(L)],
-            *[DecoderLayer(d, H, A, dropout, scale) for _ in range(L)], Softmax(d, V, logit_clip)]
+    return [
+        Embed(V, d, dropout),
+        *[EncoderLayer(d, H, A, dropout, scale) for _ in range(L)],
+        *[DecoderLayer(d, H, A, dropout, scale) for _ in range(L)],
+        Softmax(d, V, logit_clip),
+    ]
 
 
 def token_loss(logits: torch.Tensor, targets: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -243,6 +289,7 @@ def token_loss(logits: torch.Tensor, targets: tuple[torch.Tensor, torch.Tensor])
     """
     tgt, tokens = targets
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp16/bf16 -> fp32
-    nll = F.cross_entropy(logits.flatten(0, -2), tgt.flatten(), ignore_index=PAD_ID,
-                          reduction="sum")
+    nll = F.cross_entropy(
+        logits.flatten(0, -2), tgt.flatten(), ignore_index=PAD_ID, reduction="sum"
+    )
     return nll / tokens[0].to(nll.dtype)

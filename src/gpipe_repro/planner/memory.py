@@ -44,8 +44,15 @@ from ..engine.microbatch import Batch, as_tuple
 from ..engine.pipeline import Cell
 from ..engine.precision import autocast, compute_dtype, fp32_loss
 
-__all__ = ["Saved", "StageActivation", "measure_stage", "alive_micro_batches", "peak_activation_bytes",
-           "STATE_BYTES_PER_PARAM", "state_bytes"]
+__all__ = [
+    "Saved",
+    "StageActivation",
+    "measure_stage",
+    "alive_micro_batches",
+    "peak_activation_bytes",
+    "STATE_BYTES_PER_PARAM",
+    "state_bytes",
+]
 
 # The device type a stage is measured for (fake tensors: no memory). CPU by default, the engine's
 # validated device here; "cuda" on a CUDA build plans with CUDA's kernels and autocast policy.
@@ -75,7 +82,9 @@ class StageActivation:
     weights: int = 0
 
     def scaled(self, f: float) -> StageActivation:
-        return StageActivation(round(self.input * f), round(self.saved * f), round(self.output * f), self.weights)
+        return StageActivation(
+            round(self.input * f), round(self.saved * f), round(self.output * f), self.weights
+        )
 
     @property
     def graph(self) -> int:
@@ -88,7 +97,9 @@ class Saved:
     """One tensor a stage saves for backward (``measure_stage(detail=...)``)."""
 
     layer: int  # index of the layer (in the stage) whose forward saved it; len(layers): the loss
-    kind: str  # what produced it: the autograd node's name ("Convolution", "Relu", ...) or "internal"
+    kind: (
+        str  # what produced it: the autograd node's name ("Convolution", "Relu", ...) or "internal"
+    )
     dtype: str  # "bfloat16", "float32", "int64", ...
     nbytes: int
     weight_copy: bool  # autocast's copy of a parameter (does not scale with the micro-batch)
@@ -116,7 +127,9 @@ def _copies_a_parameter(t: torch.Tensor, params: set[int]) -> bool:
     return var is not None and id(var) in params
 
 
-def _fake_like(t: torch.Tensor, mode: FakeTensorMode, device_type: str, requires_grad: bool = False) -> torch.Tensor:
+def _fake_like(
+    t: torch.Tensor, mode: FakeTensorMode, device_type: str, requires_grad: bool = False
+) -> torch.Tensor:
     """A fake tensor of ``t``'s shape and dtype on ``device_type`` (``t`` may be meta, fake or real)."""
     with mode:
         f = torch.empty(t.shape, dtype=t.dtype, device=device_type)
@@ -127,10 +140,14 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(t.shape, dtype=t.dtype, device="meta")
 
 
-def measure_stage(layers: Sequence[nn.Module], x: Batch,
-                  loss: Callable[[Batch], torch.Tensor] | None = None,
-                  precision: str = "fp32", detail: list[Saved] | None = None,
-                  device_type: str = MEASURE_DEVICE) -> tuple[StageActivation, Batch]:
+def measure_stage(
+    layers: Sequence[nn.Module],
+    x: Batch,
+    loss: Callable[[Batch], torch.Tensor] | None = None,
+    precision: str = "fp32",
+    detail: list[Saved] | None = None,
+    device_type: str = MEASURE_DEVICE,
+) -> tuple[StageActivation, Batch]:
     """Run ``layers`` forward on input ``x`` (meta tensors) as the engine's stage would run them and
     count what a training step keeps (see the module docstring).
 
@@ -139,7 +156,9 @@ def measure_stage(layers: Sequence[nn.Module], x: Batch,
     ``len(layers)``). ``device_type``: the device the engine will run on ("cpu" or "cuda")."""
     mode = FakeTensorMode()
     cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
-    state: dict[str, torch.Tensor] = {n: _fake_like(p, mode, device_type, p.requires_grad) for n, p in cell.named_parameters()}
+    state: dict[str, torch.Tensor] = {
+        n: _fake_like(p, mode, device_type, p.requires_grad) for n, p in cell.named_parameters()
+    }
     buffers = {n: _fake_like(b, mode, device_type) for n, b in cell.named_buffers()}
     params = {id(t) for t in state.values()}
     not_activations = params | {id(t) for t in buffers.values()}
@@ -161,16 +180,23 @@ def measure_stage(layers: Sequence[nn.Module], x: Batch,
         if copy:
             copies.add(k)
         if detail is not None:
-            detail.append(Saved(layer[0], _kind(base), str(base.dtype).removeprefix("torch."), seen[k], copy))
+            detail.append(
+                Saved(layer[0], _kind(base), str(base.dtype).removeprefix("torch."), seen[k], copy)
+            )
         keep.append(t)
         return t
 
     def entering(i: int) -> Callable[..., None]:
         def hook(*_: object) -> None:
             layer[0] = i
+
         return hook
 
-    hooks = [m.register_forward_pre_hook(entering(i)) for i, m in enumerate(cell.layers)] if detail is not None else []
+    hooks = (
+        [m.register_forward_pre_hook(entering(i)) for i, m in enumerate(cell.layers)]
+        if detail is not None
+        else []
+    )
     try:
         with mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with autocast(device_type, precision):
@@ -193,7 +219,9 @@ def alive_micro_batches(schedule: str, K: int, M: int, stage: int) -> int:
     return M if schedule == "gpipe" else min(K - stage, M)
 
 
-def peak_activation_bytes(a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int) -> int:
+def peak_activation_bytes(
+    a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int
+) -> int:
     n = alive_micro_batches(schedule, K, M, stage)
     if checkpoint == "never":
         return n * (a.input + a.graph + a.output)

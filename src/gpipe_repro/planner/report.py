@@ -21,10 +21,35 @@ from .breakdown import amoebanet_groups, transformer_groups
 from .table1 import COLUMNS, Column, GiB, largest, plan_column
 from .table1_text import markdown
 
-FIELDS = ["model", "column", "precision", "K", "M", "batch", "schedule", "checkpoint", "L", "D", "param_count", "paper_param_count",
-          "param_memory_bytes", "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes", "weight_copy_bytes",
-          "max_stage_activation_bytes", "max_stage_total_bytes", "budget_bytes", "fits", "balance",
-          "largest_L", "largest_D", "largest_param_count", "largest_max_stage_total_bytes", "note"]
+FIELDS = [
+    "model",
+    "column",
+    "precision",
+    "K",
+    "M",
+    "batch",
+    "schedule",
+    "checkpoint",
+    "L",
+    "D",
+    "param_count",
+    "paper_param_count",
+    "param_memory_bytes",
+    "paper_param_memory_bytes",
+    "activation_bytes",
+    "paper_activation_bytes",
+    "weight_copy_bytes",
+    "max_stage_activation_bytes",
+    "max_stage_total_bytes",
+    "budget_bytes",
+    "fits",
+    "balance",
+    "largest_L",
+    "largest_D",
+    "largest_param_count",
+    "largest_max_stage_total_bytes",
+    "note",
+]
 
 
 SAVED_FIELDS = ["model", "column", "precision", "layer_type", "kind", "dtype", "bytes"]
@@ -43,10 +68,23 @@ def saved_rows(columns: list[Column] | None = None) -> list[dict]:
         L, D = c.size
         for precision in PRECISIONS:
             n = c.batch / c.M
-            groups = (amoebanet_groups(L, D, n, precision) if c.model == "amoebanet_d"
-                      else transformer_groups(L, n, precision))
-            out += [{"model": c.model, "column": c.label, "precision": precision, "layer_type": g.layer_type,
-                     "kind": g.kind, "dtype": g.dtype, "bytes": g.nbytes} for g in groups]
+            groups = (
+                amoebanet_groups(L, D, n, precision)
+                if c.model == "amoebanet_d"
+                else transformer_groups(L, n, precision)
+            )
+            out += [
+                {
+                    "model": c.model,
+                    "column": c.label,
+                    "precision": precision,
+                    "layer_type": g.layer_type,
+                    "kind": g.kind,
+                    "dtype": g.dtype,
+                    "bytes": g.nbytes,
+                }
+                for g in groups
+            ]
     return out
 
 
@@ -56,28 +94,63 @@ def _row(c: Column, precision: str) -> dict:
     best = largest(c, precision)
     L, D = c.size
     row = {
-        "model": c.model, "column": c.label, "precision": precision, "K": c.K, "M": c.M, "batch": c.batch, "schedule": c.schedule,
-        "checkpoint": c.checkpoint, "L": L, "D": D or None,
-        "param_count": p.param_count, "paper_param_count": round(c.paper_params),
-        "param_memory_bytes": sum(p.state), "paper_param_memory_bytes": round(c.paper_param_mem),
-        "activation_bytes": sum(p.activation), "paper_activation_bytes": round(c.paper_act_mem),
+        "model": c.model,
+        "column": c.label,
+        "precision": precision,
+        "K": c.K,
+        "M": c.M,
+        "batch": c.batch,
+        "schedule": c.schedule,
+        "checkpoint": c.checkpoint,
+        "L": L,
+        "D": D or None,
+        "param_count": p.param_count,
+        "paper_param_count": round(c.paper_params),
+        "param_memory_bytes": sum(p.state),
+        "paper_param_memory_bytes": round(c.paper_param_mem),
+        "activation_bytes": sum(p.activation),
+        "paper_activation_bytes": round(c.paper_act_mem),
         "weight_copy_bytes": sum(p.weight_copies),
-        "max_stage_activation_bytes": max(p.activation), "max_stage_total_bytes": max(p.totals),
-        "budget_bytes": c.budget, "fits": p.fits, "balance": "-".join(map(str, p.balance)),
+        "max_stage_activation_bytes": max(p.activation),
+        "max_stage_total_bytes": max(p.totals),
+        "budget_bytes": c.budget,
+        "fits": p.fits,
+        "balance": "-".join(map(str, p.balance)),
         "largest_L": best[0][0] if best else None,
         "largest_D": (best[0][1] or None) if best else None,
         "largest_param_count": best[1].param_count if best else None,
         "largest_max_stage_total_bytes": max(best[1].totals) if best else None,
         "note": p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
     }
-    print(f"{c.model:15s} {c.label:13s} {precision} planned in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(
+        f"{c.model:15s} {c.label:13s} {precision} planned in {time.perf_counter() - t0:.1f}s",
+        flush=True,
+    )
     return row
 
 
-INT_FIELDS = {"bytes", "K", "M", "batch", "L", "D", "param_count", "paper_param_count", "param_memory_bytes",
-              "paper_param_memory_bytes", "activation_bytes", "paper_activation_bytes", "weight_copy_bytes",
-              "max_stage_activation_bytes", "max_stage_total_bytes", "budget_bytes", "largest_L", "largest_D",
-              "largest_param_count", "largest_max_stage_total_bytes"}
+INT_FIELDS = {
+    "bytes",
+    "K",
+    "M",
+    "batch",
+    "L",
+    "D",
+    "param_count",
+    "paper_param_count",
+    "param_memory_bytes",
+    "paper_param_memory_bytes",
+    "activation_bytes",
+    "paper_activation_bytes",
+    "weight_copy_bytes",
+    "max_stage_activation_bytes",
+    "max_stage_total_bytes",
+    "budget_bytes",
+    "largest_L",
+    "largest_D",
+    "largest_param_count",
+    "largest_max_stage_total_bytes",
+}
 
 
 def _write_csv(path: Path, fields: list[str], rs: list[dict]) -> None:
@@ -110,16 +183,29 @@ def plot(rs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, model, title in [(axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
-                             (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)")]:
+    for ax, model, title in [
+        (axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
+        (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)"),
+    ]:
         sub = [r for r in rs if r["model"] == model and r["precision"] == "fp32"]
         xs = list(range(len(sub)))
         ax.plot(xs, [r["paper_param_count"] for r in sub], "s--", label="paper")
         for precision, style in (("fp32", "o-"), ("bf16", "^-")):
-            ours = {r["column"]: r for r in rs if r["model"] == model and r["precision"] == precision}
+            ours = {
+                r["column"]: r for r in rs if r["model"] == model and r["precision"] == precision
+            }
             if ours:
-                ax.plot(xs, [(ours[r["column"]]["largest_param_count"] or 0) if r["column"] in ours else 0
-                             for r in sub], style, label=f"ours, {precision}: largest that fits")
+                ax.plot(
+                    xs,
+                    [
+                        (ours[r["column"]]["largest_param_count"] or 0)
+                        if r["column"] in ours
+                        else 0
+                        for r in sub
+                    ],
+                    style,
+                    label=f"ours, {precision}: largest that fits",
+                )
         ax.set_xticks(xs, [r["column"] for r in sub], rotation=20)
         ax.set(yscale="log", ylabel="parameters", title=title)
         ax.legend(fontsize=7)
@@ -137,7 +223,11 @@ def columns_from_args(a: argparse.Namespace) -> list[Column]:
         if a.columns and f"{half}:{c.label}" not in a.columns:
             continue
         M = c.M if batch is None else min(c.M, batch)
-        cols.append(replace(c, budget=int(budget * GiB) if budget else c.budget, batch=batch or c.batch, M=M))
+        cols.append(
+            replace(
+                c, budget=int(budget * GiB) if budget else c.budget, batch=batch or c.batch, M=M
+            )
+        )
     return cols
 
 
@@ -148,7 +238,9 @@ def check_args(a: argparse.Namespace) -> str | None:
             return f"--{half}-budget-gib={b} is invalid; allowed: a number of GiB > 0"
         if n is not None and (n < 1 or n & (n - 1)):
             return f"--{half}-batch={n} is invalid; allowed: a power of two >= 1 (it is split into M micro-batches)"
-    known = {f"{'amoebanet' if c.model == 'amoebanet_d' else 'transformer'}:{c.label}" for c in COLUMNS}
+    known = {
+        f"{'amoebanet' if c.model == 'amoebanet_d' else 'transformer'}:{c.label}" for c in COLUMNS
+    }
     bad = [c for c in a.columns or [] if c not in known]
     if bad:
         return f"--columns {bad[0]} is unknown; allowed: {', '.join(sorted(known))}"
@@ -160,11 +252,16 @@ CANONICAL = Path("reports/table1")
 
 def _variant(a: argparse.Namespace) -> str:
     """A folder name for what this invocation changes from the paper's setting ("paper": nothing)."""
-    parts = [f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
-             for k, v in (("amoebanet_budget_gib", a.amoebanet_budget_gib),
-                          ("transformer_budget_gib", a.transformer_budget_gib),
-                          ("amoebanet_batch", a.amoebanet_batch), ("transformer_batch", a.transformer_batch))
-             if v is not None]
+    parts = [
+        f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
+        for k, v in (
+            ("amoebanet_budget_gib", a.amoebanet_budget_gib),
+            ("transformer_budget_gib", a.transformer_budget_gib),
+            ("amoebanet_batch", a.amoebanet_batch),
+            ("transformer_batch", a.transformer_batch),
+        )
+        if v is not None
+    ]
     if a.columns:
         parts.append("columns-" + "+".join(c.replace(":", "-") for c in a.columns))
     return "_".join(parts) or "paper"
@@ -172,20 +269,52 @@ def _variant(a: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m gpipe_repro.planner.report")
-    ap.add_argument("--out", default=None, help="the report's folder (default: outputs/table1/<what differs "
-                    "from the paper's setting>); reports/table1 is `make table1`'s alone")
-    ap.add_argument("--amoebanet-budget-gib", type=float, default=None, help="memory per accelerator (default 8)")
-    ap.add_argument("--transformer-budget-gib", type=float, default=None, help="memory per accelerator (default 16)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="the report's folder (default: outputs/table1/<what differs "
+        "from the paper's setting>); reports/table1 is `make table1`'s alone",
+    )
+    ap.add_argument(
+        "--amoebanet-budget-gib",
+        type=float,
+        default=None,
+        help="memory per accelerator (default 8)",
+    )
+    ap.add_argument(
+        "--transformer-budget-gib",
+        type=float,
+        default=None,
+        help="memory per accelerator (default 16)",
+    )
     ap.add_argument("--amoebanet-batch", type=int, default=None, help="mini-batch (default 128)")
-    ap.add_argument("--transformer-batch", type=int, default=None, help="mini-batch of 1024-token sequences (default 32)")
-    ap.add_argument("--columns", nargs="*", help="a subset, e.g. transformer:Pipeline-8 amoebanet:Naive-1")
-    ap.add_argument("--from-csv", action="store_true", help="regenerate table1.md and the plot from OUT/results.csv")
+    ap.add_argument(
+        "--transformer-batch",
+        type=int,
+        default=None,
+        help="mini-batch of 1024-token sequences (default 32)",
+    )
+    ap.add_argument(
+        "--columns", nargs="*", help="a subset, e.g. transformer:Pipeline-8 amoebanet:Naive-1"
+    )
+    ap.add_argument(
+        "--from-csv",
+        action="store_true",
+        help="regenerate table1.md and the plot from OUT/results.csv",
+    )
     a = ap.parse_args(argv)
     err = check_args(a)
     variant = _variant(a)
-    if err is None and a.out is not None and Path(a.out).resolve() == CANONICAL.resolve() and variant != "paper":
-        err = (f"--out {a.out} is the committed report of `make table1` (the paper's setting); this run changes "
-               f"{variant.replace('_', ' ')}: leave --out out to write to outputs/table1/{variant}")
+    if (
+        err is None
+        and a.out is not None
+        and Path(a.out).resolve() == CANONICAL.resolve()
+        and variant != "paper"
+    ):
+        err = (
+            f"--out {a.out} is the committed report of `make table1` (the paper's setting); this run changes "
+            f"{variant.replace('_', ' ')}: leave --out out to write to outputs/table1/{variant}"
+        )
     if err:
         print(f"table1: error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -198,7 +327,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         missing = [n for n in ("results.csv", "saved.csv") if not (out / n).exists()]
         if missing:
-            print(f"table1: error: --from-csv needs {out / missing[0]}; run without --from-csv first", file=sys.stderr)
+            print(
+                f"table1: error: --from-csv needs {out / missing[0]}; run without --from-csv first",
+                file=sys.stderr,
+            )
             sys.exit(2)
     rs = read_csv(out / "results.csv")  # the table is generated from the csv files
     (out / "table1.md").write_text(markdown(rs, read_csv(out / "saved.csv")))

@@ -51,9 +51,20 @@ def _params(layers: Sequence[nn.Module]) -> int:
 class _Measured:
     """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range."""
 
-    def __init__(self, layers: Sequence[nn.Module], sample: Batch, loss: Callable[[Batch], torch.Tensor],
-                 precision: str = "fp32", device_type: str = MEASURE_DEVICE) -> None:
-        self.layers, self.loss, self.precision, self.device_type = list(layers), loss, precision, device_type
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        sample: Batch,
+        loss: Callable[[Batch], torch.Tensor],
+        precision: str = "fp32",
+        device_type: str = MEASURE_DEVICE,
+    ) -> None:
+        self.layers, self.loss, self.precision, self.device_type = (
+            list(layers),
+            loss,
+            precision,
+            device_type,
+        )
         self.inputs: list[Batch] = []
         x = sample
         for layer in self.layers:  # the input of every layer, once
@@ -63,20 +74,33 @@ class _Measured:
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per planned model
     def stage(self, start: int, end: int) -> StageActivation:
         last = end == len(self.layers)
-        a, _ = measure_stage(self.layers[start:end], self.inputs[start], self.loss if last else None,
-                             self.precision, device_type=self.device_type)
+        a, _ = measure_stage(
+            self.layers[start:end],
+            self.inputs[start],
+            self.loss if last else None,
+            self.precision,
+            device_type=self.device_type,
+        )
         return a
 
 
 _MEASURED: dict[object, _Measured] = {}
 
 
-def _measured(key: object, layers: Sequence[nn.Module], sample: Batch, loss: Callable,
-              precision: str, device_type: str) -> _Measured:
+def _measured(
+    key: object,
+    layers: Sequence[nn.Module],
+    sample: Batch,
+    loss: Callable,
+    precision: str,
+    device_type: str,
+) -> _Measured:
     """One measurement per model (``key``), precision and device type in this process: a sweep over K
     and M measures it once."""
     if (key, precision, device_type) not in _MEASURED:
-        _MEASURED[(key, precision, device_type)] = _Measured(layers, sample, loss, precision, device_type)
+        _MEASURED[(key, precision, device_type)] = _Measured(
+            layers, sample, loss, precision, device_type
+        )
     return _MEASURED[(key, precision, device_type)]
 
 
@@ -84,32 +108,78 @@ def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
     return sample_fn(MEASURE_BATCH, "meta")
 
 
-def plan_stages(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch], loss: Callable[[Batch], torch.Tensor],
-                balance: Sequence[int], *, K: int, M: int, micro_batch: int, schedule: str, checkpoint: str,
-                optim: str = "rmsprop", key: object = None, precision: str = "fp32",
-                device_type: str = MEASURE_DEVICE) -> list[StagePlan]:
+def plan_stages(
+    layers: Sequence[nn.Module],
+    sample_fn: Callable[[int, str], Batch],
+    loss: Callable[[Batch], torch.Tensor],
+    balance: Sequence[int],
+    *,
+    K: int,
+    M: int,
+    micro_batch: int,
+    schedule: str,
+    checkpoint: str,
+    optim: str = "rmsprop",
+    key: object = None,
+    precision: str = "fp32",
+    device_type: str = MEASURE_DEVICE,
+) -> list[StagePlan]:
     """Every stage's state and peak activations; ``key`` names the model for memoisation;
     ``precision`` and ``device_type``: the activations as the engine keeps them there."""
-    meas = _measured(key, layers, _example(sample_fn), loss, precision, device_type) if key is not None else \
-        _Measured(layers, _example(sample_fn), loss, precision, device_type)
+    meas = (
+        _measured(key, layers, _example(sample_fn), loss, precision, device_type)
+        if key is not None
+        else _Measured(layers, _example(sample_fn), loss, precision, device_type)
+    )
     out, start = [], 0
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
         unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0)
         per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k)
-        fixed = peak_activation_bytes(StageActivation(0, 0, 0, a.weights), schedule, checkpoint, K, M, k)
+        fixed = peak_activation_bytes(
+            StageActivation(0, 0, 0, a.weights), schedule, checkpoint, K, M, k
+        )
         opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
-        out.append(StagePlan(state_bytes(_params(layers[start:start + b]), opt),
-                             round(per * micro_batch) + fixed, float(per), fixed))
+        out.append(
+            StagePlan(
+                state_bytes(_params(layers[start : start + b]), opt),
+                round(per * micro_batch) + fixed,
+                float(per),
+                fixed,
+            )
+        )
         start += b
     return out
 
 
-def layer_memory(layers: Sequence[nn.Module], sample_fn: Callable[[int, str], Batch],
-                 loss: Callable[[Batch], torch.Tensor], *, M: int, micro_batch: int, schedule: str,
-                 checkpoint: str, optim: str = "rmsprop", key: object = None,
-                 precision: str = "fp32") -> list[int]:
+def layer_memory(
+    layers: Sequence[nn.Module],
+    sample_fn: Callable[[int, str], Batch],
+    loss: Callable[[Batch], torch.Tensor],
+    *,
+    M: int,
+    micro_batch: int,
+    schedule: str,
+    checkpoint: str,
+    optim: str = "rmsprop",
+    key: object = None,
+    precision: str = "fp32",
+) -> list[int]:
     """Each layer alone on an accelerator (K = L would give): state + peak activations, bytes."""
-    return [p.total for p in plan_stages(layers, sample_fn, loss, [1] * len(layers), K=len(layers), M=M,
-                                         micro_batch=micro_batch, schedule=schedule, checkpoint=checkpoint,
-                                         optim=optim, key=key, precision=precision)]
+    return [
+        p.total
+        for p in plan_stages(
+            layers,
+            sample_fn,
+            loss,
+            [1] * len(layers),
+            K=len(layers),
+            M=M,
+            micro_batch=micro_batch,
+            schedule=schedule,
+            checkpoint=checkpoint,
+            optim=optim,
+            key=key,
+            precision=precision,
+        )
+    ]

@@ -25,7 +25,16 @@ from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
 from .memory import StageActivation, measure_stage, peak_activation_bytes, state_bytes
 
-__all__ = ["Column", "COLUMNS", "Plan", "plan_amoebanet", "plan_transformer", "plan_column", "largest", "GiB"]
+__all__ = [
+    "Column",
+    "COLUMNS",
+    "Plan",
+    "plan_amoebanet",
+    "plan_transformer",
+    "plan_column",
+    "largest",
+    "GiB",
+]
 
 GiB = 2**30
 
@@ -54,14 +63,46 @@ _A, _T = dict(batch=128, budget=8 * GiB), dict(batch=32, budget=16 * GiB)
 COLUMNS: list[Column] = [
     Column("amoebanet_d", "Naive-1", 1, "never", 1, (18, 208), 82e6, 1.05 * G, 6.26 * G, **_A),
     Column("amoebanet_d", "Pipeline-1", 1, "always", 32, (18, 416), 318e6, 3.8 * G, 3.46 * G, **_A),
-    Column("amoebanet_d", "Pipeline-2", 2, "always", 32, (18, 544), 542e6, 6.45 * G, 8.11 * G, **_A),
-    Column("amoebanet_d", "Pipeline-4", 4, "always", 32, (36, 544), 1.05e9, 12.53 * G, 15.21 * G, **_A),
-    Column("amoebanet_d", "Pipeline-8", 8, "always", 32, (72, 512), 1.8e9, 24.62 * G, 26.24 * G, **_A),
+    Column(
+        "amoebanet_d", "Pipeline-2", 2, "always", 32, (18, 544), 542e6, 6.45 * G, 8.11 * G, **_A
+    ),
+    Column(
+        "amoebanet_d", "Pipeline-4", 4, "always", 32, (36, 544), 1.05e9, 12.53 * G, 15.21 * G, **_A
+    ),
+    Column(
+        "amoebanet_d", "Pipeline-8", 8, "always", 32, (72, 512), 1.8e9, 24.62 * G, 26.24 * G, **_A
+    ),
     Column("transformer_lm", "Naive-1", 1, "never", 1, (3, 0), 282.2e6, 11.7 * G, 3.15 * G, **_T),
-    Column("transformer_lm", "Pipeline-1", 1, "always", 32, (13, 0), 785.8e6, 8.8 * G, 6.4 * G, **_T),
-    Column("transformer_lm", "Pipeline-8", 8, "always", 32, (103, 0), 5.3e9, 59.5 * G, 50.9 * G, **_T),
-    Column("transformer_lm", "Pipeline-32", 32, "always", 32, (415, 0), 21.0e9, 235.1 * G, 199.9 * G, **_T),
-    Column("transformer_lm", "Pipeline-128", 128, "always", 32, (1663, 0), 83.9e9, 937.9 * G, 796.1 * G, **_T),
+    Column(
+        "transformer_lm", "Pipeline-1", 1, "always", 32, (13, 0), 785.8e6, 8.8 * G, 6.4 * G, **_T
+    ),
+    Column(
+        "transformer_lm", "Pipeline-8", 8, "always", 32, (103, 0), 5.3e9, 59.5 * G, 50.9 * G, **_T
+    ),
+    Column(
+        "transformer_lm",
+        "Pipeline-32",
+        32,
+        "always",
+        32,
+        (415, 0),
+        21.0e9,
+        235.1 * G,
+        199.9 * G,
+        **_T,
+    ),
+    Column(
+        "transformer_lm",
+        "Pipeline-128",
+        128,
+        "always",
+        32,
+        (1663, 0),
+        83.9e9,
+        937.9 * G,
+        796.1 * G,
+        **_T,
+    ),
 ]
 
 
@@ -74,15 +115,19 @@ class Plan:
     budget: int
     layer_costs: list[float] = field(default_factory=list)  # per layer, alone on an accelerator
     layer_names: list[str] = field(default_factory=list)
-    weight_copies: list[int] = field(default_factory=list)  # per stage: autocast's weight copies in activation
+    weight_copies: list[int] = field(
+        default_factory=list
+    )  # per stage: autocast's weight copies in activation
 
     @property
     def oversized(self) -> str | None:
         """One line naming the first layer that alone exceeds the budget, or None."""
         for i, (c, name) in enumerate(zip(self.layer_costs, self.layer_names)):
             if c > self.budget:
-                return (f"layer {i} ({name}) alone needs {c / GiB:.2f} GiB > the {self.budget / GiB:.2f} GiB "
-                        "budget per accelerator: no partition can fit it (a single layer must fit, GPipe §6)")
+                return (
+                    f"layer {i} ({name}) alone needs {c / GiB:.2f} GiB > the {self.budget / GiB:.2f} GiB "
+                    "budget per accelerator: no partition can fit it (a single layer must fit, GPipe §6)"
+                )
         return None
 
     @property
@@ -98,25 +143,51 @@ def _nparams(layer: torch.nn.Module) -> int:
     return sum(p.numel() for p in layer.parameters())
 
 
-def _finish(K: int, M: int, checkpoint: str, schedule: str, budget: int, params: list[int],
-            stage_acts: list[StageActivation], balance: list[int], costs: list[float], names: list[str]) -> Plan:
+def _finish(
+    K: int,
+    M: int,
+    checkpoint: str,
+    schedule: str,
+    budget: int,
+    params: list[int],
+    stage_acts: list[StageActivation],
+    balance: list[int],
+    costs: list[float],
+    names: list[str],
+) -> Plan:
     state, acts, copies, start = [], [], [], 0
     for k, b in enumerate(balance):
         state.append(state_bytes(sum(params[start : start + b])))
         acts.append(peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k))
-        copies.append(peak_activation_bytes(StageActivation(0, 0, 0, stage_acts[k].weights), schedule, checkpoint,
-                                            K, M, k))
+        copies.append(
+            peak_activation_bytes(
+                StageActivation(0, 0, 0, stage_acts[k].weights), schedule, checkpoint, K, M, k
+            )
+        )
         start += b
     return Plan(sum(params), balance, state, acts, budget, costs, names, copies)
 
 
 def _cls_loss(N: int) -> Callable:
-    return lambda out: F.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device))
+    return lambda out: F.cross_entropy(
+        out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
+    )
 
 
-def plan_amoebanet(L: int, D: int, K: int, M: int, checkpoint: str, N: int, budget: int,
-                   schedule: str = "gpipe", image_size: int = 224, classes: int = 1000,
-                   balance: list[int] | None = None, precision: str = "fp32") -> Plan:
+def plan_amoebanet(
+    L: int,
+    D: int,
+    K: int,
+    M: int,
+    checkpoint: str,
+    N: int,
+    budget: int,
+    schedule: str = "gpipe",
+    image_size: int = 224,
+    classes: int = 1000,
+    balance: list[int] | None = None,
+    precision: str = "fp32",
+) -> Plan:
     """AmoebaNet-D(L, D): measure each layer at 2 samples, partition, measure each stage."""
     check_micro_batches(N, M)
     with torch.device("meta"):
@@ -129,12 +200,18 @@ def plan_amoebanet(L: int, D: int, K: int, M: int, checkpoint: str, N: int, budg
         inputs.append(y)
         a, y = measure_stage([layer], y, _cls_loss(2) if i == len(layers) - 1 else None, precision)
         a = a.scaled(n / 2)
-        costs.append(state_bytes(params[i]) + peak_activation_bytes(a, schedule, checkpoint, K, M, 0))
+        costs.append(
+            state_bytes(params[i]) + peak_activation_bytes(a, schedule, checkpoint, K, M, 0)
+        )
     balance = balance or balance_by_cost(costs, K)
     acts, start = [], 0
     for k, b in enumerate(balance):
-        a, _ = measure_stage(layers[start : start + b], inputs[start], _cls_loss(2) if k == K - 1 else None,
-                             precision)
+        a, _ = measure_stage(
+            layers[start : start + b],
+            inputs[start],
+            _cls_loss(2) if k == K - 1 else None,
+            precision,
+        )
         acts.append(a.scaled(n / 2))
         start += b
     names = [type(layer).__name__ for layer in layers]
@@ -153,7 +230,10 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
     E, _, Sm = layers[0], layers[1:3], layers[3]
 
     def loss(out: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(out.flatten(0, -2), torch.zeros(out.shape[0] * out.shape[1], dtype=torch.long, device=out.device))
+        return F.cross_entropy(
+            out.flatten(0, -2),
+            torch.zeros(out.shape[0] * out.shape[1], dtype=torch.long, device=out.device),
+        )
 
     _, h = measure_stage([E], tok, None, precision)
     pieces = {}
@@ -175,25 +255,54 @@ def _stage_act(pieces: dict, emb: bool, soft: bool, nl: int) -> StageActivation:
     if nl <= 2:
         return pieces[(emb, soft, nl)]
     a1, a2 = pieces[(emb, soft, 1)], pieces[(emb, soft, 2)]
-    return StageActivation(a1.input, a1.saved + (nl - 1) * (a2.saved - a1.saved), a1.output,
-                           a1.weights + (nl - 1) * (a2.weights - a1.weights))
+    return StageActivation(
+        a1.input,
+        a1.saved + (nl - 1) * (a2.saved - a1.saved),
+        a1.output,
+        a1.weights + (nl - 1) * (a2.weights - a1.weights),
+    )
 
 
-def plan_transformer(L: int, K: int, M: int, checkpoint: str, N: int, budget: int, schedule: str = "gpipe",
-                     d: int = 2048, H: int = 8192, A: int = 32, V: int = 32000, S: int = 1024,
-                     balance: list[int] | None = None, precision: str = "fp32") -> Plan:
+def plan_transformer(
+    L: int,
+    K: int,
+    M: int,
+    checkpoint: str,
+    N: int,
+    budget: int,
+    schedule: str = "gpipe",
+    d: int = 2048,
+    H: int = 8192,
+    A: int = 32,
+    V: int = 32000,
+    S: int = 1024,
+    balance: list[int] | None = None,
+    precision: str = "fp32",
+) -> Plan:
     check_micro_batches(N, M)
     info = _transformer_pieces(d, H, A, V, S, precision)
     pieces, p = info["pieces"], info["params"]
     n = N / M
     params = [p["embed"]] + [p["layer"]] * L + [p["softmax"]]
     one = {  # per-layer memory cost for partitioning
-        "embed": state_bytes(p["embed"]) + peak_activation_bytes(pieces[(True, False, 0)].scaled(n), schedule, checkpoint, K, M, 0),
-        "layer": state_bytes(p["layer"]) + peak_activation_bytes(
-            StageActivation(0, pieces[(False, False, 2)].saved - pieces[(False, False, 1)].saved, 0,
-                            pieces[(False, False, 2)].weights - pieces[(False, False, 1)].weights).scaled(n),
-            schedule, checkpoint, K, M, 0),
-        "softmax": state_bytes(p["softmax"]) + peak_activation_bytes(pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0),
+        "embed": state_bytes(p["embed"])
+        + peak_activation_bytes(pieces[(True, False, 0)].scaled(n), schedule, checkpoint, K, M, 0),
+        "layer": state_bytes(p["layer"])
+        + peak_activation_bytes(
+            StageActivation(
+                0,
+                pieces[(False, False, 2)].saved - pieces[(False, False, 1)].saved,
+                0,
+                pieces[(False, False, 2)].weights - pieces[(False, False, 1)].weights,
+            ).scaled(n),
+            schedule,
+            checkpoint,
+            K,
+            M,
+            0,
+        ),
+        "softmax": state_bytes(p["softmax"])
+        + peak_activation_bytes(pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0),
     }
     costs = [one["embed"]] + [one["layer"]] * L + [one["softmax"]]
     balance = balance or balance_by_cost(costs, K)
@@ -210,8 +319,12 @@ def plan_transformer(L: int, K: int, M: int, checkpoint: str, N: int, budget: in
 def plan_column(c: Column, size: tuple[int, int] | None = None, precision: str = "fp32") -> Plan:
     L, D = size or c.size
     if c.model == "amoebanet_d":
-        return plan_amoebanet(L, D, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision)
-    return plan_transformer(L, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision)
+        return plan_amoebanet(
+            L, D, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision
+        )
+    return plan_transformer(
+        L, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision
+    )
 
 
 def largest(c: Column, precision: str = "fp32") -> tuple[tuple[int, int], Plan] | None:
@@ -220,12 +333,15 @@ def largest(c: Column, precision: str = "fp32") -> tuple[tuple[int, int], Plan] 
     L0, _ = c.size
     if c.model == "amoebanet_d":
         lo, hi, step = 1, 1024, 8  # D = step * i
+
         def size_of(i: int) -> tuple[int, int]:
             return (L0, step * i)
     else:
         lo, hi = max(1, c.K - 2), 8192
+
         def size_of(i: int) -> tuple[int, int]:
             return (i, 0)
+
     first = plan_column(c, size_of(lo), precision)
     if not first.fits:
         return None

@@ -41,7 +41,9 @@ __all__ = ["run", "LAUNCHERS", "STOP"]
 LAUNCHERS = ("local", "torchrun", "submitit")
 
 
-def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | None = None) -> RunMetrics | None:
+def run(
+    spec: RunConfig, out: Path, *, launcher: str = "local", group: str | None = None
+) -> RunMetrics | None:
     """Run ``spec`` with ``out`` as its folder. Returns its metrics (None on ranks other than 0 of a
     torchrun/SLURM job: rank 0 speaks for the run)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
@@ -61,8 +63,10 @@ def run(spec: RunConfig, out: Path, *, launcher: str = "local", group: str | Non
         if spec.backend == "engine":  # train.batch_mode=fit: the largest batch this device holds
             spec = engine_batch(spec, plan)
         wb = _start_wandb(spec, out, group)
-        with STOP.running(out, spec.train.stop_grace_s), \
-                Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)):
+        with (
+            STOP.running(out, spec.train.stop_grace_s),
+            Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)),
+        ):
             if spec.backend == "sim":
                 m, events = simulate_run(spec, plan, out)
             else:
@@ -112,8 +116,10 @@ def _results(spec: RunConfig, plan: Plan, out: Path, launcher: str) -> list[Any]
         return launch_local(spec, plan, out)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world != spec.world_size:
-        raise UserError(f"the job has {world} ranks but pipeline.K*pipeline.replicas = "
-                        f"{spec.pipeline.K}*{spec.pipeline.replicas} = {spec.world_size}")
+        raise UserError(
+            f"the job has {world} ranks but pipeline.K*pipeline.replicas = "
+            f"{spec.pipeline.K}*{spec.pipeline.replicas} = {spec.world_size}"
+        )
     results = run_rank(spec, RankContext(out, plan, gather=True))
     assert results is not None
     return list(results)
@@ -138,7 +144,9 @@ def _write(out: Path, m: RunMetrics) -> list[Path]:
 
 def _report_unwritable(m: RunMetrics, msg: str) -> None:
     """The folder cannot take the run's files: say so in one line, and keep the numbers on stdout."""
-    print(f"gpipe-run: error: {msg}; the run's metrics follow on stdout", file=sys.stderr, flush=True)
+    print(
+        f"gpipe-run: error: {msg}; the run's metrics follow on stdout", file=sys.stderr, flush=True
+    )
     from ..metrics.contract import to_json
 
     print(to_json(m), flush=True)

@@ -16,7 +16,9 @@ __all__ = ["task_env"]
 
 def task_env() -> dict[str, str] | None:
     """torch.distributed variables for this task of a multi-task submitit job, else None."""
-    if not any(k in os.environ for k in ("SUBMITIT_LOCAL_JOB_ID", "SUBMITIT_EXECUTOR", "SLURM_JOB_ID")):
+    if not any(
+        k in os.environ for k in ("SUBMITIT_LOCAL_JOB_ID", "SUBMITIT_EXECUTOR", "SLURM_JOB_ID")
+    ):
         return None
     try:
         import submitit
@@ -28,5 +30,10 @@ def task_env() -> dict[str, str] | None:
         return None
     host = "127.0.0.1" if "SUBMITIT_LOCAL_JOB_ID" in os.environ else env.hostnames[0]
     port = 20000 + zlib.crc32(str(env.job_id).encode()) % 20000
-    return {"RANK": str(env.global_rank), "WORLD_SIZE": str(env.num_tasks), "LOCAL_RANK": str(env.local_rank),
-            "MASTER_ADDR": host, "MASTER_PORT": str(port)}
+    return {
+        "RANK": str(env.global_rank),
+        "WORLD_SIZE": str(env.num_tasks),
+        "LOCAL_RANK": str(env.local_rank),
+        "MASTER_ADDR": host,
+        "MASTER_PORT": str(port),
+    }

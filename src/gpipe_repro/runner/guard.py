@@ -45,9 +45,13 @@ def available_host_bytes() -> int | None:
                 avail = int(line.split()[1]) * 1024
     except OSError:
         return None
-    for limit_f, usage_f in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                             ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                              "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_f, usage_f in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
         try:
             raw = Path(limit_f).read_text().strip()
             if raw != "max" and int(raw) < 2**60:
@@ -60,8 +64,10 @@ def available_host_bytes() -> int | None:
 
 
 def oom_kills() -> int | None:
-    for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"),
-                      ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill")):
+    for path, key in (
+        ("/sys/fs/cgroup/memory.events", "oom_kill"),
+        ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
+    ):
         try:
             for line in Path(path).read_text().splitlines():
                 name, _, value = line.partition(" ")
@@ -80,28 +86,48 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
     if plan.info.kind == "pairs":  # translation batches count target tokens: the widest shape holds
-        mb = max(1, mb // plan.info.tokens_per_sample)  # batch / max_len sentences of max_len tokens
+        mb = max(
+            1, mb // plan.info.tokens_per_sample
+        )  # batch / max_len sentences of max_len tokens
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
-    loss: Callable[[Any], torch.Tensor] = classification_loss if plan.model.task == "classify" else lm_loss
-    kw: dict[str, Any] = dict(K=p.K, M=p.M, micro_batch=mb, schedule=p.schedule, checkpoint=p.checkpoint,
-                              optim=spec.optim.name, precision=spec.train.precision)
+    loss: Callable[[Any], torch.Tensor] = (
+        classification_loss if plan.model.task == "classify" else lm_loss
+    )
+    kw: dict[str, Any] = dict(
+        K=p.K,
+        M=p.M,
+        micro_batch=mb,
+        schedule=p.schedule,
+        checkpoint=p.checkpoint,
+        optim=spec.optim.name,
+        precision=spec.train.precision,
+    )
     try:  # measured as the ranks will run: CUDA's kernels and autocast policy on a GPU
-        stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type=spec.device, **kw)
+        stages = plan_stages(
+            plan.layers, plan.info.example, loss, bal, device_type=spec.device, **kw
+        )
     except Exception as err:  # noqa: BLE001 - a plan is advice: never stop a run over it
         if spec.device == "cpu":
             raise
-        print(f"gpipe-run: planning on fake {spec.device} tensors failed ({type(err).__name__}: "
-              f"{str(err).splitlines()[0] if str(err) else ''}); planned with CPU's kernels", file=sys.stderr)
+        print(
+            f"gpipe-run: planning on fake {spec.device} tensors failed ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); planned with CPU's kernels",
+            file=sys.stderr,
+        )
         stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type="cpu", **kw)
     planned = [s.total for s in stages]
-    fix = ("lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
-           "or train.memory_check=false to run anyway")
+    fix = (
+        "lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
+        "or train.memory_check=false to run anyway"
+    )
     if spec.device == "cuda":
         cap = torch.cuda.get_device_properties(0).total_memory
         worst = max(range(len(planned)), key=lambda k: planned[k])
         if planned[worst] > cap:
-            raise UserError(f"the plan needs {planned[worst] / GiB:.1f} GiB on stage {worst} but a GPU here has "
-                            f"{cap / GiB:.1f} GiB; {fix}")
+            raise UserError(
+                f"the plan needs {planned[worst] / GiB:.1f} GiB on stage {worst} but a GPU here has "
+                f"{cap / GiB:.1f} GiB; {fix}"
+            )
         return planned
     avail = available_host_bytes()
     if avail is None:
@@ -109,9 +135,11 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     need = (sum(planned) + PROCESS_BYTES * p.K) * p.replicas
     if need > avail:
         per = "/".join(f"{b / GiB:.1f}" for b in planned)
-        raise UserError(f"the plan needs {need / GiB:.1f} GiB on this host ({spec.world_size} rank(s); stages "
-                        f"{per} GiB + {PROCESS_BYTES / GiB:.1f} GiB per process) but {avail / GiB:.1f} GiB is "
-                        f"available; {fix}")
+        raise UserError(
+            f"the plan needs {need / GiB:.1f} GiB on this host ({spec.world_size} rank(s); stages "
+            f"{per} GiB + {PROCESS_BYTES / GiB:.1f} GiB per process) but {avail / GiB:.1f} GiB is "
+            f"available; {fix}"
+        )
     return planned
 
 
@@ -122,7 +150,9 @@ def _partition(plan: Plan, K: int, balance_by: str, micro_batch: int) -> list[in
     from ..engine.cost import layer_costs
 
     kind = balance_by if balance_by in ("params", "flops") else "params"
-    return balance_by_cost(layer_costs(plan.layers, plan.info.example(micro_batch, "meta"), kind), K)
+    return balance_by_cost(
+        layer_costs(plan.layers, plan.info.example(micro_batch, "meta"), kind), K
+    )
 
 
 class Watchdog:

@@ -24,8 +24,13 @@ def launch_local(spec: RunConfig, plan: Plan, out: Path) -> list[Any]:
     kills = oom_kills()
     with Watchdog(out, spec.pipeline.heartbeat_s) as dog:
         try:
-            return launch(run_rank, spec.world_size, (spec, RankContext(out, ignore_sigint=True)),
-                          threads=spec.train.threads, handle_signals=False)
+            return launch(
+                run_rank,
+                spec.world_size,
+                (spec, RankContext(out, ignore_sigint=True)),
+                threads=spec.train.threads,
+                handle_signals=False,
+            )
         except RankError as err:
             raise _explain(err, spec, dog, kills) from None
         finally:
@@ -37,10 +42,16 @@ def _explain(err: RankError, spec: RunConfig, dog: Watchdog, kills_before: int |
     K = spec.pipeline.K
     if dog.frozen is not None:
         r, age = dog.frozen
-        return RankError(r, f"rank {r} (stage {r % K}, replica {r // K}) stopped responding: no heartbeat for "
-                            f"{age:.0f} s (stopped, e.g. by SIGSTOP, or frozen); the run was stopped")
+        return RankError(
+            r,
+            f"rank {r} (stage {r % K}, replica {r // K}) stopped responding: no heartbeat for "
+            f"{age:.0f} s (stopped, e.g. by SIGSTOP, or frozen); the run was stopped",
+        )
     after = oom_kills()
     if kills_before is not None and after is not None and after > kills_before:
-        return RankError(err.rank, f"rank {err.rank}: killed by the kernel's out-of-memory killer; the run needs "
-                                   "more memory than this host has (see train.memory_check and the plan)")
+        return RankError(
+            err.rank,
+            f"rank {err.rank}: killed by the kernel's out-of-memory killer; the run needs "
+            "more memory than this host has (see train.memory_check and the plan)",
+        )
     return err

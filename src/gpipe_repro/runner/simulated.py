@@ -38,7 +38,9 @@ from .batch import fit_micro_batch
 __all__ = ["simulate_run", "measured_model", "profile_sizes"]
 
 GiB = 2**30
-LOOKAHEAD = 4  # engine.Pipeline's default: receives are posted 4 actions ahead (gloo waits for them)
+LOOKAHEAD = (
+    4  # engine.Pipeline's default: receives are posted 4 actions ahead (gloo waits for them)
+)
 
 
 def _out_loss(plan: Plan) -> Any:
@@ -62,8 +64,12 @@ def _cost_model(spec: RunConfig, plan: Plan, hw: HardwareProfile | None) -> Cost
         from ..sim.roofline import RooflineCosts
 
         return RooflineCosts(hw, _counts(_model_key(spec, plan), plan))
-    return measured_model(spec, plan, profile_sizes(spec.sim.profile_max_micro_batch),
-                          repeats=spec.sim.profile_repeats)
+    return measured_model(
+        spec,
+        plan,
+        profile_sizes(spec.sim.profile_max_micro_batch),
+        repeats=spec.sim.profile_repeats,
+    )
 
 
 def profile_sizes(cap: int) -> list[int]:
@@ -94,8 +100,17 @@ def measured_model(spec: RunConfig, plan: Plan, sizes: list[int], repeats: int =
     def targets(n: int) -> torch.Tensor:
         return torch.zeros(n, *(info.shape if info.kind != "image" else ()), dtype=torch.long)
 
-    costs, _ = measured_costs(plan.layers, info.example, targets, sizes, loss_fn=plan.model.loss_fn,
-                              seed=spec.seed, repeats=repeats, extrapolate="proportional", on=spec.device)
+    costs, _ = measured_costs(
+        plan.layers,
+        info.example,
+        targets,
+        sizes,
+        loss_fn=plan.model.loss_fn,
+        seed=spec.seed,
+        repeats=repeats,
+        extrapolate="proportional",
+        on=spec.device,
+    )
     _MEASURED[memo] = costs
     return costs
 
@@ -104,7 +119,9 @@ def _model_key(spec: RunConfig, plan: Plan) -> str:
     return f"{spec.model!r}|{plan.info!r}"
 
 
-def _balance(spec: RunConfig, plan: Plan, lc: list[LayerCost], micro_batch: int) -> tuple[list[int], list[float]]:
+def _balance(
+    spec: RunConfig, plan: Plan, lc: list[LayerCost], micro_batch: int
+) -> tuple[list[int], list[float]]:
     p = spec.pipeline
     if p.balance_by == "time":
         costs = [c.forward_s + c.backward_s for c in lc]
@@ -121,17 +138,36 @@ def _balance(spec: RunConfig, plan: Plan, lc: list[LayerCost], micro_batch: int)
 
 
 def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
-    return layer_memory(plan.layers, plan.info.example, _out_loss(plan), M=spec.pipeline.M,
-                        micro_batch=micro_batch, schedule=spec.pipeline.schedule,
-                        checkpoint=spec.pipeline.checkpoint, optim=spec.optim.name, key=_model_key(spec, plan),
-                        precision=spec.train.precision)
+    return layer_memory(
+        plan.layers,
+        plan.info.example,
+        _out_loss(plan),
+        M=spec.pipeline.M,
+        micro_batch=micro_batch,
+        schedule=spec.pipeline.schedule,
+        checkpoint=spec.pipeline.checkpoint,
+        optim=spec.optim.name,
+        key=_model_key(spec, plan),
+        precision=spec.train.precision,
+    )
 
 
 def _memory(spec: RunConfig, plan: Plan, balance: list[int], mb: int) -> list[Any]:
     p = spec.pipeline
-    return plan_stages(plan.layers, plan.info.example, _out_loss(plan), balance, K=p.K, M=p.M, micro_batch=mb,
-                       schedule=p.schedule, checkpoint=p.checkpoint, optim=spec.optim.name,
-                       key=_model_key(spec, plan), precision=spec.train.precision)
+    return plan_stages(
+        plan.layers,
+        plan.info.example,
+        _out_loss(plan),
+        balance,
+        K=p.K,
+        M=p.M,
+        micro_batch=mb,
+        schedule=p.schedule,
+        checkpoint=p.checkpoint,
+        optim=spec.optim.name,
+        key=_model_key(spec, plan),
+        precision=spec.train.precision,
+    )
 
 
 def _device_memory(hw: HardwareProfile | None, spec: RunConfig) -> int:
@@ -153,9 +189,14 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
     mb = spec.train.batch_size // p.replicas // p.M
     if spec.train.batch_mode == "fit":
         where = f"hardware={hw.name if hw is not None else MEASURED}"
-        mb, _ = fit_micro_batch(spec, _device_memory(hw, spec), mb,
-                                lambda n: _balance(spec, plan, costs.layer_costs(n), n)[0],
-                                lambda bal, n: _memory(spec, plan, list(bal), n), where)
+        mb, _ = fit_micro_batch(
+            spec,
+            _device_memory(hw, spec),
+            mb,
+            lambda n: _balance(spec, plan, costs.layer_costs(n), n)[0],
+            lambda bal, n: _memory(spec, plan, list(bal), n),
+            where,
+        )
         spec = replace(spec, train=replace(spec.train, batch_size=mb * p.M * p.replicas))
     t = spec.train
     lc = costs.layer_costs(mb)
@@ -165,12 +206,23 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
         per_layer = _layer_memory(spec, plan, mb)
         worst = max(range(len(per_layer)), key=lambda i: per_layer[i])
         if per_layer[worst] > hw.memory_bytes:
-            raise UserError(f"hardware={hw.name}: layer {worst} ({type(plan.layers[worst]).__name__}) alone needs "
-                            f"{per_layer[worst] / GiB:.2f} GiB > the {hw.memory_bytes / GiB:.2f} GiB of one device "
-                            "at this micro-batch; a single layer must fit (GPipe §6)")
-    res = simulate(p.K, p.M, p.schedule, p.checkpoint, stage_costs(lc, balance), costs.link, costs.overhead_s,
-                   sender_busy=hw.send_occupies_sender if hw is not None else False,
-                   step_overhead_s=costs.step_overhead_s, lookahead=None if hw is not None else LOOKAHEAD)
+            raise UserError(
+                f"hardware={hw.name}: layer {worst} ({type(plan.layers[worst]).__name__}) alone needs "
+                f"{per_layer[worst] / GiB:.2f} GiB > the {hw.memory_bytes / GiB:.2f} GiB of one device "
+                "at this micro-batch; a single layer must fit (GPipe §6)"
+            )
+    res = simulate(
+        p.K,
+        p.M,
+        p.schedule,
+        p.checkpoint,
+        stage_costs(lc, balance),
+        costs.link,
+        costs.overhead_s,
+        sender_busy=hw.send_occupies_sender if hw is not None else False,
+        step_overhead_s=costs.step_overhead_s,
+        lookahead=None if hw is not None else LOOKAHEAD,
+    )
     m = base_metrics(spec, launcher="sim")
     assert m.model is not None and m.pipeline is not None
     m.source = "simulated"
@@ -185,25 +237,43 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
     m.bubble_ideal = (p.K - 1) / (p.M + p.K - 1)
     start = 0
     for k, b in enumerate(balance):
-        names = [type(layer).__name__ for layer in plan.layers[start:start + b]]
-        params = sum(q.numel() for layer in plan.layers[start:start + b] for q in layer.parameters())
+        names = [type(layer).__name__ for layer in plan.layers[start : start + b]]
+        params = sum(
+            q.numel() for layer in plan.layers[start : start + b] for q in layer.parameters()
+        )
         st = mem[k]
-        m.stages.append(StageMetrics(
-            stage=k, layers=b, layer_names=names, param_count=params, param_bytes=4 * params,
-            grad_bytes=4 * params, optimizer_bytes=st.state - 8 * params, activation_bytes=st.activation,
-            peak_memory_bytes=st.total, accounted_memory_bytes=st.total, memory_source="planned",
-            busy_s=res.busy_s[k]))
+        m.stages.append(
+            StageMetrics(
+                stage=k,
+                layers=b,
+                layer_names=names,
+                param_count=params,
+                param_bytes=4 * params,
+                grad_bytes=4 * params,
+                optimizer_bytes=st.state - 8 * params,
+                activation_bytes=st.activation,
+                peak_memory_bytes=st.total,
+                accounted_memory_bytes=st.total,
+                memory_source="planned",
+                busy_s=res.busy_s[k],
+            )
+        )
         start += b
     m.layer_costs = part_costs
     budget = _device_memory(hw, spec)
-    m.hardware = {**(asdict(hw) if hw is not None else {"name": MEASURED, "device": spec.device}),
-                  "memory_bytes": budget, "fits_memory": max(s.total for s in mem) <= budget,
-                  "peak_in_flight": res.peak_in_flight, "micro_batch": mb}
+    m.hardware = {
+        **(asdict(hw) if hw is not None else {"name": MEASURED, "device": spec.device}),
+        "memory_bytes": budget,
+        "fits_memory": max(s.total for s in mem) <= budget,
+        "peak_in_flight": res.peak_in_flight,
+        "micro_batch": mb,
+    }
     m.env.device_names = [hw.name if hw is not None else f"{MEASURED} ({spec.device})"]
     progress = ProgressWriter(out / PROGRESS_FILE)
     for step in range(t.steps):  # one simulated step stands for each: wandb sees the same series
-        progress.write(StepRecord(step, None, res.step_s, t.batch_size / res.step_s, m.tokens_per_s))
+        progress.write(
+            StepRecord(step, None, res.step_s, t.batch_size / res.step_s, m.tokens_per_s)
+        )
     for e in res.events:
         e.step = t.steps - 1
     return m, res.events
-

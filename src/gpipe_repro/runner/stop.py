@@ -49,14 +49,22 @@ class StopControl:
         self.requested = True
         name = signal.Signals(signum).name
         if self._run is None:
-            print(f"gpipe-run: {name}: stopping; the jobs left are skipped", file=sys.stderr, flush=True)
+            print(
+                f"gpipe-run: {name}: stopping; the jobs left are skipped",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         try:
             (self._run / STOP_FILE).touch()
         except OSError:
             raise KeyboardInterrupt(f"signal {name}") from None
-        print(f"gpipe-run: {name}: stopping after the current step (at most {self._grace_s:.0f} s; "
-              "again to stop at once)", file=sys.stderr, flush=True)
+        print(
+            f"gpipe-run: {name}: stopping after the current step (at most {self._grace_s:.0f} s; "
+            "again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
         self._timer = threading.Timer(self._grace_s, lambda: os.kill(os.getpid(), signal.SIGINT))
         self._timer.daemon = True
         self._timer.start()

@@ -8,7 +8,21 @@ from .roofline import RooflineCosts
 from .simulate import ScheduleDeadlock, SimResult, simulate
 
 __all__ = [
-    "CostModel", "HardwareError", "HardwareProfile", "LayerCost", "LayerCount", "Link",
-    "RooflineCosts", "ScheduleDeadlock", "SimResult", "StageCost", "count_amoebanet",
-    "count_layers", "count_transformer_lm", "load_profile", "render", "simulate", "stage_costs",
+    "CostModel",
+    "HardwareError",
+    "HardwareProfile",
+    "LayerCost",
+    "LayerCount",
+    "Link",
+    "RooflineCosts",
+    "ScheduleDeadlock",
+    "SimResult",
+    "StageCost",
+    "count_amoebanet",
+    "count_layers",
+    "count_transformer_lm",
+    "load_profile",
+    "render",
+    "simulate",
+    "stage_costs",
 ]

@@ -23,7 +23,9 @@ class LayerCost:
     """One layer, one micro-batch of a given size."""
 
     forward_s: float  # graph-building forward (also the recompute under remat)
-    forward_nograd_s: float  # forward under no_grad (the first forward of a rematerialised micro-batch)
+    forward_nograd_s: (
+        float  # forward under no_grad (the first forward of a rematerialised micro-batch)
+    )
     backward_s: float  # backward of that micro-batch through this layer
     out_bytes: int  # bytes of everything the layer returns (a tuple's tensors summed): the boundary
     # bytes when a cut follows this layer; its gradient going back has the same size
@@ -78,12 +80,14 @@ def stage_costs(layers: Sequence[LayerCost], balance: Sequence[int]) -> list[Sta
     for k, n in enumerate(balance):
         cell = layers[start : start + n]
         last = k == len(balance) - 1
-        out.append(StageCost(
-            forward_s=sum(c.forward_s for c in cell),
-            forward_nograd_s=sum(c.forward_nograd_s for c in cell),
-            backward_s=sum(c.backward_s for c in cell),
-            out_bytes=0 if last else cell[-1].out_bytes,
-            update_s=sum(c.update_s for c in cell),
-        ))
+        out.append(
+            StageCost(
+                forward_s=sum(c.forward_s for c in cell),
+                forward_nograd_s=sum(c.forward_nograd_s for c in cell),
+                backward_s=sum(c.backward_s for c in cell),
+                out_bytes=0 if last else cell[-1].out_bytes,
+                update_s=sum(c.update_s for c in cell),
+            )
+        )
         start += n
     return out

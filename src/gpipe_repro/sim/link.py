@@ -142,8 +142,12 @@ def measure_link(
     if use_cache and (stored := cache.load("link", key)) is not None:
         try:
             pts = [(int(n), float(t)) for n, t in stored["points"]]
-            link = Link(float(stored["latency_s"]), float(stored["bandwidth_Bps"]),
-                        send_call_s=float(stored["send_call_s"]), recv_call_s=float(stored["recv_call_s"]))
+            link = Link(
+                float(stored["latency_s"]),
+                float(stored["bandwidth_Bps"]),
+                send_call_s=float(stored["send_call_s"]),
+                recv_call_s=float(stored["recv_call_s"]),
+            )
             return LinkProfile(link, pts, "cache")
         except (KeyError, TypeError, ValueError):
             pass  # corrupt content: measure again
@@ -152,12 +156,19 @@ def measure_link(
     res = launch(_ping_pong, 2, (sizes, repeats, warmup, dev.type, timeout_s), threads=1)
     points = [(int(n), float(t)) for n, t in res[0][0]]
     fit = fit_link(points)
-    link = Link(fit.latency_s, fit.bandwidth_Bps, send_call_s=float(res[0][1]), recv_call_s=float(res[1][1]))
+    link = Link(
+        fit.latency_s, fit.bandwidth_Bps, send_call_s=float(res[0][1]), recv_call_s=float(res[1][1])
+    )
     if use_cache:
         cache.save(
             "link",
             key,
-            {"latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps, "points": points,
-             "send_call_s": link.send_call_s, "recv_call_s": link.recv_call_s},
+            {
+                "latency_s": link.latency_s,
+                "bandwidth_Bps": link.bandwidth_Bps,
+                "points": points,
+                "send_call_s": link.send_call_s,
+                "recv_call_s": link.recv_call_s,
+            },
         )
     return LinkProfile(link, points)

@@ -163,7 +163,9 @@ def simulate(
         return arrival[key]
 
     def wait(s: _Stage, mb: int, key: tuple[str, int, int]) -> None:
-        s.free += link.recv_call_s  # posting the receive (the engine posts ahead; the cost is the same)
+        s.free += (
+            link.recv_call_s
+        )  # posting the receive (the engine posts ahead; the cost is the same)
         t = max(s.free, arrive(s, key))
         ev("wait", mb, s.free, t, s.k)
         s.free = t
