@@ -230,16 +230,24 @@ def _restore(
     t = spec.train
     save_dir = _save_dir(spec, ctx)
     if t.resume is not None:
-        path = resolve(t.resume, save_dir) if save_dir is not None or t.resume != "auto" else None
+        if t.resume == "auto":  # the newest save of this run's folder, if any
+            path = resolve(t.resume, save_dir) if save_dir is not None else None
+        else:
+            path = resolve(t.resume, save_dir if save_dir is not None else ".")
         if path is None:  # auto and nothing saved yet: a fresh start
             return 0, []
         rep = load(
-            path, st.pipe.cell.layers, st.offset, optimizer=st.opt, model=st.record, topology=topo
+            path,
+            list(st.pipe.cell.layers),
+            st.offset,
+            optimizer=st.opt,
+            model=st.record,
+            topology=topo,
         )
         return rep.step, list(rep.losses) if topo.is_last else []
     if t.init_from is not None:
         skip = t.init_skip if t.init_skip is not None else [len(st.plan.layers) - 1]
-        load_weights(t.init_from, st.pipe.cell.layers, st.offset, skip=skip, model=st.record)
+        load_weights(t.init_from, list(st.pipe.cell.layers), st.offset, skip=skip, model=st.record)
     return 0, []
 
 
@@ -256,7 +264,7 @@ def _save(
     save(
         d,
         step,
-        st.pipe.cell.layers,
+        list(st.pipe.cell.layers),
         st.balance,
         topo,
         model=st.record,
@@ -497,8 +505,8 @@ def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[s
     with torch.no_grad():
         out = evaluate_translation(
             [m.eval() for m in layers],
-            st.data,
-            split="test",  # type: ignore[arg-type]
+            st.data,  # type: ignore[arg-type]  # data=translation: a TranslationDataset
+            split="test",
             limit=spec.train.eval_limit,
         )
     return {
@@ -535,7 +543,7 @@ def _evaluate(spec: RunConfig, topo: Topology, st: _Stage) -> dict[str, Any] | N
         out = st.pipe.forward(_pad(xb, (-n) % M) if topo.is_first else None)
         if topo.is_last:
             assert yb is not None and out is not None
-            logits = out[:n].float().cpu()  # type: ignore[index,union-attr]
+            logits = out[:n].float().cpu()  # type: ignore[union-attr]
             c, t_ = st.plan.model.correct(logits, yb)
             correct, total, samples = correct + c, total + t_, samples + n
             loss_sum += float(st.plan.model.loss_fn(logits, yb)) * n

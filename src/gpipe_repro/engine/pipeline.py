@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -57,9 +57,9 @@ __all__ = ["Cell", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
 
 LOSS_REDUCTIONS: tuple[str, ...] = ("mean", "sum")
 
-LossFn = Callable[[Batch, Any], torch.Tensor]
+LossFn = Callable[..., torch.Tensor]  # (output, targets) -> loss
 # BatchNorm buffers are kept in step by MicroBatchNorm.commit, so DDP must not broadcast them.
-_NO_BUFFER_SYNC = (
+_NO_BUFFER_SYNC: dict[str, Any] = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     else {"broadcast_buffers": False}
@@ -74,7 +74,7 @@ class Cell(nn.Module):
 
     def __init__(self, layers: Sequence[nn.Module], dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(layers)
+        self.layers: nn.ModuleList = nn.ModuleList(layers)
         self.dtype = dtype
 
     def forward(self, x: Batch) -> Batch:
@@ -142,7 +142,7 @@ class Pipeline:
             else "system (not a CPU rank)"
         )
         dtype = compute_dtype(precision) if precision != "fp32" else None
-        self.cell = convert_batchnorm(Cell(layers, dtype)).to(self.device)
+        self.cell: Cell = convert_batchnorm(Cell(layers, dtype)).to(self.device)  # type: ignore[assignment]
         self.module: nn.Module = self.cell
         self.ddp: DistributedDataParallel | None = None
         if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
@@ -165,8 +165,21 @@ class Pipeline:
         self._out_meta: list[comm.TensorMeta] | None = None
 
     # ------------------------------------------------------------------ public API
-    def parameters(self):  # noqa: D401 - mirrors nn.Module
+    def parameters(self) -> Iterator[nn.Parameter]:
         return self.cell.parameters()
+
+    @property
+    def _prev(self) -> int:
+        """The previous stage's rank (only asked for where there is one)."""
+        rank = self._prev
+        assert rank is not None, "the first stage has no previous stage"
+        return rank
+
+    @property
+    def _next(self) -> int:
+        rank = self._next
+        assert rank is not None, "the last stage has no next stage"
+        return rank
 
     def train_step(self, inputs: Batch | None = None, targets: Any = None) -> float | None:
         """Forward and backward one mini-batch; returns its mean loss on the last stage, else None.
@@ -175,16 +188,18 @@ class Pipeline:
         """
         topo, M = self.topo, self.M
         self.cell.train()
-        self._xs = split(_to(inputs, self.device), M) if topo.is_first else None
+        self._xs = (
+            split(_to(inputs, self.device), M) if topo.is_first and inputs is not None else None
+        )
         if topo.is_last:
             self._ts = (
                 split(_to(targets, self.device), M)
                 if torch.is_tensor(targets) or isinstance(targets, tuple)
                 else [targets] * M
             )
-        self._state: dict[int, tuple] = {}
-        self._posted: dict[tuple[str, int], tuple[list[torch.Tensor], list]] = {}
-        self._sends: list = []
+        self._state: dict[int, tuple[Any, ...]] = {}
+        self._posted: dict[tuple[str, int], tuple[list[torch.Tensor], list[dist.Work]]] = {}
+        self._sends: list[dist.Work] = []
         self._loss = torch.zeros((), device=self.device)
         self._in_meta = self._out_meta = None  # shapes may change per step: describe them again
         if self.meter is not None:
@@ -220,15 +235,20 @@ class Pipeline:
         topo = self.topo
         was_training = self.cell.training
         self.cell.eval()
-        xs = split(_to(inputs, self.device), self.M) if topo.is_first else [None] * self.M
-        outs, sends = [], []
+        xs: list[Batch | None] = (
+            list(split(_to(inputs, self.device), self.M))
+            if topo.is_first and inputs is not None
+            else [None] * self.M
+        )
+        outs: list[Batch] = []
+        sends: list[dist.Work | None] = []
         try:
             for m in range(self.M):
                 if topo.is_first:
                     x = xs[m]
                 else:
-                    metas, tup = comm.recv_meta(topo.prev_rank, self.device)
-                    bufs, works = comm.irecv(metas, topo.prev_rank, self.device)
+                    metas, tup = comm.recv_meta(self._prev, self.device)
+                    bufs, works = comm.irecv(metas, self._prev, self.device)
                     for w in works:
                         w.wait()
                     x = from_tuple(bufs, tup)
@@ -240,13 +260,13 @@ class Pipeline:
                     ys = as_tuple(y)
                     sends.append(
                         comm.send_meta(
-                            comm.describe(ys), isinstance(y, tuple), topo.next_rank, self.device
+                            comm.describe(ys), isinstance(y, tuple), self._next, self.device
                         )
                     )
-                    sends += comm.isend(ys, topo.next_rank)
-            for w in sends:
-                if w is not None:
-                    w.wait()
+                    sends += comm.isend(ys, self._next)
+            for sent in sends:
+                if sent is not None:
+                    sent.wait()
         finally:
             self.cell.train(was_training)
         return join(outs) if topo.is_last else None
@@ -271,12 +291,12 @@ class Pipeline:
         if key[0] == "F":
             if self._in_meta is None:
                 return False
-            self._posted[key] = comm.irecv(self._in_meta[0], self.topo.prev_rank, self.device)
+            self._posted[key] = comm.irecv(self._in_meta[0], self._prev, self.device)
         else:
             if self._out_meta is None:
                 return False
             metas = [m for m in self._out_meta if m.is_float]
-            self._posted[key] = comm.irecv(metas, self.topo.next_rank, self.device)
+            self._posted[key] = comm.irecv(metas, self._next, self.device)
         return True
 
     def _prepost(self, i: int) -> None:
@@ -289,7 +309,7 @@ class Pipeline:
         with self.recorder.span("wait", key[1]):
             if key not in self._posted:
                 if key[0] == "F" and self._in_meta is None:
-                    self._in_meta = comm.recv_meta(self.topo.prev_rank, self.device)
+                    self._in_meta = comm.recv_meta(self._prev, self.device)
                 self._post(key)
             bufs, works = self._posted.pop(key)
             for w in works:
@@ -299,6 +319,7 @@ class Pipeline:
     def _forward(self, m: int) -> None:
         topo, rec, meter = self.topo, self.recorder, self.meter
         if topo.is_first:
+            assert self._xs is not None, "the first stage needs inputs"
             x = self._xs[m]
         else:
             bufs = self._take(("F", m))
@@ -324,13 +345,11 @@ class Pipeline:
             ys = as_tuple(y)
             if self._out_meta is None:
                 self._out_meta = comm.describe(ys)
-                w = comm.send_meta(
-                    self._out_meta, isinstance(y, tuple), topo.next_rank, self.device
-                )
+                w = comm.send_meta(self._out_meta, isinstance(y, tuple), self._next, self.device)
                 if w is not None:
                     self._sends.append(w)
             with rec.span("send", m):
-                self._sends += comm.isend(ys, topo.next_rank)
+                self._sends += comm.isend(ys, self._next)
         self._state[m] = (x, rng, None if remat else y, None if remat else loss)
 
     def _backward(self, m: int, last_backward: bool) -> None:
@@ -369,6 +388,6 @@ class Pipeline:
                 if t.is_floating_point()
             ]
             with rec.span("send", m):
-                self._sends += comm.isend(gx, topo.prev_rank)
+                self._sends += comm.isend(gx, self._prev)
         if meter is not None:
             meter.release(m)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -143,7 +144,7 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 def measure_stage(
     layers: Sequence[nn.Module],
     x: Batch,
-    loss: Callable[[Batch], torch.Tensor] | None = None,
+    loss: Callable[[Any], torch.Tensor] | None = None,
     precision: str = "fp32",
     detail: list[Saved] | None = None,
     device_type: str = MEASURE_DEVICE,

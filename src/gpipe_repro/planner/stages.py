@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,7 +56,7 @@ class _Measured:
         self,
         layers: Sequence[nn.Module],
         sample: Batch,
-        loss: Callable[[Batch], torch.Tensor],
+        loss: Callable[[Any], torch.Tensor],
         precision: str = "fp32",
         device_type: str = MEASURE_DEVICE,
     ) -> None:
@@ -91,7 +92,7 @@ def _measured(
     key: object,
     layers: Sequence[nn.Module],
     sample: Batch,
-    loss: Callable,
+    loss: Callable[[Any], torch.Tensor],
     precision: str,
     device_type: str,
 ) -> _Measured:
@@ -111,7 +112,7 @@ def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
 def plan_stages(
     layers: Sequence[nn.Module],
     sample_fn: Callable[[int, str], Batch],
-    loss: Callable[[Batch], torch.Tensor],
+    loss: Callable[[Any], torch.Tensor],
     balance: Sequence[int],
     *,
     K: int,
@@ -155,7 +156,7 @@ def plan_stages(
 def layer_memory(
     layers: Sequence[nn.Module],
     sample_fn: Callable[[int, str], Batch],
-    loss: Callable[[Batch], torch.Tensor],
+    loss: Callable[[Any], torch.Tensor],
     *,
     M: int,
     micro_batch: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +60,8 @@ G = 1e9
 # The paper's Table 1 (GPIPE.md §4). AmoebaNet: 224x224, batch 128, 8 GB per accelerator;
 # Transformer: batch 32 x 1024 tokens, 16 GB per accelerator. M: 32 micro-batches for every
 # pipelined column (the largest M of the paper's Table 2; activation memory falls with M).
-_A, _T = dict(batch=128, budget=8 * GiB), dict(batch=32, budget=16 * GiB)
+_A: dict[str, Any] = dict(batch=128, budget=8 * GiB)
+_T: dict[str, Any] = dict(batch=32, budget=16 * GiB)
 COLUMNS: list[Column] = [
     Column("amoebanet_d", "Naive-1", 1, "never", 1, (18, 208), 82e6, 1.05 * G, 6.26 * G, **_A),
     Column("amoebanet_d", "Pipeline-1", 1, "always", 32, (18, 416), 318e6, 3.8 * G, 3.46 * G, **_A),
@@ -195,7 +197,9 @@ def plan_amoebanet(
         x = torch.empty(2, 3, image_size, image_size)
     n = N / M
     params = [_nparams(layer) for layer in layers]
-    costs, inputs, y = [], [], x
+    costs: list[float] = []
+    inputs: list[Any] = []
+    y: Any = x
     for i, layer in enumerate(layers):
         inputs.append(y)
         a, y = measure_stage([layer], y, _cls_loss(2) if i == len(layers) - 1 else None, precision)
@@ -304,7 +308,7 @@ def plan_transformer(
         "softmax": state_bytes(p["softmax"])
         + peak_activation_bytes(pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0),
     }
-    costs = [one["embed"]] + [one["layer"]] * L + [one["softmax"]]
+    costs = [float(one["embed"])] + [float(one["layer"])] * L + [float(one["softmax"])]
     balance = balance or balance_by_cost(costs, K)
     acts, start = [], 0
     for b in balance:

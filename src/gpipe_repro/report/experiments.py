@@ -28,7 +28,10 @@ def experiment_report(
     """The ``write`` function of ``experiment``'s own report, or None."""
     if experiment not in REPORTS:
         return None
-    return importlib.import_module(REPORTS[str(experiment)]).write  # type: ignore[no-any-return]
+    write: Callable[[Path, Path, str], dict[str, Path]] = importlib.import_module(
+        REPORTS[str(experiment)]
+    ).write
+    return write
 
 
 def hardware_header(sweep: Path, command: str) -> str:
@@ -40,9 +43,9 @@ def hardware_header(sweep: Path, command: str) -> str:
         except (OSError, json.JSONDecodeError):
             continue
     devices = sorted({d for e in envs for d in e.get("device_names") or []})
-    threads = sorted({e.get("threads_per_rank") for e in envs if e.get("threads_per_rank")})
-    commits = sorted({e.get("git_commit") for e in envs if e.get("git_commit")})
-    torch = sorted({e.get("torch") for e in envs if e.get("torch")})
+    threads = sorted({int(e["threads_per_rank"]) for e in envs if e.get("threads_per_rank")})
+    commits = sorted({str(e["git_commit"]) for e in envs if e.get("git_commit")})
+    torch = sorted({str(e["torch"]) for e in envs if e.get("torch")})
     return (
         f"Generated from {len(envs)} job(s) in `{sweep}` by `{command}`. Measured on "
         f"{', '.join(devices) or 'unknown devices'}, {'/'.join(map(str, threads)) or '?'} thread(s) per rank, "

@@ -75,7 +75,7 @@ def _rows_of(job: str, m: dict[str, Any]) -> list[dict[str, Any]]:
         "job": job,
         "status": m.get("status"),
         "source": m.get("source"),
-        "model": label(key) if None not in key else None,
+        "model": label(key) if None not in key else None,  # type: ignore[arg-type]
         "L": key[0],
         "H": key[1],
         "A": key[2],
@@ -228,9 +228,9 @@ def claims(rows: Sequence[dict[str, Any]]) -> list[str]:
     out += ["", "### 4. The trainability tricks (scaled feed-forward init, logit clipping)", ""]
     off, on = TRICKS
     if off in ran and on in ran:
-        for g in [None, *groups]:
-            d = diff(per_group(rows, off, g), per_group(rows, on, g))
-            out.append(f"- {g or 'all'} languages: with - without = {d.text()}.")
+        for grp in [None, *groups]:
+            d = diff(per_group(rows, off, grp), per_group(rows, on, grp))
+            out.append(f"- {grp or 'all'} languages: with - without = {d.text()}.")
     else:
         out.append(f"- {label(off)} or {label(on)} did not run.")
     return out

@@ -75,17 +75,17 @@ def markdown(rows: Sequence[dict[str, Any]], table: int, sources: list[str]) -> 
             ]
             for r in rs:
                 fits = {"True": "yes", "False": "**no**"}.get(str(r["fits_memory"]), "—")
-                paper = "—" if r["paper_normalized"] is None else f"{r['paper_normalized']:g}"
+                paper_txt = "—" if r["paper_normalized"] is None else f"{r['paper_normalized']:g}"
                 ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
                 if r["normalized"] is None:
                     lines.append(
-                        f"| {r['M']} | {r['K']} | {r['batch_size'] or '—'} | — | — | — | failed | {paper} | "
+                        f"| {r['M']} | {r['K']} | {r['batch_size'] or '—'} | — | — | — | failed | {paper_txt} | "
                         f"— | — | — | — | — | {r['why']} |"
                     )
                     continue
                 lines.append(
                     f"| {r['M']} | {r['K']} | {r['batch_size']} | {r['micro_batch']} | {fits} | "
-                    f"{r['throughput']:.4g} | {r['normalized']:.2f} | {paper} | {ratio} | {r['bound']:.2f} | "
+                    f"{r['throughput']:.4g} | {r['normalized']:.2f} | {paper_txt} | {ratio} | {r['bound']:.2f} | "
                     f"{r['balance']:.2f} | {r['transfers']:.2f} | {r['efficiency']:.2f} | {r['why']} |"
                 )
             lines.append("")

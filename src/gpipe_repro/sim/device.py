@@ -37,7 +37,17 @@ from .profile import LossFn
 
 __all__ = ["DeviceModel", "device_model", "measured_costs", "REFERENCE"]
 
-REFERENCE = {"width": 64, "depth": 4, "N": 64, "Ms": [1, 2, 4, 8, 16], "repeats": 5}
+
+@dataclass(frozen=True)
+class _Reference:
+    width: int = 64
+    depth: int = 4
+    N: int = 64
+    Ms: tuple[int, ...] = (1, 2, 4, 8, 16)
+    repeats: int = 5
+
+
+REFERENCE = _Reference()
 
 
 @dataclass(frozen=True)
@@ -60,13 +70,14 @@ class DeviceModel:
 
 def _reference_layers() -> list[nn.Module]:
     torch.manual_seed(0)
-    w, d = REFERENCE["width"], REFERENCE["depth"]
-    return [nn.Sequential(nn.Linear(w, w), nn.ReLU()) for _ in range(d)] + [nn.Linear(w, 10)]
+    w, d = REFERENCE.width, REFERENCE.depth
+    layers: list[nn.Module] = [nn.Sequential(nn.Linear(w, w), nn.ReLU()) for _ in range(d)]
+    return [*layers, nn.Linear(w, 10)]
 
 
 def _reference_sample(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(n)
-    return torch.randn(n, REFERENCE["width"], generator=g), torch.randint(0, 10, (n,), generator=g)
+    return torch.randn(n, REFERENCE.width, generator=g), torch.randint(0, 10, (n,), generator=g)
 
 
 def _reference_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -98,14 +109,14 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
             pass
     link = measure_link(device=dev.type, use_cache=use_cache).link
     layers = _reference_layers()
-    N, Ms = REFERENCE["N"], REFERENCE["Ms"]
+    N, Ms = REFERENCE.N, REFERENCE.Ms
     prof = profile_layers(
         layers,
         _reference_sample,
         [N // m for m in Ms],
         device=dev,
         loss_fn=_reference_loss,
-        repeats=REFERENCE["repeats"],
+        repeats=REFERENCE.repeats,
         use_cache=use_cache,
     )
     fit = measure_overhead(
@@ -115,7 +126,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         Ms,
         loss_fn=_reference_loss,
         device=dev,
-        repeats=REFERENCE["repeats"],
+        repeats=REFERENCE.repeats,
         profile=prof,
     )
     model = DeviceModel(cache.device_name(dev), link, fit.overhead_s, max(0.0, fit.fixed_s), False)

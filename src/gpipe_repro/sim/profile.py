@@ -52,7 +52,7 @@ __all__ = ["LayerProfile", "profile_layers", "STATS"]
 
 Batch = torch.Tensor | tuple[torch.Tensor, ...]
 SampleFn = Callable[[int], tuple[Batch, Any]]  # n -> (one micro-batch of n inputs, its targets)
-LossFn = Callable[[Batch, Any], torch.Tensor]
+LossFn = Callable[..., torch.Tensor]  # (output, targets) -> mean loss
 OptimizerFn = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 STATS = ("median", "min")
 

@@ -194,7 +194,7 @@ def _rounds(
     fn: Callable[..., Any],
     extra: tuple,
     log: Callable[[str], None],
-) -> list[tuple[dict, list, list]]:
+) -> list[tuple[dict[str, Any], list[float], list[float], list[dict[str, Any]]]]:
     """Every cell of ``grid`` in ``rounds`` launches of fresh processes, each in its own order."""
     rng = random.Random(f"{s.seed}-{kind}-{model}-{K}")
     times: dict[str, list[float]] = {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ...errors import UserError
 from .corpus import Corpus, Part, load_corpus
@@ -68,7 +69,10 @@ def mix_corpora(corpora: Sequence[Corpus], temperature: float = 1.0) -> Corpus:
         )
     sizes = [len(c.train) for c in corpora]
     copies = copies_for(sizes, temperature)
-    train, dev, test, parts = [], [], [], []
+    train: list[Any] = []
+    dev: list[Any] = []
+    test: list[Any] = []
+    parts: list[Any] = []
     for c, k in zip(corpora, copies):
         span = {
             s: (len(out), len(out) + len(c.split(s))) for s, out in (("dev", dev), ("test", test))
