@@ -19,7 +19,17 @@ def test_writes_the_three_files(tmp_path):
         Event("forward", 0, 0.0, 0.01, stage=0, step=1),
         Event("backward", 0, 0.02, 0.04, stage=1, step=1),
     ]
-    m = RunMetrics(pipeline=PipelineInfo(K=2, M=1))
+    m = RunMetrics(
+        pipeline=PipelineInfo(
+            K=2,
+            M=1,
+            checkpoint="never",
+            schedule="gpipe",
+            balance=[1, 1],
+            balance_by="params",
+            replicas=1,
+        )
+    )
     paths = write_run(tmp_path, m, ev)
     assert [p.name for p in paths] == ["metrics.json", "trace.json", "timeline.png"]
     trace = json.loads((tmp_path / "trace.json").read_text())

@@ -171,13 +171,13 @@ class Pipeline:
     @property
     def _prev(self) -> int:
         """The previous stage's rank (only asked for where there is one)."""
-        rank = self._prev
+        rank = self.topo.prev_rank
         assert rank is not None, "the first stage has no previous stage"
         return rank
 
     @property
     def _next(self) -> int:
-        rank = self._next
+        rank = self.topo.next_rank
         assert rank is not None, "the last stage has no next stage"
         return rank
 

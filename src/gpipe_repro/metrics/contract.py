@@ -100,15 +100,18 @@ class ModelInfo:
 
 @dataclass
 class PipelineInfo:
-    K: int = opt(1, "partitions")
-    M: int = opt(1, "micro-batches")
-    checkpoint: str = opt("except_last", "rematerialisation mode")
-    schedule: str = opt("gpipe", "schedule")
+    """The pipeline as run: every field comes from the run's validated config (no defaults here, so
+    the config's defaults are stated once, in ``config.schema``)."""
+
+    K: int = opt(doc="partitions")
+    M: int = opt(doc="micro-batches")
+    checkpoint: str = opt(doc="rematerialisation mode")
+    schedule: str = opt(doc="schedule")
     balance: list[int] | None = opt(
-        None, "layers per stage as run (null when the run failed before partitioning)"
+        doc="layers per stage as run (null when the run failed before partitioning)"
     )
-    balance_by: str = opt("params", "the per-layer cost the partition balanced")
-    replicas: int = opt(1, "data-parallel replicas")
+    balance_by: str = opt(doc="the per-layer cost the partition balanced")
+    replicas: int = opt(doc="data-parallel replicas")
 
 
 @dataclass
@@ -204,12 +207,14 @@ def _build(cls: Any, d: Any) -> Any:
             elif t == f"list[{name}]":
                 v = [_build(c, x) for x in v]
         kw[f.name] = v
+    name = getattr(cls, "__name__", cls)
     unknown = set(d) - {f.name for f in fields(cls)}
     if unknown:
-        raise ValueError(
-            f"unknown {getattr(cls, '__name__', cls)} keys: {', '.join(sorted(unknown))}"
-        )
-    return cls(**kw)
+        raise ValueError(f"unknown {name} keys: {', '.join(sorted(unknown))}")
+    try:
+        return cls(**kw)
+    except TypeError as err:  # a required key is missing
+        raise ValueError(f"{name}: {err}") from None
 
 
 def load_metrics(path: Path) -> RunMetrics:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,10 @@ def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
         run_rank(spec, RankContext(out, gather=True))
     except Exception as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        # The first line is what rank 0 reports; the traceback below it is for whoever debugs a bug.
+        trace = "".join(traceback.format_exception(err))
         try:
-            (out / f"rank-{os.environ.get('RANK', '?')}.error").write_text(msg + "\n")
+            (out / f"rank-{os.environ.get('RANK', '?')}.error").write_text(msg + "\n\n" + trace)
         except OSError:
             pass
         raise

@@ -92,7 +92,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "device_type": dev.type,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "reference": REFERENCE,
+        "reference": asdict(REFERENCE),
         "format": 2,  # 2: the link holds the send/receive call costs
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
