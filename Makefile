@@ -87,11 +87,13 @@ validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emul
 	$(BIN)/python -m gpipe_repro.validation --out reports/sim
 
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
-	$(BIN)/gpipe-run -m experiment=table2_amoebanet
-	$(BIN)/gpipe-run -m experiment=table2_transformer
+	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
+	-$(BIN)/gpipe-run -m experiment=table2_amoebanet
+	-$(BIN)/gpipe-run -m experiment=table2_transformer
 	$(BIN)/python -m gpipe_repro.report.paper_tables --table 2
 
 table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else simulated on P100 PCIe and here) -> reports/table3/
-	$(BIN)/gpipe-run -m experiment=table3_amoebanet
-	$(BIN)/gpipe-run -m experiment=table3_transformer
+	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
+	-$(BIN)/gpipe-run -m experiment=table3_amoebanet
+	-$(BIN)/gpipe-run -m experiment=table3_transformer
 	$(BIN)/python -m gpipe_repro.report.paper_tables --table 3
