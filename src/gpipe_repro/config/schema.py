@@ -15,8 +15,10 @@ from typing import Any
 from omegaconf import MISSING
 
 from ..engine import CHECKPOINT_MODES, PRECISIONS, SCHEDULES
+from ..engine.checkpoint import DEFAULT_CHECKPOINT
 from ..engine.cost import COST_KINDS
-from ..engine.hostmem import HOST_MEMORY_MODES
+from ..engine.hostmem import DEFAULT_HOST_MEMORY, HOST_MEMORY_MODES
+from ..engine.schedule import DEFAULT_SCHEDULE
 from ..optim import LR_SCHEDULES
 from ..options import opt
 
@@ -48,10 +50,14 @@ class PipelineConfig:
     K: int = opt(1, "partitions (cells), one rank each", min=1)
     M: int = opt(1, "micro-batches per mini-batch; must divide train.batch_size / replicas", min=1)
     checkpoint: str = opt(
-        "except_last", "rematerialisation (paper §2.3; torchgpipe's name)", choices=CHECKPOINT_MODES
+        DEFAULT_CHECKPOINT,
+        "rematerialisation (paper §2.3; torchgpipe's name)",
+        choices=CHECKPOINT_MODES,
     )
     schedule: str = opt(
-        "gpipe", "gpipe = fill-drain (the paper's), 1f1b = PipeDream-flush", choices=SCHEDULES
+        DEFAULT_SCHEDULE,
+        "gpipe = fill-drain (the paper's), 1f1b = PipeDream-flush",
+        choices=SCHEDULES,
     )
     balance: list[int] | None = opt(
         None,
@@ -67,7 +73,7 @@ class PipelineConfig:
         min=0,
     )
     host_memory: str = opt(
-        "retain",
+        DEFAULT_HOST_MEMORY,
         "retain: CPU ranks keep freed memory between steps (no page-fault "
         "churn); system: leave malloc alone",
         choices=HOST_MEMORY_MODES,

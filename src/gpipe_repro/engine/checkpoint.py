@@ -32,6 +32,9 @@ __all__ = [
 
 CheckpointMode = Literal["never", "except_last", "always"]
 CHECKPOINT_MODES: tuple[str, ...] = ("never", "except_last", "always")
+DEFAULT_CHECKPOINT = (
+    "except_last"  # torchgpipe's default: the last micro-batch's backward follows at once
+)
 
 
 def uses_remat(mode: str, mb: int, M: int) -> bool:

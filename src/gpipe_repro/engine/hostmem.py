@@ -32,6 +32,7 @@ from .errors import ArgumentError
 __all__ = ["HOST_MEMORY_MODES", "apply_host_memory", "check_host_memory"]
 
 HOST_MEMORY_MODES = ("retain", "system")
+DEFAULT_HOST_MEMORY = "retain"
 
 # glibc <malloc.h>; documented in mallopt(3).
 _M_TRIM_THRESHOLD = -1  # -1 as the value: never trim the heap top

@@ -43,14 +43,14 @@ from torch.nn.parallel import DistributedDataParallel
 from . import comm
 from .batchnorm import commit as commit_batchnorm
 from .batchnorm import convert_batchnorm, recomputing
-from .checkpoint import restored_rng, save_rng, uses_remat
+from .checkpoint import DEFAULT_CHECKPOINT, restored_rng, save_rng, uses_remat
 from .errors import ArgumentError
 from .events import Recorder
-from .hostmem import apply_host_memory, check_host_memory
+from .hostmem import DEFAULT_HOST_MEMORY, apply_host_memory, check_host_memory
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
 from .precision import autocast, cast_floats, check_precision, compute_dtype, fp32_loss
-from .schedule import Action, stage_actions
+from .schedule import DEFAULT_SCHEDULE, Action, stage_actions
 from .topology import Topology
 
 __all__ = ["Cell", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
@@ -109,13 +109,13 @@ class Pipeline:
         topology: Topology,
         *,
         M: int,
-        schedule: str = "gpipe",
-        checkpoint: str = "except_last",
+        schedule: str = DEFAULT_SCHEDULE,
+        checkpoint: str = DEFAULT_CHECKPOINT,
         loss_fn: LossFn | None = None,
         track_memory: bool = True,
         bucket_cap_mb: float = 25.0,
         lookahead: int = 4,
-        host_memory: str = "retain",
+        host_memory: str = DEFAULT_HOST_MEMORY,
         loss_reduction: str = "mean",
         precision: str = "fp32",
     ) -> None:

@@ -21,6 +21,7 @@ __all__ = ["Action", "ScheduleName", "SCHEDULES", "stage_actions", "bubble_fract
 
 ScheduleName = Literal["gpipe", "1f1b"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
+DEFAULT_SCHEDULE = "gpipe"  # the paper's fill-drain
 
 
 @dataclass(frozen=True)
