@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from gpipe_repro.validation.report import KEY, TRACE_CELL, spearman, summarize, write_report
+from gpipe_repro.validation.report import (
+    KEY,
+    TRACE_CELL,
+    by_group,
+    spearman,
+    summarize,
+    write_report,
+)
 from gpipe_repro.validation.run import CSV_COLUMNS
 
 
@@ -39,6 +46,20 @@ def _row(kind: str, M: int, measured: float, simulated: float, wait: float = 0.0
         "simulated_bubble": 0.31,
         **kw,
     }
+
+
+def test_the_error_by_group_shows_which_way_each_k_is_biased():
+    rows = [
+        _row("real", 1, 0.100, 0.101, K=1),
+        _row("real", 2, 0.100, 0.099, K=1),
+        _row("real", 1, 0.100, 0.080),  # K = 2: 20% too fast
+        _row("real", 2, 0.100, 0.070),
+        _row("real", 4, 0.100, 0.090),
+    ]
+    text = "\n".join(by_group(rows))
+    assert "| transformer | real | 1 | 2 | +0.0% | -1.0% | +1.0% |" in text
+    assert "| transformer | real | 2 | 3 | -20.0% | -30.0% | -10.0% |" in text
+    assert "One process (K = 1): median +0.0%" in text and "(K ≥ 2): median -20.0%" in text
 
 
 def test_targets_per_kind_and_cells_disturbed_by_other_load():

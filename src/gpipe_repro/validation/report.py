@@ -175,6 +175,42 @@ def _roofline(out: Path) -> list[str]:
     return lines
 
 
+def by_group(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The signed error per model, kind and K: where the simulator is biased, and which way."""
+    groups: dict[tuple[str, str, int], list[float]] = {}
+    for r in rows:
+        key = (str(r["model"]), str(r["kind"]), int(r["K"]))
+        groups.setdefault(key, []).append(float(r["rel_error"]))
+    out = [
+        "## Error by model, kind and K",
+        "",
+        "Signed error (simulated − measured) / measured: negative = the simulation is too fast.",
+        "",
+        "| model | kind | K | cells | median error | min | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (model, kind, K), errs in sorted(
+        groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])
+    ):
+        out.append(
+            f"| {model} | {kind} | {K} | {len(errs)} | {statistics.median(errs):+.1%} | "
+            f"{min(errs):+.1%} | {max(errs):+.1%} |"
+        )
+    one = [e for (_, kind, K), es in groups.items() if kind == "real" and K == 1 for e in es]
+    many = [e for (_, kind, K), es in groups.items() if K >= 2 for e in es]
+    if one and many:
+        out += [
+            "",
+            f"One process (K = 1): median {statistics.median(one):+.1%}; several processes on "
+            f"{os.cpu_count()} cores (K ≥ 2): median {statistics.median(many):+.1%}. The simulator "
+            "takes each layer's cost as profiled in one process and has no term for ranks that share "
+            "the host's cores, caches and memory bandwidth; `python bench/contention.py` measures how "
+            "much two busy processes slow each other here, and that a rank waiting in a receive "
+            "does not.",
+        ]
+    return out + [""]
+
+
 def write_report(out: Path) -> Path:
     rows = _read(out / "validation.csv")
     calib = (
@@ -234,6 +270,9 @@ def write_report(out: Path) -> Path:
         f"its steps is ≤ {QUIET:.0%}. Under load the measured times grow with it while the calibrated "
         "costs do not; the targets are meant for a quiet machine.",
         "",
+    ]
+    lines += by_group(rows)
+    lines += [
         "## Calibration (measured before the cells; nothing is fitted to them)",
         "",
         f"- link (gloo, 2 ranks, ping-pong): latency {1e6 * link.get('latency_s', 0):.0f} µs, bandwidth "
