@@ -153,11 +153,13 @@ def run_jobs(
     *,
     slots: int = 1,
     timeout_s: float = 3600.0,
+    grace_s: float = GRACE_S,
     command: Sequence[str] = (sys.executable, "-m", "gpipe_repro"),
     echo: Callable[[str], None] = print,
 ) -> dict[str, Outcome]:
     """Run ``jobs`` (in list order as slots free up) and return each one's outcome by name.
-    ``command``: what each job's ``argv`` is appended to (``gpipe-run``).
+    ``command``: what each job's ``argv`` is appended to (``gpipe-run``). A job past ``timeout_s`` is
+    asked to stop (SIGINT) and killed ``grace_s`` later if it has not.
 
     A job whose ``after`` did not end ok is not started: it fails with that reason. Raises
     KeyboardInterrupt after stopping the running jobs when this process is interrupted."""
@@ -190,7 +192,7 @@ def run_jobs(
                 elif r.asked_to_stop is None and time.monotonic() - r.started > timeout_s:
                     r.asked_to_stop = time.monotonic()
                     _signal(r.proc, signal.SIGINT)
-                elif r.asked_to_stop is not None and time.monotonic() - r.asked_to_stop > GRACE_S:
+                elif r.asked_to_stop is not None and time.monotonic() - r.asked_to_stop > grace_s:
                     _signal(r.proc, signal.SIGKILL)
             busy = sum(min(r.job.slots, slots) for r in running)
             for job in list(pending):
