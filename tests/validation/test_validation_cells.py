@@ -12,20 +12,21 @@ from gpipe_repro.engine import balance_by_cost, launch
 from gpipe_repro.engine.hostmem import apply_host_memory
 from gpipe_repro.sim.device import device_model
 from gpipe_repro.sim.measure import profile_layers
+from gpipe_repro.sim.speed import normalized, reference_s
 from gpipe_repro.validation import cells as C
 from gpipe_repro.validation.models import MODELS, N
 from gpipe_repro.validation.run import simulate_cell
 
-# Within a factor of 2 either way. The simulator is calibrated on layers profiled in one process; on
-# this 2-core VM two ranks run 20-30% slower than that (reports/sim/sim.md, "Error by model, kind and
-# K": median -26% at K >= 2, down to -51%), and a quick in-test calibration adds its own noise (the
-# simulated step of this cell has ranged 43-82 ms between runs). A factor of 2 still fails a wrong
-# schedule, a lost transfer or a cost counted twice.
-TOLERANCE = 1.0
+# Within a factor of 1.5 either way, both sides on the speed probe's reference speed (``sim.speed``:
+# this VM's speed drifts by up to ~1.5x between phases of a few seconds, and the profile and the
+# steps are taken in different phases). What is left is the simulator's error (reports/sim/sim.md)
+# plus a quick in-test calibration's noise. A factor of 1.5 still fails a wrong schedule (fill-drain
+# against 1F1B with remat differs by more), a lost transfer or a cost counted twice.
+TOLERANCE = 0.5
 # Above this share of a step spent waiting for a core, other load decides the time, not the pipeline.
 TOO_BUSY = 0.10
-# Noise only ever adds time, so each cell's measurement is the fastest step of up to this many
-# launches (a benchmark's best-of-N); the simulation is computed once and never re-fitted.
+# Each launch's measurement is the median of its normalised steps; up to this many launches, the
+# first that agrees passes (the simulation is computed once and never re-fitted).
 ROUNDS = 3
 
 
@@ -43,7 +44,10 @@ def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
     torch.set_num_threads(1)
     apply_host_memory("retain")
     vm = MODELS["transformer"]
-    prof = profile_layers(vm.layers(), vm.sample, [N, N // 4], loss_fn=vm.loss, repeats=5)
+    ref = reference_s()
+    prof = profile_layers(
+        vm.layers(), vm.sample, [N, N // 4], loss_fn=vm.loss, repeats=5, normalize_to=ref
+    )
     balance = balance_by_cost([c.forward_s + c.backward_s for c in prof.costs[N]], 2)
     dm = device_model()
     cells = [
@@ -51,22 +55,25 @@ def test_a_real_k2_step_matches_its_simulation_on_measured_costs():
         {"M": 4, "schedule": "1f1b", "checkpoint": "always"},
     ]
     sims = [simulate_cell(c, 2, balance, prof.costs[N // c["M"]], dm).step_s for c in cells]
-    best = [math.inf] * len(cells)
+    got: list[float] = []
     for _ in range(ROUNDS):
         per_rank = launch(C.real_rank, 2, ("transformer", 2, balance, cells, 2, 5), threads=1)
-        for i, (_cell, times, waits, events) in enumerate(C.step_times(per_rank)):
-            if statistics.median(waits) > TOO_BUSY:
+        got = []
+        for ct in C.step_times(per_rank):
+            if statistics.median(ct.waits) > TOO_BUSY:
                 pytest.skip(
-                    f"the machine is busy: the ranks waited {statistics.median(waits):.0%} "
+                    f"the machine is busy: the ranks waited {statistics.median(ct.waits):.0%} "
                     "of each step for a core"
                 )
-            best[i] = min(best[i], *times)
-            # both ranks' last step came back for the trace
-            assert {e["stage"] for e in events} == {0, 1}
-        if all(_agrees(s, b) for s, b in zip(sims, best)):
+            # every step was probed on both ranks, and both ranks' last step came back
+            assert len(ct.probes) == len(ct.times) == 5 and min(ct.probes) > 0
+            assert {e["stage"] for e in ct.events} == {0, 1}
+            speed = statistics.median(ct.probes)  # one probe is noisy: the launch's median
+            got.append(statistics.median(normalized(t, speed, ref) for t in ct.times))
+        if all(_agrees(s, m) for s, m in zip(sims, got)):
             break
-    for cell, sim, measured in zip(cells, sims, best):
-        print(f"{cell}: fastest measured {measured * 1e3:.1f} ms, simulated {sim * 1e3:.1f} ms")
+    for cell, sim, measured in zip(cells, sims, got):
+        print(f"{cell}: measured {measured * 1e3:.1f} ms, simulated {sim * 1e3:.1f} ms")
         assert _agrees(sim, measured), (cell, measured, sim)
 
 

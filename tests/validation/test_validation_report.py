@@ -113,3 +113,84 @@ def test_the_report_is_generated_from_the_files(tmp_path):
         "backward 0",
     }
     assert (tmp_path / "trace_worst_real.png").exists() and (tmp_path / "validation.png").exists()
+
+
+def test_a_cells_probes_are_the_first_ranks_and_an_unprobed_cell_has_none():
+    from gpipe_repro.validation.cells import step_times
+
+    cell = {"M": 2, "schedule": "gpipe", "checkpoint": "never"}
+
+    def rank(times, probes, stage):
+        ev = [{"action": "forward", "stage": stage}]
+        return [
+            {
+                "cell": cell,
+                "stage": stage,
+                "times": times,
+                "waits": [0.0, 0.01],
+                "probes": probes,
+                "events": ev,
+            }
+        ]
+
+    (ct,) = step_times([rank([0.1, 0.2], [0.004, 0.005], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
+    assert ct.times == [0.3, 0.2]  # the slowest rank per step
+    assert ct.probes == [0.004, 0.005]  # the first rank probes, the others wait at a barrier
+    assert ct.waits == pytest.approx([0.0, 0.1]) and len(ct.events) == 2
+    (un,) = step_times([rank([0.1, 0.2], [0.0, 0.0], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
+    assert un.probes == []
+
+
+def test_the_rounds_spread_is_the_farthest_round_median_from_the_cells():
+    from gpipe_repro.validation.run import _spread
+
+    assert _spread([[1.0, 1.0]]) is None  # one round: nothing to compare
+    # all steps' median 1.1; the rounds' medians 1.0 and 1.2: both 1/11 away
+    assert _spread([[1.0, 1.0], [1.2, 1.2]]) == pytest.approx(0.1 / 1.1)
+    assert _spread([[1.0, 1.0], [1.0, 1.0], [1.6, 1.6]]) == pytest.approx(0.6)
+
+
+def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path):
+    rows = [
+        _row(
+            "real",
+            1,
+            0.100,
+            0.103,
+            measured_raw_step_s=0.13,
+            simulated_raw_step_s=0.10,
+            rel_error_raw=-0.3 / 1.3,
+            speed=0.8,
+            round_spread=0.02,
+            round_spread_raw=0.2,
+        ),
+        _row(
+            "real",
+            2,
+            0.100,
+            0.095,
+            measured_raw_step_s=0.10,
+            simulated_raw_step_s=0.12,
+            rel_error_raw=0.2,
+            speed=1.1,
+            round_spread=0.04,
+            round_spread_raw=0.1,
+        ),
+        _row("emulated", 4, 0.3, 0.29),
+    ]
+    s = summarize(rows)["real"]
+    assert s["normalized"] and s["median"] == pytest.approx(0.04)
+    assert s["raw_median"] == pytest.approx((0.3 / 1.3 + 0.2) / 2) and s["raw_max"] == 0.3 / 1.3
+    assert s["spread_median"] == pytest.approx(0.03) and s["spread_raw_max"] == pytest.approx(0.2)
+    assert (s["speed_min"], s["speed_max"]) == (0.8, 1.1)
+    with open(tmp_path / "validation.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    (tmp_path / "calibration.json").write_text(json.dumps({"speed_reference_s": 0.0035}))
+    md = write_report(tmp_path).read_text()
+    assert "| real, speed-normalised | 2 | 4.0% | 5.0% |" in md
+    assert "| real, raw (no probe) | 2 | 21.5% | 23.1% | -1.5% |" in md
+    assert "| 3.0% / 4.0% |" in md and "| 15.0% / 20.0% |" in md  # the rounds' spread, both ways
+    assert "ran at 0.80–1.10 times the reference speed" in md and "3.50 ms" in md
+    assert "| emulated | 1 |" in md  # emulated cells are never normalised

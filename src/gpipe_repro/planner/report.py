@@ -13,46 +13,80 @@ import argparse
 import csv
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 from ..engine.precision import PRECISIONS
 from .breakdown import amoebanet_groups, transformer_groups
 from .table1 import COLUMNS, Column, GiB, largest, plan_column
 from .table1_text import markdown
 
-FIELDS = [
-    "model",
-    "column",
-    "precision",
-    "K",
-    "M",
-    "batch",
-    "schedule",
-    "checkpoint",
-    "L",
-    "D",
-    "param_count",
-    "paper_param_count",
-    "param_memory_bytes",
-    "paper_param_memory_bytes",
-    "activation_bytes",
-    "paper_activation_bytes",
-    "weight_copy_bytes",
-    "max_stage_activation_bytes",
-    "max_stage_total_bytes",
-    "budget_bytes",
-    "fits",
-    "balance",
-    "largest_L",
-    "largest_D",
-    "largest_param_count",
-    "largest_max_stage_total_bytes",
-    "note",
-]
+
+@dataclass
+class ResultRow:
+    """One row of ``results.csv``: a Table 1 column planned at one precision (ours beside the paper's)."""
+
+    model: str
+    column: str
+    precision: str
+    K: int
+    M: int
+    batch: int
+    schedule: str
+    checkpoint: str
+    L: int
+    D: int | None
+    param_count: int
+    paper_param_count: int
+    param_memory_bytes: int
+    paper_param_memory_bytes: int
+    activation_bytes: int
+    paper_activation_bytes: int
+    weight_copy_bytes: int
+    max_stage_activation_bytes: int
+    max_stage_total_bytes: int
+    budget_bytes: int
+    fits: bool
+    balance: str
+    largest_L: int | None
+    largest_D: int | None
+    largest_param_count: int | None
+    largest_max_stage_total_bytes: int | None
+    note: str
 
 
-SAVED_FIELDS = ["model", "column", "precision", "layer_type", "kind", "dtype", "bytes"]
+@dataclass
+class SavedRow:
+    """One row of ``saved.csv``: saved activation bytes of one layer type, operation and dtype."""
+
+    model: str
+    column: str
+    precision: str
+    layer_type: str
+    kind: str
+    dtype: str
+    bytes: int
+
+
+FIELDS = [f.name for f in fields(ResultRow)]
+SAVED_FIELDS = [f.name for f in fields(SavedRow)]
+
+
+def _kinds(*row_types: type) -> tuple[set[str], set[str]]:
+    """The int and the bool columns of the rows' dataclasses (how ``read_csv`` types a cell)."""
+    ints, bools = set(), set()
+    for t in row_types:
+        for name, ann in get_type_hints(t).items():
+            base = set(get_args(ann)) - {type(None)} or {ann}
+            if base == {int}:
+                ints.add(name)
+            elif base == {bool}:
+                bools.add(name)
+    return ints, bools
+
+
+INT_FIELDS, BOOL_FIELDS = _kinds(ResultRow, SavedRow)
 
 
 def rows(columns: list[Column] | None = None) -> list[dict]:
@@ -74,15 +108,9 @@ def saved_rows(columns: list[Column] | None = None) -> list[dict]:
                 else transformer_groups(L, n, precision)
             )
             out += [
-                {
-                    "model": c.model,
-                    "column": c.label,
-                    "precision": precision,
-                    "layer_type": g.layer_type,
-                    "kind": g.kind,
-                    "dtype": g.dtype,
-                    "bytes": g.nbytes,
-                }
+                asdict(
+                    SavedRow(c.model, c.label, precision, g.layer_type, g.kind, g.dtype, g.nbytes)
+                )
                 for g in groups
             ]
     return out
@@ -93,64 +121,40 @@ def _row(c: Column, precision: str) -> dict:
     p = plan_column(c, precision=precision)
     best = largest(c, precision)
     L, D = c.size
-    row = {
-        "model": c.model,
-        "column": c.label,
-        "precision": precision,
-        "K": c.K,
-        "M": c.M,
-        "batch": c.batch,
-        "schedule": c.schedule,
-        "checkpoint": c.checkpoint,
-        "L": L,
-        "D": D or None,
-        "param_count": p.param_count,
-        "paper_param_count": round(c.paper_params),
-        "param_memory_bytes": sum(p.state),
-        "paper_param_memory_bytes": round(c.paper_param_mem),
-        "activation_bytes": sum(p.activation),
-        "paper_activation_bytes": round(c.paper_act_mem),
-        "weight_copy_bytes": sum(p.weight_copies),
-        "max_stage_activation_bytes": max(p.activation),
-        "max_stage_total_bytes": max(p.totals),
-        "budget_bytes": c.budget,
-        "fits": p.fits,
-        "balance": "-".join(map(str, p.balance)),
-        "largest_L": best[0][0] if best else None,
-        "largest_D": (best[0][1] or None) if best else None,
-        "largest_param_count": best[1].param_count if best else None,
-        "largest_max_stage_total_bytes": max(best[1].totals) if best else None,
-        "note": p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
-    }
+    row = ResultRow(
+        model=c.model,
+        column=c.label,
+        precision=precision,
+        K=c.K,
+        M=c.M,
+        batch=c.batch,
+        schedule=c.schedule,
+        checkpoint=c.checkpoint,
+        L=L,
+        D=D or None,
+        param_count=p.param_count,
+        paper_param_count=round(c.paper_params),
+        param_memory_bytes=sum(p.state),
+        paper_param_memory_bytes=round(c.paper_param_mem),
+        activation_bytes=sum(p.activation),
+        paper_activation_bytes=round(c.paper_act_mem),
+        weight_copy_bytes=sum(p.weight_copies),
+        max_stage_activation_bytes=max(p.activation),
+        max_stage_total_bytes=max(p.totals),
+        budget_bytes=c.budget,
+        fits=p.fits,
+        balance="-".join(map(str, p.balance)),
+        largest_L=best[0][0] if best else None,
+        largest_D=(best[0][1] or None) if best else None,
+        largest_param_count=best[1].param_count if best else None,
+        largest_max_stage_total_bytes=max(best[1].totals) if best else None,
+        note=p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
+    )
     print(
         f"{c.model:15s} {c.label:13s} {precision} planned in {time.perf_counter() - t0:.1f}s",
         flush=True,
     )
-    return row
-
-
-INT_FIELDS = {
-    "bytes",
-    "K",
-    "M",
-    "batch",
-    "L",
-    "D",
-    "param_count",
-    "paper_param_count",
-    "param_memory_bytes",
-    "paper_param_memory_bytes",
-    "activation_bytes",
-    "paper_activation_bytes",
-    "weight_copy_bytes",
-    "max_stage_activation_bytes",
-    "max_stage_total_bytes",
-    "budget_bytes",
-    "largest_L",
-    "largest_D",
-    "largest_param_count",
-    "largest_max_stage_total_bytes",
-}
+    return asdict(row)
 
 
 def _write_csv(path: Path, fields: list[str], rs: list[dict]) -> None:
@@ -168,7 +172,7 @@ def read_csv(path: Path) -> list[dict]:
         for k, v in raw.items():
             if k in INT_FIELDS:
                 r[k] = int(v) if v != "" else None
-            elif k == "fits":
+            elif k in BOOL_FIELDS:
                 r[k] = v == "True"
             else:
                 r[k] = v

@@ -150,7 +150,7 @@ def profile_planned(
         per: dict[int, LayerCost] = {}
         for n in sizes:
             x = _to(_real_input(inputs[i], n, i == 0, example, g), dev)
-            cost, _ = _time_layer(
+            cost, _raw, _out, _probes = _time_layer(
                 lay,
                 x,
                 _to(targets(n), dev) if i == last else None,

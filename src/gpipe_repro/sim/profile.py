@@ -14,6 +14,10 @@ is layer i-1's output) and each layer is timed alone, as it runs inside a pipeli
   optimiser, §4), measured once per layer: it does not depend on the micro-batch size.
 
 The last layer's forward and backward include the loss when ``loss_fn`` is given, as in the engine.
+With ``normalize_to=ref`` the speed probe (``sim.speed``) runs just before each timed run and the
+run's three figures are scaled to the reference speed (``speed.normalized``): a profile taken over
+minutes on a machine whose speed drifts lands on one scale (``LayerProfile.raw`` keeps the
+unscaled figures beside).
 Each figure is the **median** of ``repeats`` timed runs after ``warmup`` untimed ones. The median,
 not the minimum: the simulated step is compared with the engine's median step, in which every layer
 call is a typical call rather than the luckiest one; and the median stays put when up to half of
@@ -45,7 +49,7 @@ from torch import nn
 from ..engine.batchnorm import commit as commit_batchnorm
 from ..engine.batchnorm import convert_batchnorm
 from ..engine.memory import ActivationMeter
-from . import cache
+from . import cache, speed
 from .costs import LayerCost
 
 __all__ = ["LayerProfile", "profile_layers", "STATS"]
@@ -66,19 +70,32 @@ class LayerProfile:
     key: dict = field(default_factory=dict)  # what the measurement depended on (the cache key)
     distinct: int = 0  # layers actually timed (the others reused an identical layer's record)
     source: str = "measured"  # "measured" or "cache"
+    # with ``normalize_to``: the unscaled figures (``costs`` are at the reference speed) and the
+    # median probe seconds over the profile
+    raw: dict[int, list[LayerCost]] | None = None
+    probe_s: float | None = None
 
     def to_json(self) -> dict:
-        return {
+        out: dict[str, Any] = {
             "sizes": self.sizes,
             "distinct": self.distinct,
             "costs": {str(n): [asdict(c) for c in cs] for n, cs in self.costs.items()},
         }
+        if self.raw is not None:
+            out["raw"] = {str(n): [asdict(c) for c in cs] for n, cs in self.raw.items()}
+            out["probe_s"] = self.probe_s
+        return out
 
     @classmethod
     def from_json(cls, data: dict, key: dict) -> LayerProfile:
         sizes = [int(n) for n in data["sizes"]]
         costs = {n: [LayerCost(**c) for c in data["costs"][str(n)]] for n in sizes}
-        return cls(sizes, costs, key, int(data["distinct"]), "cache")
+        raw = (
+            {n: [LayerCost(**c) for c in data["raw"][str(n)]] for n in sizes}
+            if "raw" in data
+            else None
+        )
+        return cls(sizes, costs, key, int(data["distinct"]), "cache", raw, data.get("probe_s"))
 
 
 def _rmsprop(params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -120,18 +137,22 @@ def _time_layer(
     warmup: int,
     repeats: int,
     stat: str,
-) -> tuple[LayerCost, Batch]:
-    """Time one layer at one micro-batch; return its record and its output (detached)."""
+    ref: float | None = None,
+) -> tuple[LayerCost, LayerCost, Batch, list[float]]:
+    """Time one layer at one micro-batch; return its record (at the reference speed when ``ref``
+    is given), its unscaled record, its output (detached) and the probe seconds of each timed run."""
 
     def run() -> tuple[Batch, torch.Tensor | None]:
         y = layer(xin)
         return y, (loss_fn(y, targets) if loss_fn is not None else None)
 
     nograd, fwd, bwd = [], [], []
+    probes: list[float] = []
     grads: list[torch.Tensor] | None = None
     y: Batch = x
     meter = ActivationMeter(layer.parameters())  # the engine counts what autograd saves, per op
     for r in range(warmup + repeats):
+        p = speed.probe_s() if ref is not None else 1.0
         xin = _input(x, not first)
         with torch.no_grad():  # entered outside the timed region, as the engine does per cell
             _sync(device)
@@ -164,14 +185,20 @@ def _time_layer(
             nograd.append(t1 - t0)
             fwd.append(t3 - t2)
             bwd.append(t5 - t4)
+            probes.append(p)
     out_bytes = sum(t.numel() * t.element_size() for t in _as_tuple(y))
-    cost = LayerCost(
-        forward_s=_stat(fwd, stat),
-        forward_nograd_s=_stat(nograd, stat),
-        backward_s=_stat(bwd, stat),
-        out_bytes=int(out_bytes),
-    )
-    return cost, _input(y, False)
+
+    def record(scale: list[float]) -> LayerCost:
+        return LayerCost(
+            forward_s=_stat([t * k for t, k in zip(fwd, scale)], stat),
+            forward_nograd_s=_stat([t * k for t, k in zip(nograd, scale)], stat),
+            backward_s=_stat([t * k for t, k in zip(bwd, scale)], stat),
+            out_bytes=int(out_bytes),
+        )
+
+    raw = record([1.0] * len(fwd))
+    cost = record([ref / p for p in probes]) if ref is not None else raw
+    return cost, raw, _input(y, False), (probes if ref is not None else [])
 
 
 def _time_update(
@@ -225,6 +252,7 @@ def profile_layers(
     optimizer_fn: OptimizerFn | None = None,
     stat: str = "median",
     use_cache: bool = True,
+    normalize_to: float | None = None,
 ) -> LayerProfile:
     """Measure every layer at every micro-batch size in ``micro_batches``.
 
@@ -233,8 +261,12 @@ def profile_layers(
     ``use_cache`` a stored profile for the same key is loaded instead of measuring (see ``cache``);
     the key names the loss and optimiser functions by their qualified names, so two different
     lambdas look alike: pass ``use_cache=False`` or named functions when that matters.
+    ``normalize_to``: the probe's seconds at the reference speed (``speed.reference_s()``); every
+    figure is then scaled to that speed, the unscaled ones kept in ``LayerProfile.raw``.
     """
     sizes = _check(micro_batches, repeats, warmup, stat)
+    if normalize_to is not None and not normalize_to > 0:
+        raise ValueError(f"normalize_to={normalize_to} is invalid; allowed: positive seconds")
     dev = torch.device(device)
     optimizer_fn = optimizer_fn or _rmsprop
     samples = {n: sample_fn(n) for n in sizes}
@@ -248,6 +280,7 @@ def profile_layers(
         "warmup": warmup,
         "stat": stat,
         "hooks": True,  # forward timed with the engine's saved-tensor hooks
+        "normalize_to": normalize_to,
         "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
         "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
         "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
@@ -258,7 +291,9 @@ def profile_layers(
             return LayerProfile.from_json(stored, key)
         except (KeyError, TypeError, ValueError):
             pass  # corrupt content: measure again
-    profile = _measure(layers, samples, sizes, dev, repeats, warmup, loss_fn, optimizer_fn, stat)
+    profile = _measure(
+        layers, samples, sizes, dev, repeats, warmup, loss_fn, optimizer_fn, stat, normalize_to
+    )
     profile.key = key
     if use_cache:
         cache.save("layers", key, profile.to_json())
@@ -275,11 +310,14 @@ def _measure(
     loss_fn: LossFn | None,
     optimizer_fn: OptimizerFn,
     stat: str,
+    ref: float | None = None,
 ) -> LayerProfile:
     xs = {n: _input(_to(samples[n][0], device), False) for n in sizes}
     targets = {n: _to(samples[n][1], device) for n in sizes}
     costs: dict[int, list[LayerCost]] = {n: [] for n in sizes}
-    seen: dict[str, LayerCost] = {}
+    raws: dict[int, list[LayerCost]] = {n: [] for n in sizes}
+    probes: list[float] = []
+    seen: dict[str, tuple[LayerCost, LayerCost]] = {}
     updates: dict[str, float] = {}
     distinct = 0
     for i, layer in enumerate(layers):
@@ -296,19 +334,30 @@ def _measure(
             if k in seen:
                 with torch.no_grad():  # an identical layer was timed: only carry the activations on
                     xs[n] = _input(lay(xs[n]), False)
-                cost = seen[k]
+                cost, raw = seen[k]
             else:
-                cost, xs[n] = _time_layer(
-                    lay, xs[n], targets[n], lf, i == 0, device, warmup, repeats, stat
+                cost, raw, xs[n], ps = _time_layer(
+                    lay, xs[n], targets[n], lf, i == 0, device, warmup, repeats, stat, ref
                 )
-                seen[k] = cost
+                probes += ps
+                seen[k] = (cost, raw)
                 timed = True
             costs[n].append(cost)
+            raws[n].append(raw)
         if timed:
             distinct += 1
         if shape not in updates:
             updates[shape] = _time_update(lay, optimizer_fn, device, warmup, repeats, stat)
-        for n in sizes:
+        for n in sizes:  # the update is timed without probes: it is a small share of a step
             costs[n][i] = LayerCost(**{**asdict(costs[n][i]), "update_s": updates[shape]})
+            raws[n][i] = LayerCost(**{**asdict(raws[n][i]), "update_s": updates[shape]})
         del lay
-    return LayerProfile(sizes, costs, distinct=distinct)
+    if ref is None:
+        return LayerProfile(sizes, costs, distinct=distinct)
+    return LayerProfile(
+        sizes,
+        costs,
+        distinct=distinct,
+        raw=raws,
+        probe_s=statistics.median(probes) if probes else None,
+    )

@@ -10,6 +10,14 @@ Robustness on a shared machine (``validate.py`` drives it): every round is a new
 visits the cells in a new random order, so a burst of load from elsewhere hits different cells in
 different rounds, and a cell's figure is the median over all its timed steps of all rounds.
 
+Real cells probe the host's speed (``sim.speed.probe_s``) just before every step, outside the timed
+region, so ``validation.run`` can put each step on the profile's scale: on a machine whose speed
+drifts, a step and the costs it is compared with were measured at different speeds. The probe runs
+on the first rank alone, the others held at a barrier on either side (bounded by the process
+group's timeout), so it sees the machine as the one-process profile did, not the cell's own ranks
+competing with it. Emulated cells do not probe: their compute is sleeping, which does not follow
+the host.
+
 In emulation mode (``sim.emulate``) every layer sleeps its profiled cost at the cell's micro-batch
 instead of computing, so K = 4 and 8 ranks fit on 2 cores: the schedule, the transfers (real gloo, real
 sizes) and the engine's own overhead are real, the compute is the calibrated duration.
@@ -20,17 +28,27 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from ..engine import Event, Pipeline, init_topology, single_process, stage_slice
 from ..engine.hostmem import apply_host_memory
 from ..sim.costs import LayerCost
 from ..sim.emulate import emulated_layers, emulated_loss, sleep_until
+from ..sim.speed import probe_s
 from .models import MODELS, N
 
-__all__ = ["real_rank", "emulated_rank", "step_times", "sleep_overshoot", "run_delay_s"]
+__all__ = [
+    "real_rank",
+    "emulated_rank",
+    "step_times",
+    "CellTimes",
+    "sleep_overshoot",
+    "run_delay_s",
+]
 
 
 def run_delay_s() -> float:
@@ -48,6 +66,16 @@ def _topology(K: int, timeout_s: float) -> Any:
     return init_topology(K, timeout_s=timeout_s) if K > 1 else single_process()
 
 
+def _probe(topo: Any) -> float:
+    """The speed probe on the first rank while every other rank waits at a barrier; 0 elsewhere."""
+    if not topo.distributed:
+        return probe_s()
+    dist.barrier()
+    p = probe_s() if topo.is_first else 0.0
+    dist.barrier()
+    return p
+
+
 def _timed(
     pipe: Pipeline,
     opt: torch.optim.Optimizer | None,
@@ -56,13 +84,17 @@ def _timed(
     warmup: int,
     steps: int,
     update_s: float = 0.0,
-) -> tuple[list[float], list[float]]:
-    """Run warmup + steps training steps; the timed steps' seconds on this rank, and the seconds of
-    each it spent waiting for a core (``run_delay_s``)."""
+    probe: bool = False,
+) -> tuple[list[float], list[float], list[float]]:
+    """Run warmup + steps training steps; the timed steps' seconds on this rank, the seconds of
+    each it spent waiting for a core (``run_delay_s``) and, with ``probe``, the speed probe's
+    seconds just before each (untimed)."""
     topo = pipe.topo
     out: list[float] = []
     waits: list[float] = []
+    probes: list[float] = []
     for s in range(warmup + steps):
+        p = _probe(topo) if probe else 0.0
         w0 = run_delay_s()
         t0 = time.perf_counter()
         pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
@@ -79,17 +111,19 @@ def _timed(
         if s >= warmup:
             out.append(time.perf_counter() - t0)
             waits.append(run_delay_s() - w0)
-    return out, waits
+            probes.append(p)
+    return out, waits, probes
 
 
-def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float]]) -> dict:
-    """The cell's step times and core waits on this rank, the events of its last step (traces)."""
+def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], list[float]]) -> dict:
+    """The cell's step times, core waits and probes on this rank, the events of its last step."""
     last = pipe.recorder.step - 1
     return {
         "cell": cfg,
         "stage": pipe.topo.stage,
         "times": timed[0],
         "waits": timed[1],
+        "probes": timed[2],
         "events": [e.to_dict() for e in pipe.recorder.events if e.step == last],
     }
 
@@ -120,7 +154,7 @@ def real_rank(
             loss_fn=vm.loss,
         )
         opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
-        times = _timed(pipe, opt, x, y, warmup, steps)
+        times = _timed(pipe, opt, x, y, warmup, steps, probe=True)
         out.append(_result(cfg, pipe, times))
     return out
 
@@ -159,11 +193,19 @@ def emulated_rank(
     return out
 
 
-def step_times(
-    per_rank: Sequence[list[dict]],
-) -> list[tuple[dict, list[float], list[float], list[dict]]]:
-    """Per cell: the slowest rank's time of each timed step, the largest share of a step any rank
-    waited for a core, and every rank's events of the last step."""
+@dataclass
+class CellTimes:
+    """One cell's timed steps, gathered over its ranks."""
+
+    cell: dict
+    times: list[float]  # each step: the slowest rank's seconds
+    waits: list[float]  # each step: the largest share of it any rank waited for a core
+    probes: list[float]  # each step: the first rank's probe seconds before it (empty: not probed)
+    events: list[dict]  # every rank's events of the last step
+
+
+def step_times(per_rank: Sequence[list[dict]]) -> list[CellTimes]:
+    """Per cell of a launch (``per_rank``: each rank's results), its ``CellTimes``."""
     out = []
     for i, first in enumerate(per_rank[0]):
         steps = range(len(first["times"]))
@@ -171,8 +213,10 @@ def step_times(
         waits = [
             max(r[i]["waits"][s] / max(r[i]["times"][s], 1e-9) for r in per_rank) for s in steps
         ]
+        first_probes = first.get("probes") or []
+        probes = list(first_probes) if first_probes and min(first_probes) > 0 else []
         events = [e for r in per_rank for e in r[i]["events"]]
-        out.append((first["cell"], times, waits, events))
+        out.append(CellTimes(first["cell"], times, waits, probes, events))
     return out
 
 

@@ -69,8 +69,13 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per kind: cells, median and max |error|, Spearman over the cells, and whether targets hold."""
+    """Per kind: cells, median and max |error|, Spearman over the cells, whether targets hold, and
+    the same without the speed probe (``raw_*``) and the rounds' spread (``spread_*``)."""
     out = {}
     for kind in ("real", "emulated"):
         rs = [r for r in rows if r["kind"] == kind]
@@ -79,6 +84,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         errs = [abs(r["rel_error"]) for r in rs]
         rho = spearman([r["measured_step_s"] for r in rs], [r["simulated_step_s"] for r in rs])
         med_t, max_t = TARGETS[kind]
+        raw = [abs(r["rel_error_raw"]) for r in rs if r.get("rel_error_raw") is not None]
+        spread = [r["round_spread"] for r in rs if r.get("round_spread") is not None]
+        spread_raw = [r["round_spread_raw"] for r in rs if r.get("round_spread_raw") is not None]
+        speeds = [r["speed"] for r in rs if r.get("speed") is not None]
         out[kind] = {
             "cells": len(rs),
             "median": statistics.median(errs),
@@ -88,6 +97,19 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "met": statistics.median(errs) <= med_t and max(errs) <= max_t,
             "within_10": sum(e <= 0.10 for e in errs),
             "wait": statistics.median(r.get("core_wait_share") or 0.0 for r in rs),
+            "normalized": bool(speeds),
+            "raw_median": _median(raw),
+            "raw_max": max(raw) if raw else None,
+            "raw_bias": _median(
+                [r["rel_error_raw"] for r in rs if r.get("rel_error_raw") is not None]
+            ),
+            "spread_median": _median(spread),
+            "spread_max": max(spread) if spread else None,
+            "spread_raw_median": _median(spread_raw),
+            "spread_raw_max": max(spread_raw) if spread_raw else None,
+            "speed_min": min(speeds) if speeds else None,
+            "speed_median": _median(speeds),
+            "speed_max": max(speeds) if speeds else None,
         }
         quiet = [abs(r["rel_error"]) for r in rs if (r.get("core_wait_share") or 0.0) <= QUIET]
         out[kind]["quiet"] = len(quiet)
@@ -129,6 +151,34 @@ def _pct(x: float | None) -> str:
 
 def _ms(x: float | None) -> str:
     return "—" if x is None else f"{1e3 * x:.1f}"
+
+
+def _pair(a: float | None, b: float | None) -> str:
+    return "—" if a is None or b is None else f"{a:.1%} / {b:.1%}"
+
+
+def _speed(summ: dict[str, Any], calib: dict[str, Any]) -> list[str]:
+    """What the speed probe saw: how far the machine's speed moved over the real cells."""
+    s = summ.get("real")
+    if not s or not s["normalized"]:
+        return []
+    ref = calib.get("speed_reference_s")
+    return [
+        "## The machine's speed during the run (speed probe)",
+        "",
+        "This VM's speed drifts: a fixed single-threaded matmul loop alternates between phases some "
+        "seconds long that differ by up to ~1.5x, and a training step follows them "
+        "(`python bench/speed_drift.py` shows both over a minute). Costs profiled in one phase and "
+        "steps measured in another then disagree by the drift, whatever the simulator does. So every "
+        "profiled layer run and every measured step is preceded by the speed probe (`sim/speed.py`, "
+        f"{'%.2f ms' % (1e3 * ref) if ref else 'a few ms'} at the reference speed) and put on the "
+        "reference speed; *raw* rows compare the unscaled steps with the unscaled profile.",
+        "",
+        f"Over the real cells the machine ran at {s['speed_min']:.2f}–{s['speed_max']:.2f} times the "
+        f"reference speed (median {s['speed_median']:.2f}; the column *speed* per cell). Emulated "
+        "cells are not normalised: their compute is sleeping, which does not follow the machine.",
+        "",
+    ]
 
 
 def _roofline(out: Path) -> list[str]:
@@ -186,15 +236,21 @@ def by_group(rows: Sequence[dict[str, Any]]) -> list[str]:
         "",
         "Signed error (simulated − measured) / measured: negative = the simulation is too fast.",
         "",
-        "| model | kind | K | cells | median error | min | max |",
-        "|---|---|---|---|---|---|---|",
+        "| model | kind | K | cells | median error | min | max | median error, raw (no probe) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (model, kind, K), errs in sorted(
         groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])
     ):
+        raws = [
+            float(r["rel_error_raw"])
+            for r in rows
+            if (r["model"], r["kind"], r["K"]) == (model, kind, K)
+            and r.get("rel_error_raw") is not None
+        ]
         out.append(
             f"| {model} | {kind} | {K} | {len(errs)} | {statistics.median(errs):+.1%} | "
-            f"{min(errs):+.1%} | {max(errs):+.1%} |"
+            f"{min(errs):+.1%} | {max(errs):+.1%} | {_pct(_median(raws))} |"
         )
     one = [e for (_, kind, K), es in groups.items() if kind == "real" and K == 1 for e in es]
     many = [e for (_, kind, K), es in groups.items() if K >= 2 for e in es]
@@ -206,7 +262,9 @@ def by_group(rows: Sequence[dict[str, Any]]) -> list[str]:
             "takes each layer's cost as profiled in one process and has no term for ranks that share "
             "the host's cores, caches and memory bandwidth; `python bench/contention.py` measures how "
             "much two busy processes slow each other here, and that a rank waiting in a receive "
-            "does not.",
+            "does not. Without the speed probe (last column) the K ≥ 2 cells also carry the "
+            "machine's drift: with both cores in use it ran slower than during the one-process "
+            "profile (the *speed* column).",
         ]
     return out + [""]
 
@@ -242,15 +300,16 @@ def write_report(out: Path) -> Path:
         "Every *measured* step is the median over the timed steps of "
         f"{st.get('rounds', '?')} rounds (emulated: {st.get('emulated_rounds', '?')}) of fresh processes, "
         f"{st.get('steps', '?')} timed steps after {st.get('warmup', '?')} warm-up steps each, the cells "
-        "of a round in a shuffled order; a step's time is its slowest rank's. Every *simulated* step is "
+        "of a round in a shuffled order; a step's time is its slowest rank's, put on the speed probe's "
+        "reference speed for real cells (see *The machine's speed* below). Every *simulated* step is "
         "`sim.simulate` on the calibrated costs below, with the same partition.",
         "",
         "## Targets",
         "",
         "| cells | how many | median abs. error | max abs. error | median error (bias) | within 10% | "
-        "Spearman (measured vs simulated) | target | met | median core wait | undisturbed cells: how "
-        "many, median / max abs. error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "Spearman (measured vs simulated) | target | met | the same cell again: rounds' spread, median "
+        "/ max | median core wait | undisturbed cells: how many, median / max abs. error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, s in summ.items():
         med_t, max_t = TARGETS[kind]
@@ -258,12 +317,25 @@ def write_report(out: Path) -> Path:
             f"{s['quiet']}: {s['quiet_median']:.1%} / {s['quiet_max']:.1%}" if s["quiet"] else "0"
         )
         rho = "—" if s["spearman"] is None else f"{s['spearman']:.3f}"
+        label = f"{kind}, speed-normalised" if s["normalized"] else kind
         lines.append(
-            f"| {kind} | {s['cells']} | {s['median']:.1%} | {s['max']:.1%} | {_pct(s['bias'])} | "
+            f"| {label} | {s['cells']} | {s['median']:.1%} | {s['max']:.1%} | {_pct(s['bias'])} | "
             f"{s['within_10']} | {rho} | median ≤ {med_t:.0%}, max ≤ {max_t:.0%} | "
-            f"{'yes' if s['met'] else '**no**'} | {s['wait']:.1%} | {quiet} |"
+            f"{'yes' if s['met'] else '**no**'} | {_pair(s['spread_median'], s['spread_max'])} | "
+            f"{s['wait']:.1%} | {quiet} |"
         )
+        if s["normalized"] and s["raw_median"] is not None:
+            lines.append(
+                f"| {kind}, raw (no probe) | {s['cells']} | {s['raw_median']:.1%} | {s['raw_max']:.1%} | "
+                f"{_pct(s['raw_bias'])} | — | — | — | — | "
+                f"{_pair(s['spread_raw_median'], s['spread_raw_max'])} | — | — |"
+            )
     lines += [
+        "",
+        "*The same cell again*: each cell ran in every round (fresh processes, shuffled order); the "
+        "spread is how far a round's median lies from the median of all its steps, the largest over "
+        "the rounds. It is what this machine gives for the same measurement repeated: no simulator "
+        "can be checked more finely than that, so a target below it cannot be shown here.",
         "",
         "*Core wait*: the share of a step the most-delayed rank spent runnable but off the cores (Linux "
         "schedstat run delay): other processes had them. A cell is *undisturbed* when the median over "
@@ -271,6 +343,7 @@ def write_report(out: Path) -> Path:
         "costs do not; the targets are meant for a quiet machine.",
         "",
     ]
+    lines += _speed(summ, calib)
     lines += by_group(rows)
     lines += [
         "## Calibration (measured before the cells; nothing is fitted to them)",
@@ -324,15 +397,25 @@ def write_report(out: Path) -> Path:
             lines += [
                 f"## {kind.capitalize()} cells: {model} (partition {parts})",
                 "",
-                "| K | M | schedule | remat | measured ms | IQR ms | simulated ms | error | core wait | "
-                "bubble measured / simulated |",
-                "|---|---|---|---|---|---|---|---|---|---|",
+                "| K | M | schedule | remat | measured ms | IQR ms | simulated ms | error | rounds' "
+                "spread | raw: measured / simulated ms, error | speed | core wait | bubble measured / "
+                "simulated |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for r in sorted(rs, key=lambda r: (r["K"], r["M"], r["schedule"], r["checkpoint"])):
                 mb = "—" if r["measured_bubble"] is None else f"{r['measured_bubble']:.3f}"
+                spread = r.get("round_spread")
+                raw = (
+                    f"{_ms(r['measured_raw_step_s'])} / {_ms(r['simulated_raw_step_s'])}, "
+                    f"{_pct(r['rel_error_raw'])}"
+                    if r.get("speed") is not None
+                    else "—"
+                )
+                speed = "—" if r.get("speed") is None else f"{r['speed']:.2f}"
                 lines.append(
                     f"| {r['K']} | {r['M']} | {r['schedule']} | {r['checkpoint']} | {_ms(r['measured_step_s'])} | "
                     f"{_ms(r['measured_iqr_s'])} | {_ms(r['simulated_step_s'])} | {_pct(r['rel_error'])} | "
+                    f"{'—' if spread is None else f'{spread:.1%}'} | {raw} | {speed} | "
                     f"{(r.get('core_wait_share') or 0.0):.0%} | {mb} / {r['simulated_bubble']:.3f} |"
                 )
             lines.append("")

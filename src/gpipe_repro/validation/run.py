@@ -1,15 +1,20 @@
 """``make validate-sim``: measure cells on this machine, simulate them on the calibrated costs, compare.
 
-1. **Calibrate** (nothing here is fitted to the cells being validated): every validation model's
-   layers profiled at each micro-batch the sweep uses (``profile.profile_layers``: median of repeats,
-   in this process with one thread and the engine's host-memory setting); this device's link and the
+1. **Calibrate** (nothing here is fitted to the cells being validated): the speed probe's reference
+   (``sim.speed``); every validation model's layers profiled at each micro-batch the sweep uses
+   (``profile.profile_layers``: median of repeats, in this process with one thread and the engine's
+   host-memory setting, each run put on the reference speed by a probe just before it); this device's link and the
    engine's per-action and per-step overheads from a separate reference model (``device.device_model``,
    measured afresh, not from the cache); the emulator's sleep overshoot.
 2. **Real cells**: K in {1, 2} x M in {1, 2, 4, 8, 32} x both schedules x remat never/always, each
    model, ``rounds`` rounds of fresh processes in a shuffled order (``cells``).
 3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost.
 4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
-   measured median, simulated, relative error, the spread of the measured steps) plus the events of
+   measured median, simulated, relative error, the spread of the measured steps, how far the rounds'
+   medians lie apart — the machine's repeatability, a floor for any model). A real cell's steps in a
+   round are put on the reference speed by the median of the probes taken before them
+   (``measured_step_s``); the same comparison
+   without the probes (raw steps against the raw profile) is kept beside (``*_raw_*``). Plus the events of
    the traced cells' last step (``events.jsonl``: ``TRACE_CELL`` and the worst real and emulated
    cells) for the report's traces (``validation.report``).
 """
@@ -34,6 +39,7 @@ from ..sim.costs import LayerCost, stage_costs
 from ..sim.device import DeviceModel, device_model
 from ..sim.measure import LayerProfile, profile_layers
 from ..sim.simulate import SimResult, simulate
+from ..sim.speed import normalized, reference_s
 from . import cells as C
 from .models import MODELS, N
 
@@ -82,6 +88,12 @@ CSV_COLUMNS = [
     "measured_step_s",
     "simulated_step_s",
     "rel_error",
+    "measured_raw_step_s",
+    "simulated_raw_step_s",
+    "rel_error_raw",
+    "speed",
+    "round_spread",
+    "round_spread_raw",
     "measured_iqr_s",
     "steps_timed",
     "core_wait_share",
@@ -106,6 +118,7 @@ class Settings:
     steps: int = 4
     repeats: int = 7  # profile repeats per layer and size
     seed: int = 0
+    normalize: bool = True  # put real cells and the profile on the speed probe's reference speed
 
     @classmethod
     def quick(cls) -> Settings:
@@ -194,26 +207,31 @@ def _rounds(
     fn: Callable[..., Any],
     extra: tuple,
     log: Callable[[str], None],
-) -> list[tuple[dict[str, Any], list[float], list[float], list[dict[str, Any]]]]:
-    """Every cell of ``grid`` in ``rounds`` launches of fresh processes, each in its own order."""
+) -> list[tuple[dict[str, Any], list[C.CellTimes]]]:
+    """Every cell of ``grid`` in ``rounds`` launches of fresh processes, each in its own order; per
+    cell, its ``CellTimes`` of every round."""
     rng = random.Random(f"{s.seed}-{kind}-{model}-{K}")
-    times: dict[str, list[float]] = {}
-    waits: dict[str, list[float]] = {}
-    events: dict[str, list[dict]] = {}
+    got: dict[str, list[C.CellTimes]] = {}
     for r in range(rounds):
         order = grid[:]
         rng.shuffle(order)
         t0 = time.perf_counter()
         per_rank = launch(fn, K, (model, K, balance, order, *extra, s.warmup, s.steps), threads=1)
-        for cell, ts, ws, evs in C.step_times(per_rank):
-            key = json.dumps(cell, sort_keys=True)
-            times.setdefault(key, []).extend(ts)
-            waits.setdefault(key, []).extend(ws)
-            events[key] = evs
+        for ct in C.step_times(per_rank):
+            got.setdefault(json.dumps(ct.cell, sort_keys=True), []).append(ct)
         log(
             f"{kind} {model} K={K} round {r + 1}/{rounds}: {len(grid)} cells in {time.perf_counter() - t0:.1f} s"
         )
-    return [(json.loads(k), v, waits[k], events[k]) for k, v in times.items()]
+    return [(json.loads(k), v) for k, v in got.items()]
+
+
+def _spread(per_round: list[list[float]]) -> float | None:
+    """How far the rounds' medians lie from the median of all steps (the largest, relative): what
+    the same cell measured again differs by on this machine. None for a single round."""
+    if len(per_round) < 2:
+        return None
+    med = statistics.median(t for ts in per_round for t in ts)
+    return max(abs(statistics.median(ts) - med) / med for ts in per_round)
 
 
 def traced_cells(rows: list[dict]) -> list[dict]:
@@ -251,13 +269,20 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     torch.set_num_threads(1)
     apply_host_memory("retain")
     t_start = time.perf_counter()
+    ref = reference_s() if s.normalize else None
     sizes = sorted({N // M for M in s.Ms})
     profiles: dict[str, LayerProfile] = {}
     for name in dict.fromkeys(s.models + s.emulated_models):
         vm = MODELS[name]
         t0 = time.perf_counter()
         profiles[name] = profile_layers(
-            vm.layers(s.seed), vm.sample, sizes, loss_fn=vm.loss, repeats=s.repeats, use_cache=False
+            vm.layers(s.seed),
+            vm.sample,
+            sizes,
+            loss_fn=vm.loss,
+            repeats=s.repeats,
+            use_cache=False,
+            normalize_to=ref,
         )
         log(f"profiled {name} at micro-batches {sizes} in {time.perf_counter() - t0:.1f} s")
     dm = device_model(use_cache=False)
@@ -288,7 +313,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     (prof.costs,),
                     log,
                 )
-            for cell, ts, ws, evs in measured:
+            for cell, per_round in measured:
                 n = N // cell["M"]
                 lc = (
                     prof.costs[n]
@@ -298,7 +323,28 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 res = simulate_cell(
                     cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0
                 )
-                med = statistics.median(ts)
+                raw_rounds = [ct.times for ct in per_round]
+                probed = ref is not None and all(ct.probes for ct in per_round)
+                # each round's steps on the reference speed by the median of that round's probes
+                # (one probe is noisy; the machine's phases last seconds, longer than a cell)
+                rounds = (
+                    [
+                        [normalized(t, statistics.median(ct.probes), ref) for t in ct.times]
+                        for ct in per_round
+                    ]
+                    if probed and ref is not None
+                    else raw_rounds
+                )
+                ts = [t for r in rounds for t in r]
+                raw = [t for r in raw_rounds for t in r]
+                ws = [w for ct in per_round for w in ct.waits]
+                evs = per_round[-1].events
+                med, raw_med = statistics.median(ts), statistics.median(raw)
+                sim_raw = (
+                    simulate_cell(cell, K, balance, prof.raw[n], dm).step_s
+                    if probed and prof.raw is not None
+                    else res.step_s
+                )
                 q = statistics.quantiles(ts, n=4) if len(ts) >= 2 else [med, med, med]
                 row = {
                     "model": name,
@@ -310,6 +356,17 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     "measured_step_s": med,
                     "simulated_step_s": res.step_s,
                     "rel_error": (res.step_s - med) / med,
+                    "measured_raw_step_s": raw_med,
+                    "simulated_raw_step_s": sim_raw,
+                    "rel_error_raw": (sim_raw - raw_med) / raw_med,
+                    # the machine's speed during the cell relative to the reference (< 1: slower)
+                    "speed": (
+                        ref / statistics.median(p for ct in per_round for p in ct.probes)
+                        if probed and ref is not None
+                        else None
+                    ),
+                    "round_spread": _spread(rounds),
+                    "round_spread_raw": _spread(raw_rounds),
                     "measured_iqr_s": q[2] - q[0],
                     "steps_timed": len(ts),
                     "core_wait_share": statistics.median(ws),
@@ -339,6 +396,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         w.writerows(rows)
     calib = {
         "settings": asdict(s),
+        "speed_reference_s": ref,
         "device": dm.to_json(),
         "sleep_overshoot_s": overshoot,
         "profiles": {k: v.to_json() for k, v in profiles.items()},
