@@ -104,7 +104,9 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(9, 3.5))
         ax.plot(at, [s / statistics.median(steps) for s in steps], label="step / its median")
         ax.plot(at, [p / statistics.median(probes) for p in probes], label="probe / its median")
-        ax.plot(at, [s / statistics.median(norm) for s in norm], label="normalised step / its median")
+        ax.plot(
+            at, [s / statistics.median(norm) for s in norm], label="normalised step / its median"
+        )
         ax.set_xlabel("seconds")
         ax.legend(fontsize=8)
         fig.tight_layout()
