@@ -194,3 +194,25 @@ def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path)
     assert "| 3.0% / 4.0% |" in md and "| 15.0% / 20.0% |" in md  # the rounds' spread, both ways
     assert "ran at 0.80–1.10 times the reference speed" in md and "3.50 ms" in md
     assert "| emulated | 1 |" in md  # emulated cells are never normalised
+
+
+def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope():
+    from gpipe_repro.sim.costs import LayerCost
+    from gpipe_repro.validation.run import dilated, fit_slope
+
+    c = LayerCost(0.01, 0.005, 0.02, 4096, 0.001)
+    (d,) = dilated({8: [c]}, 3.0)[8]
+    assert (d.forward_s, d.forward_nograd_s, d.backward_s, d.update_s) == pytest.approx(
+        (0.03, 0.015, 0.06, 0.003)
+    )
+    assert d.out_bytes == 4096
+    with pytest.raises(ValueError, match="dilation=0.5"):
+        dilated({8: [c]}, 0.5)
+    # residual = 2 ms + 150 us per call: the slope is the per-call cost, the intercept ignored
+    assert fit_slope([(16, 0.002 + 16 * 150e-6), (64, 0.002 + 64 * 150e-6)]) == pytest.approx(
+        150e-6
+    )
+    assert fit_slope([(16, 0.01), (64, 0.001)]) == 0.0  # a falling residual is no negative cost
+    assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
+    with pytest.raises(ValueError, match="points"):
+        fit_slope([])

@@ -299,7 +299,8 @@ def write_report(out: Path) -> Path:
         "",
         "Every *measured* step is the median over the timed steps of "
         f"{st.get('rounds', '?')} rounds (emulated: {st.get('emulated_rounds', '?')}) of fresh processes, "
-        f"{st.get('steps', '?')} timed steps after {st.get('warmup', '?')} warm-up steps each, the cells "
+        f"{st.get('steps', '?')} timed steps after {st.get('warmup', '?')} warm-up steps each (emulated: "
+        f"{st.get('emulated_steps', st.get('steps', '?'))} after {st.get('emulated_warmup', st.get('warmup', '?'))}), the cells "
         "of a round in a shuffled order; a step's time is its slowest rank's, put on the speed probe's "
         "reference speed for real cells (see *The machine's speed* below). Every *simulated* step is "
         "`sim.simulate` on the calibrated costs below, with the same partition.",
@@ -355,8 +356,15 @@ def write_report(out: Path) -> Path:
         f"occupies its sender for the whole transfer: {dev.get('sender_busy')}",
         f"- engine overhead, from K = 1 runs of a separate reference model: {1e6 * dev.get('overhead_s', 0):.0f} µs "
         f"per forward/backward action, {1e3 * dev.get('step_overhead_s', 0):.2f} ms per step and stage",
-        f"- emulation: `time.sleep` overshoots by {1e6 * calib.get('sleep_overshoot_s', 0):.0f} µs per call "
-        "(added to every emulated layer call in the simulation of emulated cells)",
+        f"- emulation: every emulated layer sleeps {st.get('dilation', 1)} times its profiled cost (time "
+        "dilation: emulated times, measured and simulated alike, are that many times a device's; it keeps "
+        f"the engine's own CPU work of {max(st.get('emulated_K', [0]) or [0])} ranks a small share of "
+        f"{os.cpu_count()} cores); `time.sleep` overshoots by {1e6 * calib.get('sleep_overshoot_s', 0):.0f} µs "
+        "per call, and an emulated layer call costs "
+        f"{1e6 * calib.get('emulation_call_s', 0):.0f} µs of CPU beyond its sleep (K = 1 emulated steps of "
+        f"`{calib.get('emulation_call_model', '?')}`, a model that is not emulated, against their "
+        "simulation: the slope of the residual over the layer calls); both are added to every emulated "
+        "layer call in the simulation of emulated cells",
         "- layers: every layer of every model profiled at every micro-batch of the sweep "
         f"({st.get('repeats', '?')} repeats, median; `calibration.json` holds the numbers)",
         "",

@@ -8,7 +8,12 @@
    measured afresh, not from the cache); the emulator's sleep overshoot.
 2. **Real cells**: K in {1, 2} x M in {1, 2, 4, 8, 32} x both schedules x remat never/always, each
    model, ``rounds`` rounds of fresh processes in a shuffled order (``cells``).
-3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost.
+3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost
+   times ``dilation`` (time dilation: with 8 ranks on 2 cores the engine's own CPU work — the Python
+   around each layer call, autograd, gloo's threads — would otherwise queue for the cores, which 8
+   devices would not; sleeping longer keeps that work a small share of each core). The emulated
+   layer call's own CPU cost is calibrated before, on a model that is not emulated
+   (``emulation_call_s``: K = 1 emulated steps against their simulation, slope over layer calls).
 4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
    measured median, simulated, relative error, the spread of the measured steps, how far the rounds'
    medians lie apart — the machine's repeatability, a floor for any model). A real cell's steps in a
@@ -119,6 +124,9 @@ class Settings:
     repeats: int = 7  # profile repeats per layer and size
     seed: int = 0
     normalize: bool = True  # put real cells and the profile on the speed probe's reference speed
+    dilation: float = 3.0  # emulated layers sleep this many times their profiled cost
+    emulated_warmup: int = 1
+    emulated_steps: int = 3
 
     @classmethod
     def quick(cls) -> Settings:
@@ -158,6 +166,62 @@ def _plus(c: LayerCost, o: float) -> LayerCost:
     return LayerCost(
         c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
     )
+
+
+def dilated(costs: dict[int, list[LayerCost]], d: float) -> dict[int, list[LayerCost]]:
+    """Every compute figure times ``d`` (bytes unchanged): what emulated layers sleep."""
+    if not d >= 1:
+        raise ValueError(f"dilation={d} is invalid; allowed: a number >= 1")
+    return {
+        n: [
+            LayerCost(
+                c.forward_s * d,
+                c.forward_nograd_s * d,
+                c.backward_s * d,
+                c.out_bytes,
+                c.update_s * d,
+            )
+            for c in cs
+        ]
+        for n, cs in costs.items()
+    }
+
+
+def fit_slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x through ``points``, clamped at 0 (a cost is never negative);
+    where every point has the same x, the line through the origin (y / x)."""
+    if not points or any(x <= 0 for x, _ in points):
+        raise ValueError(f"points={points} is invalid; allowed: at least one point, every x > 0")
+    mx = statistics.fmean(x for x, _ in points)
+    my = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return max(0.0, my / mx)
+    return max(0.0, sum((x - mx) * (y - my) for x, y in points) / sxx)
+
+
+def emulation_call_s(
+    model: str,
+    costs: dict[int, list[LayerCost]],
+    dm: DeviceModel,
+    overshoot: float,
+    Ms: list[int],
+    warmup: int,
+    steps: int,
+) -> float:
+    """CPU seconds one emulated layer call costs beyond its sleep (the engine's Python around it,
+    autograd, the ``_Emulate`` function): K = 1 emulated steps of ``model`` at each M of ``Ms``
+    against their simulation, the slope of the residual over the layer calls per step."""
+    L = len(costs[N // Ms[0]])
+    grid = [{"M": M, "schedule": "gpipe", "checkpoint": "never"} for M in Ms]
+    per_rank = launch(C.emulated_rank, 1, (model, 1, [L], grid, costs, warmup, steps), threads=1)
+    points = []
+    for ct in C.step_times(per_rank):
+        M = ct.cell["M"]
+        lc = [_plus(c, overshoot) for c in costs[N // M]]
+        sim = simulate_cell(ct.cell, 1, [L], lc, dm, overshoot).step_s
+        points.append((2.0 * L * M, statistics.median(ct.times) - sim))  # forward + backward calls
+    return fit_slope(points)
 
 
 def simulate_cell(
@@ -288,6 +352,33 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     dm = device_model(use_cache=False)
     overshoot = C.sleep_overshoot()
     log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
+    call_s, call_model = 0.0, None
+    if s.emulated_models and s.emulated_K:
+        # a model that is not emulated, so nothing about the emulated cells is fitted
+        others = [m for m in s.models if m not in s.emulated_models]
+        call_model = others[0] if others else s.models[0] if s.models else s.emulated_models[0]
+        if call_model not in profiles:
+            profiles[call_model] = profile_layers(
+                MODELS[call_model].layers(s.seed),
+                MODELS[call_model].sample,
+                sizes,
+                loss_fn=MODELS[call_model].loss,
+                repeats=s.repeats,
+                use_cache=False,
+                normalize_to=ref,
+            )
+        call_s = emulation_call_s(
+            call_model,
+            dilated(profiles[call_model].costs, s.dilation),
+            dm,
+            overshoot,
+            sorted(set(s.Ms)),
+            s.emulated_warmup,
+            s.emulated_steps,
+        )
+        log(
+            f"emulated layer call: {call_s * 1e6:.0f} us of CPU beyond its sleep ({call_model}, K = 1)"
+        )
     grid = _grid(s)
     rows: list[dict] = []
     every = out / "events-all.jsonl.tmp"  # every cell's last step; only the traced cells are kept
@@ -308,9 +399,9 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     balance,
                     grid,
                     s.emulated_rounds,
-                    s,
+                    replace(s, warmup=s.emulated_warmup, steps=s.emulated_steps),
                     C.emulated_rank,
-                    (prof.costs,),
+                    (dilated(prof.costs, s.dilation),),
                     log,
                 )
             for cell, per_round in measured:
@@ -318,7 +409,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 lc = (
                     prof.costs[n]
                     if kind == "real"
-                    else [_plus(c, overshoot) for c in prof.costs[n]]
+                    else [_plus(c, overshoot + call_s) for c in dilated(prof.costs, s.dilation)[n]]
                 )
                 res = simulate_cell(
                     cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0
@@ -397,6 +488,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     calib = {
         "settings": asdict(s),
         "speed_reference_s": ref,
+        "emulation_call_s": call_s,
+        "emulation_call_model": call_model,
         "device": dm.to_json(),
         "sleep_overshoot_s": overshoot,
         "profiles": {k: v.to_json() for k, v in profiles.items()},
