@@ -264,7 +264,9 @@ def by_group(rows: Sequence[dict[str, Any]]) -> list[str]:
             "much two busy processes slow each other here, and that a rank waiting in a receive "
             "does not. Without the speed probe (last column) the K ≥ 2 cells also carry the "
             "machine's drift: with both cores in use it ran slower than during the one-process "
-            "profile (the *speed* column).",
+            "profile (the *speed* column). The link's latency is a ping-pong's, in which a rank "
+            "waits only a round trip; a rank blocked in a receive for milliseconds is woken later "
+            "(`python bench/wake_latency.py`), and the deeper pipelines wait most often.",
         ]
     return out + [""]
 
