@@ -84,7 +84,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         errs = [abs(r["rel_error"]) for r in rs]
         rho = spearman([r["measured_step_s"] for r in rs], [r["simulated_step_s"] for r in rs])
         med_t, max_t = TARGETS[kind]
-        raw = [abs(r["rel_error_raw"]) for r in rs if r.get("rel_error_raw") is not None]
+        signed_raw = [r["rel_error_raw"] for r in rs if r.get("rel_error_raw") is not None]
+        raw = [abs(e) for e in signed_raw]
         spread = [r["round_spread"] for r in rs if r.get("round_spread") is not None]
         spread_raw = [r["round_spread_raw"] for r in rs if r.get("round_spread_raw") is not None]
         speeds = [r["speed"] for r in rs if r.get("speed") is not None]
@@ -100,9 +101,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "normalized": bool(speeds),
             "raw_median": _median(raw),
             "raw_max": max(raw) if raw else None,
-            "raw_bias": _median(
-                [r["rel_error_raw"] for r in rs if r.get("rel_error_raw") is not None]
-            ),
+            "raw_bias": _median(signed_raw),
             "spread_median": _median(spread),
             "spread_max": max(spread) if spread else None,
             "spread_raw_median": _median(spread_raw),
@@ -166,9 +165,9 @@ def _speed(summ: dict[str, Any], calib: dict[str, Any]) -> list[str]:
     return [
         "## The machine's speed during the run (speed probe)",
         "",
-        "This VM's speed drifts: a fixed single-threaded matmul loop alternates between phases some "
-        "seconds long that differ by up to ~1.5x, and a training step follows them "
-        "(`python bench/speed_drift.py` shows both over a minute). Costs profiled in one phase and "
+        "A shared or virtual machine's speed drifts: a fixed single-threaded matmul loop alternates "
+        "between phases some seconds long, and a training step follows them (`python "
+        "bench/speed_drift.py` measures both over a minute). Costs profiled in one phase and "
         "steps measured in another then disagree by the drift, whatever the simulator does. So every "
         "profiled layer run and every measured step is preceded by the speed probe (`sim/speed.py`, "
         f"{'%.2f ms' % (1e3 * ref) if ref else 'a few ms'} at the reference speed) and put on the "
@@ -228,9 +227,12 @@ def _roofline(out: Path) -> list[str]:
 def by_group(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The signed error per model, kind and K: where the simulator is biased, and which way."""
     groups: dict[tuple[str, str, int], list[float]] = {}
+    raw_groups: dict[tuple[str, str, int], list[float]] = {}
     for r in rows:
         key = (str(r["model"]), str(r["kind"]), int(r["K"]))
         groups.setdefault(key, []).append(float(r["rel_error"]))
+        if r.get("rel_error_raw") is not None:
+            raw_groups.setdefault(key, []).append(float(r["rel_error_raw"]))
     out = [
         "## Error by model, kind and K",
         "",
@@ -242,15 +244,9 @@ def by_group(rows: Sequence[dict[str, Any]]) -> list[str]:
     for (model, kind, K), errs in sorted(
         groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])
     ):
-        raws = [
-            float(r["rel_error_raw"])
-            for r in rows
-            if (r["model"], r["kind"], r["K"]) == (model, kind, K)
-            and r.get("rel_error_raw") is not None
-        ]
         out.append(
             f"| {model} | {kind} | {K} | {len(errs)} | {statistics.median(errs):+.1%} | "
-            f"{min(errs):+.1%} | {max(errs):+.1%} | {_pct(_median(raws))} |"
+            f"{min(errs):+.1%} | {max(errs):+.1%} | {_pct(_median(raw_groups.get((model, kind, K), [])))} |"
         )
     one = [e for (_, kind, K), es in groups.items() if kind == "real" and K == 1 for e in es]
     many = [e for (_, kind, K), es in groups.items() if K >= 2 for e in es]

@@ -357,16 +357,6 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         # a model that is not emulated, so nothing about the emulated cells is fitted
         others = [m for m in s.models if m not in s.emulated_models]
         call_model = others[0] if others else s.models[0] if s.models else s.emulated_models[0]
-        if call_model not in profiles:
-            profiles[call_model] = profile_layers(
-                MODELS[call_model].layers(s.seed),
-                MODELS[call_model].sample,
-                sizes,
-                loss_fn=MODELS[call_model].loss,
-                repeats=s.repeats,
-                use_cache=False,
-                normalize_to=ref,
-            )
         call_s = emulation_call_s(
             call_model,
             dilated(profiles[call_model].costs, s.dilation),
@@ -389,6 +379,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         for kind, name, K in plan:
             prof = profiles[name]
             balance = _partition(prof, K)
+            slept = dilated(prof.costs, s.dilation) if kind == "emulated" else prof.costs
             if kind == "real":
                 measured = _rounds(kind, name, K, balance, grid, s.rounds, s, C.real_rank, (), log)
             else:
@@ -401,7 +392,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     s.emulated_rounds,
                     replace(s, warmup=s.emulated_warmup, steps=s.emulated_steps),
                     C.emulated_rank,
-                    (dilated(prof.costs, s.dilation),),
+                    (slept,),
                     log,
                 )
             for cell, per_round in measured:
@@ -409,21 +400,22 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 lc = (
                     prof.costs[n]
                     if kind == "real"
-                    else [_plus(c, overshoot + call_s) for c in dilated(prof.costs, s.dilation)[n]]
+                    else [_plus(c, overshoot + call_s) for c in slept[n]]
                 )
                 res = simulate_cell(
                     cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0
                 )
                 raw_rounds = [ct.times for ct in per_round]
-                probed = ref is not None and all(ct.probes for ct in per_round)
+                # the reference where every round was probed (real cells, with ``normalize``)
+                cell_ref = ref if all(ct.probes for ct in per_round) else None
                 # each round's steps on the reference speed by the median of that round's probes
                 # (one probe is noisy; the machine's phases last seconds, longer than a cell)
                 rounds = (
                     [
-                        [normalized(t, statistics.median(ct.probes), ref) for t in ct.times]
+                        [normalized(t, statistics.median(ct.probes), cell_ref) for t in ct.times]
                         for ct in per_round
                     ]
-                    if probed and ref is not None
+                    if cell_ref is not None
                     else raw_rounds
                 )
                 ts = [t for r in rounds for t in r]
@@ -433,7 +425,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 med, raw_med = statistics.median(ts), statistics.median(raw)
                 sim_raw = (
                     simulate_cell(cell, K, balance, prof.raw[n], dm).step_s
-                    if probed and prof.raw is not None
+                    if cell_ref is not None and prof.raw is not None
                     else res.step_s
                 )
                 q = statistics.quantiles(ts, n=4) if len(ts) >= 2 else [med, med, med]
@@ -452,8 +444,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     "rel_error_raw": (sim_raw - raw_med) / raw_med,
                     # the machine's speed during the cell relative to the reference (< 1: slower)
                     "speed": (
-                        ref / statistics.median(p for ct in per_round for p in ct.probes)
-                        if probed and ref is not None
+                        cell_ref / statistics.median(p for ct in per_round for p in ct.probes)
+                        if cell_ref is not None
                         else None
                     ),
                     "round_spread": _spread(rounds),
