@@ -60,17 +60,19 @@ def timed_from(spec: RunConfig, start: int) -> int:
 
 
 def git_commit() -> str | None:
+    """The project's commit (short hash), ``-dirty`` appended when tracked files differ from it."""
+    root = str(Path(__file__).resolve().parents[3])
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip()
+
     try:
-        root = Path(__file__).resolve().parents[3]
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or None
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = head and git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
+    return (head + ("-dirty" if dirty else "")) or None
 
 
 def env_info(results: Sequence[RankResult] = (), launcher: str = "local") -> EnvInfo:

@@ -1,0 +1,28 @@
+"""Every paper artefact by its make target: ``python -m gpipe_repro.paper NAME`` and the sweep callback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import fig3, table5, throughput
+from .artefact import Artefact
+from .sweep import Sweep
+from .table1 import artefact as table1
+from .table4 import artefact as table4
+from .validate_sim import artefact as validate_sim
+
+__all__ = ["ARTEFACTS"]
+
+ARTEFACTS: dict[str, Artefact[Any]] = {
+    a.name: a
+    for a in (
+        Sweep("demo"),
+        table1.ARTEFACT,
+        throughput.TABLE2,
+        throughput.TABLE3,
+        table4.ARTEFACT,
+        table5.ARTEFACT,
+        fig3.ARTEFACT,
+        validate_sim.ARTEFACT,
+    )
+}
