@@ -4,7 +4,7 @@
 
 One rank per core (2 on this machine), one intra-op thread per rank, a compute-bound model (a stack of
 3x3 convolutions at 64 channels on 16x16 inputs: a micro-batch's compute dominates its weight
-traffic, see ENVIRONMENT.md's micro-batch note). Every number below comes from one invocation; the
+traffic). Every number below comes from one invocation; the
 machine is shared, so compare the ratios of one report rather than absolute times across reports.
 Every variant runs in fresh processes, because our engine changes malloc settings for its process
 (``engine.hostmem``); the controls give theirs and the plain step the same settings.

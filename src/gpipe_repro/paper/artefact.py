@@ -21,8 +21,6 @@ from typing import Any, Generic, TypeVar
 from .provenance import FILE, Provenance
 from .rows import read_csv, write_csv
 
-__all__ = ["Artefact", "Report", "make", "publish", "REPORTS"]
-
 R = TypeVar("R")
 REPORTS = Path("reports")
 

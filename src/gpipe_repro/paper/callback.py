@@ -24,8 +24,6 @@ from .registry import ARTEFACTS
 from .rows import columns
 from .sweep import Sweep, SweepRow, console_table
 
-__all__ = ["GatherCallback", "canonical"]
-
 
 def canonical(task_overrides: list[str], experiment: str) -> bool:
     """Whether a sweep's command-line overrides are exactly the experiment's make target's."""

@@ -21,11 +21,10 @@ from pathlib import Path
 from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
+from .plot import figure
 from .provenance import Provenance
 from .runs import read_sweep
 from .stats import RELATIVE_EFFECT, RULE, Sample, compare, sample, trend
-
-__all__ = ["Fig3Row", "ARTEFACT", "DEPTH", "WIDTH", "PAIR", "TRICKS"]
 
 Model = tuple[int, int, int, bool]  # L, H, A, tricks
 DEPTH: list[Model] = [(1, 512, 4, True), (2, 512, 4, True), (4, 512, 4, True)]
@@ -241,11 +240,6 @@ def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
 
 
 def plot(rows: Sequence[Fig3Row], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     langs = languages(rows)
     names = [f"{r.language}\n{r.resource}{'*' if r.synthetic else ''}" for r in langs]
     ran = {_key(r) for r in _ok(rows)}
@@ -254,32 +248,28 @@ def plot(rows: Sequence[Fig3Row], path: Path) -> None:
         ("width ladder", WIDTH),
         ("deep vs wide; tricks", [*PAIR, TRICKS[0]]),
     ]
-    every = list(
-        dict.fromkeys([*DEPTH, *WIDTH, *PAIR, *TRICKS])
-    )  # one colour per model, every panel
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
-    for ax, (title, models) in zip(axes, panels):
-        for i, m in enumerate(x for x in models if x in ran):
-            st = [per_language(rows, m, r.language) for r in langs]
-            ax.errorbar(
-                [k + 0.06 * (i - 1) for k in range(len(langs))],
-                [s.mean for s in st],
-                yerr=[s.sd for s in st],
-                fmt="o-",
-                capsize=3,
-                color=f"C{every.index(m)}",
-                label=label(m),
-            )
-        ax.set_xticks(range(len(langs)), names)
-        ax.set(title=title, xlabel="source language (most -> least data; * synthetic)")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    axes[0].set_ylabel("test BLEU (measured), mean ± sd over seeds")
-    fig.suptitle("many->English, one model for all languages (in the manner of GPipe Fig. 3)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    # one colour per model in every panel
+    every = list(dict.fromkeys([*DEPTH, *WIDTH, *PAIR, *TRICKS]))
+    with figure(path, 1, 3, figsize=(14, 4), sharey=True) as (fig, axes):
+        for ax, (title, models) in zip(axes, panels):
+            for i, m in enumerate(x for x in models if x in ran):
+                st = [per_language(rows, m, r.language) for r in langs]
+                ax.errorbar(
+                    [k + 0.06 * (i - 1) for k in range(len(langs))],
+                    [s.mean for s in st],
+                    yerr=[s.sd for s in st],
+                    fmt="o-",
+                    capsize=3,
+                    color=f"C{every.index(m)}",
+                    label=label(m),
+                )
+            ax.set_xticks(range(len(langs)), names)
+            ax.set(title=title, xlabel="source language (most -> least data; * synthetic)")
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        axes[0].set_ylabel("test BLEU (measured), mean ± sd over seeds")
+        fig.suptitle("many->English, one model for all languages (in the manner of GPipe Fig. 3)")
 
 
 class Fig3(Artefact[Fig3Row]):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Quote", "QUOTES", "quote", "rows", "throughput"]
-
 
 @dataclass(frozen=True)
 class Quote:
@@ -92,11 +90,12 @@ QUOTES: tuple[Quote, ...] = (
 )
 
 
-def quote(table: int, row: str, column: str) -> Quote | None:
-    return next(
-        (q for q in QUOTES if (q.table, q.row, q.column) == (table, row, column)),
-        None,
-    )
+def quote(table: int, row: str, column: str) -> Quote:
+    """The number the paper prints in ``table`` at ``row`` and ``column`` (KeyError: none)."""
+    for q in QUOTES:
+        if (q.table, q.row, q.column) == (table, row, column):
+            return q
+    raise KeyError(f"GPipe Table {table} prints no {column!r} for {row!r}")
 
 
 def rows(table: int) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,12 @@ import torch
 from ..metrics.contract import EnvInfo
 from ..metrics.summary import git_commit
 
-__all__ = ["Provenance", "FILE"]
-
 FILE = "provenance.json"
+FACTS = ("hosts", "devices", "threads", "torch", "commits")
+
+
+def _each(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(sorted({v for v in values if v not in (None, "")}))
 
 
 @dataclass(frozen=True)
@@ -40,49 +43,32 @@ class Provenance:
 
     @classmethod
     def of_jobs(cls, envs: Sequence[EnvInfo], source: Path | str = "") -> Provenance:
-        def each(values: Sequence[Any]) -> tuple[Any, ...]:
-            return tuple(sorted({v for v in values if v not in (None, "")}))
-
         return cls(
             len(envs),
             str(source),
-            "",
-            each([e.host for e in envs]),
-            each([d for e in envs for d in e.device_names]),
-            each([e.threads_per_rank for e in envs]),
-            each([e.torch for e in envs]),
-            each([e.git_commit for e in envs]),
+            hosts=_each(e.host for e in envs),
+            devices=_each(d for e in envs for d in e.device_names),
+            threads=_each(e.threads_per_rank for e in envs),
+            torch=_each(e.torch for e in envs),
+            commits=_each(e.git_commit for e in envs),
         )
 
     @classmethod
     def here(cls, device: str = "") -> Provenance:
         """This process: for numbers planned or measured in it rather than by jobs."""
+        threads, commit = torch.get_num_threads(), git_commit()
         env = EnvInfo(
-            torch=torch.__version__,
-            host=platform.node(),
-            git_commit=git_commit(),
-            device_names=[device] if device else [],
-            threads_per_rank=torch.get_num_threads(),
+            torch.__version__, host=platform.node(), git_commit=commit, threads_per_rank=threads
         )
-        return cls.of_jobs([env])
+        return cls.of_jobs([replace(env, device_names=[device] if device else [])])
 
     @classmethod
     def merge(cls, parts: Sequence[Provenance], source: str) -> Provenance:
         """Several sweeps' provenance as one report's (no commit where a part has none recorded)."""
-
-        def union(name: str) -> Any:
-            return tuple(sorted({v for p in parts for v in getattr(p, name)}))
-
-        commits = union("commits") if all(p.commits for p in parts) else ()
-        return cls(
-            sum(p.jobs for p in parts),
-            source,
-            hosts=union("hosts"),
-            devices=union("devices"),
-            threads=union("threads"),
-            torch=union("torch"),
-            commits=commits,
-        )
+        union: dict[str, Any] = {f: _each(v for p in parts for v in getattr(p, f)) for f in FACTS}
+        if not all(p.commits for p in parts):
+            union["commits"] = ()
+        return cls(sum(p.jobs for p in parts), source, **union)
 
     def rerendered(self, source: Path, command: str) -> Provenance:
         return replace(

@@ -11,8 +11,6 @@ from .table1 import artefact as table1
 from .table4 import artefact as table4
 from .validate_sim import artefact as validate_sim
 
-__all__ = ["ARTEFACTS"]
-
 ARTEFACTS: dict[str, Artefact[Any]] = {
     a.name: a
     for a in (

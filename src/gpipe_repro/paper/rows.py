@@ -17,8 +17,6 @@ from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_type_hints
 
-__all__ = ["columns", "write_csv", "read_csv"]
-
 Row = TypeVar("Row")
 _INT = re.compile(r"-?\d+")
 

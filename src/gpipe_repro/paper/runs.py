@@ -11,8 +11,6 @@ from pathlib import Path
 
 from ..metrics.contract import RunMetrics, load_metrics
 
-__all__ = ["Job", "read_run", "read_sweep", "is_sweep"]
-
 
 @dataclass(frozen=True)
 class Job:

@@ -25,27 +25,10 @@ from dataclasses import dataclass
 
 from scipy import optimize, stats
 
-__all__ = [
-    "ALPHA",
-    "POWER",
-    "RELATIVE_EFFECT",
-    "BEYOND",
-    "INSIDE",
-    "UNTESTABLE",
-    "RULE",
-    "Sample",
-    "Comparison",
-    "sample",
-    "compare",
-    "detectable_effect",
-    "trend",
-]
-
 ALPHA = 0.05
 POWER = 0.80
-RELATIVE_EFFECT = (
-    0.10  # the effect in question where the paper prints none: 10% of the baseline mean
-)
+# The effect in question where the paper prints none: 10% of the baseline mean.
+RELATIVE_EFFECT = 0.10
 BEYOND, INSIDE, UNTESTABLE = "beyond the noise", "inside the noise", "not testable with these seeds"
 RULE = (
     "Rule (`paper/stats.py`): Welch's t-test over seeds, two-sided, α = 0.05 — *beyond the noise* "

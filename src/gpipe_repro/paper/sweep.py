@@ -19,79 +19,66 @@ from ..engine.schedule import bubble_fraction
 from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
+from .plot import figure
 from .provenance import Provenance
 from .runs import read_sweep
-
-__all__ = ["Sweep", "SweepRow", "sweep_rows", "console_table", "markdown_table"]
 
 
 @dataclass
 class SweepRow:
     job: str
     status: str
-    source: str | None
-    hardware: str | None
-    model: str | None
-    K: int | None
-    M: int | None
-    checkpoint: str | None
-    schedule: str | None
-    replicas: int | None
-    balance: str | None
-    batch_size: int | None
-    batch_mode: str | None
-    micro_batch: int | None
-    param_count: int | None
-    throughput: float | None
-    normalized_throughput: float | None
-    speedup_vs_k1: float | None
-    speedup_ideal: float | None
-    tokens_per_s: float | None
-    step_time_s: float | None
-    predicted_step_time_s: float | None
-    predicted_throughput: float | None
-    bubble_fraction: float | None
-    bubble_ideal: float | None
-    stage_busy_s: str | None
-    max_stage_memory_bytes: int | None
-    stage_memory_bytes: str | None
-    memory_source: str | None
-    fits_memory: bool | None
-    eval_accuracy: float | None
-    final_loss: float | None
-    error: str | None
+    source: str | None = None
+    hardware: str | None = None
+    model: str | None = None
+    K: int | None = None
+    M: int | None = None
+    checkpoint: str | None = None
+    schedule: str | None = None
+    replicas: int | None = None
+    balance: str | None = None
+    batch_size: int | None = None
+    batch_mode: str | None = None
+    micro_batch: int | None = None
+    param_count: int | None = None
+    throughput: float | None = None
+    normalized_throughput: float | None = None
+    speedup_vs_k1: float | None = None
+    speedup_ideal: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = None
+    predicted_step_time_s: float | None = None
+    predicted_throughput: float | None = None
+    bubble_fraction: float | None = None
+    bubble_ideal: float | None = None
+    stage_busy_s: str | None = None
+    max_stage_memory_bytes: int | None = None
+    stage_memory_bytes: str | None = None
+    memory_source: str | None = None
+    fits_memory: bool | None = None
+    eval_accuracy: float | None = None
+    final_loss: float | None = None
+    error: str | None = None
+
+
+# What a row takes from a run's metrics.json (and its pipeline) as it is.
+AS_RUN = "status source batch_size batch_mode throughput tokens_per_s step_time_s error".split()
+AS_RUN += "predicted_step_time_s predicted_throughput bubble_fraction bubble_ideal".split()
+AS_RUN_PIPELINE = ("K", "M", "checkpoint", "schedule", "replicas")
 
 
 def _row(job: str, m: RunMetrics) -> SweepRow:
     p, stages, hw = m.pipeline, m.stages, m.hardware or {}
     mem = [s.peak_memory_bytes for s in stages]
-    K, M = (p.K, p.M) if p else (None, None)
     return SweepRow(
         job=job,
-        status=m.status,
-        source=m.source,
+        **{k: getattr(m, k) for k in AS_RUN},
+        **{k: getattr(p, k) for k in AS_RUN_PIPELINE if p},
         hardware=hw.get("name") or next(iter(m.env.device_names), None),
         model=m.model.name if m.model else None,
-        K=K,
-        M=M,
-        checkpoint=p.checkpoint if p else None,
-        schedule=p.schedule if p else None,
-        replicas=p.replicas if p else None,
         balance="-".join(map(str, p.balance or [])) or None if p else None,
-        batch_size=m.batch_size,
-        batch_mode=m.batch_mode,
-        micro_batch=m.batch_size // M // p.replicas if p and m.batch_size and M else None,
+        micro_batch=m.batch_size // p.M // p.replicas if p and m.batch_size else None,
         param_count=m.model.param_count if m.model else None,
-        throughput=m.throughput,
-        normalized_throughput=None,
-        speedup_vs_k1=None,
-        speedup_ideal=None,
-        tokens_per_s=m.tokens_per_s,
-        step_time_s=m.step_time_s,
-        predicted_step_time_s=m.predicted_step_time_s,
-        predicted_throughput=m.predicted_throughput,
-        bubble_fraction=m.bubble_fraction,
-        bubble_ideal=m.bubble_ideal,
         stage_busy_s=";".join(f"{s.busy_s:.6g}" for s in stages) or None,
         max_stage_memory_bytes=max(mem) if mem else None,
         stage_memory_bytes=";".join(map(str, mem)) or None,
@@ -99,7 +86,6 @@ def _row(job: str, m: RunMetrics) -> SweepRow:
         fits_memory=hw.get("fits_memory"),
         eval_accuracy=m.eval.accuracy if m.eval else None,
         final_loss=m.losses[-1] if m.losses else None,
-        error=m.error,
     )
 
 
@@ -133,22 +119,19 @@ def sweep_rows(sweep: Path) -> tuple[list[SweepRow], Provenance]:
     return rows, Provenance.of_jobs([j.metrics.env for j in jobs], sweep)
 
 
+FORMATS = {"throughput": "{:.1f}", "predicted_throughput": "{:.1f}", "final_loss": "{:.6f}"}
+FORMATS |= dict.fromkeys(("bubble_fraction", "bubble_ideal", "eval_accuracy"), "{:.3f}")
+FORMATS |= dict.fromkeys(("normalized_throughput", "speedup_vs_k1", "speedup_ideal"), "{:.3f}")
+
+
 def _fmt(v: Any, col: str) -> str:
     if v is None:
         return "—"
-    if col in ("throughput", "predicted_throughput"):
-        return f"{v:.1f}"
-    if col in ("bubble_fraction", "bubble_ideal", "eval_accuracy", "normalized_throughput"):
-        return f"{v:.3f}"
-    if col in ("speedup_vs_k1", "speedup_ideal"):
-        return f"{v:.3f}"
-    if col == "final_loss":
-        return f"{v:.6f}"
     if col in ("step_time_s", "predicted_step_time_s"):
         return f"{v * 1e3:.1f} ms"
     if col == "stage_memory_bytes":
         return " / ".join(f"{int(x) / 2**20:.1f}" for x in str(v).split(";"))
-    return str(v)
+    return FORMATS.get(col, "{}").format(v)
 
 
 TABLE_COLS = [
@@ -208,42 +191,36 @@ def console_table(rows: Sequence[SweepRow]) -> str:
 
 
 def plot(rows: Sequence[SweepRow], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    ok = [r for r in rows if r.status == "ok"]
-    keys = sorted({series(r) for r in ok})
-    for key in keys:
-        tag = "" if len(keys) == 1 else " " + "/".join(key[1:])
-        for K in sorted({r.K for r in ok if series(r) == key}):  # type: ignore[type-var]
-            rs = sorted((r for r in ok if r.K == K and series(r) == key), key=lambda r: r.M)  # type: ignore[arg-type, return-value]
-            what = "simulated" if rs[0].source == "simulated" else "measured"
-            Ms = [r.M for r in rs]
-            axes[0].plot(Ms, [r.throughput for r in rs], "o-", label=f"K={K}{tag}")
-            axes[1].plot(Ms, [r.bubble_fraction for r in rs], "o-", label=f"K={K}{tag} {what}")
-            axes[1].plot(Ms, [r.bubble_ideal for r in rs], "k:", alpha=0.5)
-    axes[0].set(xlabel="micro-batches M", ylabel="samples / s", title="throughput", xscale="log")
-    axes[1].set(
-        xlabel="micro-batches M",
-        ylabel="idle share",
-        title="bubble (dotted: (K-1)/(M+K-1))",
-        xscale="log",
-    )
-    for ax in axes:
-        Ms = sorted({r.M for r in ok})  # type: ignore[type-var]
-        if Ms:
-            ax.set_xticks(Ms, [str(m) for m in Ms])
-            ax.minorticks_off()
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, 1, 2, figsize=(10, 3.8)) as (fig, axes):
+        ok = [r for r in rows if r.status == "ok"]
+        keys = sorted({series(r) for r in ok})
+        for key in keys:
+            tag = "" if len(keys) == 1 else " " + "/".join(key[1:])
+            for K in sorted({r.K for r in ok if series(r) == key}):  # type: ignore[type-var]
+                rs = sorted((r for r in ok if r.K == K and series(r) == key), key=lambda r: r.M)  # type: ignore[arg-type, return-value]
+                what = "simulated" if rs[0].source == "simulated" else "measured"
+                Ms = [r.M for r in rs]
+                axes[0].plot(Ms, [r.throughput for r in rs], "o-", label=f"K={K}{tag}")
+                axes[1].plot(Ms, [r.bubble_fraction for r in rs], "o-", label=f"K={K}{tag} {what}")
+                axes[1].plot(Ms, [r.bubble_ideal for r in rs], "k:", alpha=0.5)
+        axes[0].set(
+            xlabel="micro-batches M", ylabel="samples / s", title="throughput", xscale="log"
+        )
+        axes[1].set(
+            xlabel="micro-batches M",
+            ylabel="idle share",
+            title="bubble (dotted: (K-1)/(M+K-1))",
+            xscale="log",
+        )
+        for ax in axes:
+            Ms = sorted({r.M for r in ok})  # type: ignore[type-var]
+            if Ms:
+                ax.set_xticks(Ms, [str(m) for m in Ms])
+                ax.minorticks_off()
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+        fig.suptitle(title)
 
 
 class Sweep(Artefact[SweepRow]):

@@ -19,37 +19,36 @@ from pathlib import Path
 from ..errors import UserError
 from .artefact import Artefact, Report
 from .numbers import quote, rows
+from .plot import figure
 from .provenance import Provenance
 from .runs import read_sweep
 from .stats import RULE, Sample, sample, trend
-
-__all__ = ["Table5Row", "ARTEFACT", "tokens"]
 
 
 @dataclass
 class Table5Row:
     job: str
     status: str
-    source: str | None
-    batch_tokens: int | None
-    M: int | None
-    K: int | None
-    micro_batch_tokens: int | None
-    seed: int | None
-    steps: int | None
-    bleu: float | None
-    nll: float | None
-    final_train_loss: float | None
-    tokens_per_s: float | None
-    paper_batch_tokens: str | None
-    paper_bleu: float | None
-    paper_nll: float | None
-    corpus: str | None
-    model: str | None
-    params: int | None
-    lr: float | None
-    bleu_signature: str | None
-    error: str | None
+    source: str | None = None
+    batch_tokens: int | None = None
+    M: int | None = None
+    K: int | None = None
+    micro_batch_tokens: int | None = None
+    seed: int | None = None
+    steps: int | None = None
+    bleu: float | None = None
+    nll: float | None = None
+    final_train_loss: float | None = None
+    tokens_per_s: float | None = None
+    paper_batch_tokens: str | None = None
+    paper_bleu: float | None = None
+    paper_nll: float | None = None
+    corpus: str | None = None
+    model: str | None = None
+    params: int | None = None
+    lr: float | None = None
+    bleu_signature: str | None = None
+    error: str | None = None
 
 
 PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
@@ -70,21 +69,14 @@ def collect(sweep: Path) -> Report[Table5Row]:
         out.append(
             Table5Row(
                 job=j.name,
-                status=m.status,
-                source=m.source,
+                **{k: getattr(m, k) for k in ("status", "source", "seed", "steps", "tokens_per_s")},
                 batch_tokens=m.batch_size,
                 M=p.M if p else None,
                 K=p.K if p else None,
                 micro_batch_tokens=m.batch_size // p.M if m.batch_size and p else None,
-                seed=m.seed,
-                steps=m.steps,
                 bleu=ev.bleu if ev else None,
                 nll=ev.loss if ev else None,
                 final_train_loss=losses[-1] if losses else None,
-                tokens_per_s=m.tokens_per_s,
-                paper_batch_tokens=None,
-                paper_bleu=None,
-                paper_nll=None,
                 corpus=data.get("root") or data.get("corpus"),
                 model=f"T({cfg.get('L')},{cfg.get('H')},{cfg.get('A')}) d={cfg.get('d')}"
                 if cfg
@@ -100,8 +92,8 @@ def collect(sweep: Path) -> Report[Table5Row]:
         if r.batch_tokens in sizes and sizes.index(r.batch_tokens) < len(PAPER):
             label = PAPER[sizes.index(r.batch_tokens)]
             r.paper_batch_tokens = label
-            r.paper_bleu = quote(5, label, "BLEU").value  # type: ignore[union-attr]
-            r.paper_nll = quote(5, label, "NLL").value  # type: ignore[union-attr]
+            r.paper_bleu = quote(5, label, "BLEU").value
+            r.paper_nll = quote(5, label, "NLL").value
     out.sort(key=lambda r: (r.batch_tokens or 0, r.seed if r.seed is not None else -1, r.job))
     return Report(out, Provenance.of_jobs([j.metrics.env for j in jobs], sweep))
 
@@ -204,55 +196,47 @@ def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
 
 
 def plot(rows: Sequence[Table5Row], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sizes = summarise(rows)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    ok = [r for s in sizes for r in s.rows]
-    xs = [s.batch_tokens for s in sizes]
-    for ax, key, label in ((axes[0], "bleu", "BLEU"), (axes[1], "nll", "NLL per target token")):
-        ax.scatter(
-            [r.batch_tokens for r in ok],
-            [getattr(r, key) for r in ok],
-            s=12,
-            c="0.6",
-            label="one seed",
+    with figure(path, 1, 3, figsize=(13, 3.8)) as (fig, axes):
+        ok = [r for s in sizes for r in s.rows]
+        xs = [s.batch_tokens for s in sizes]
+        for ax, key, label in ((axes[0], "bleu", "BLEU"), (axes[1], "nll", "NLL per target token")):
+            ax.scatter(
+                [r.batch_tokens for r in ok],
+                [getattr(r, key) for r in ok],
+                s=12,
+                c="0.6",
+                label="one seed",
+            )
+            st = [s.of(key) for s in sizes]
+            ax.errorbar(
+                xs,
+                [s.mean for s in st],
+                yerr=[s.sd for s in st],
+                fmt="o-",
+                capsize=4,
+                label="mean ± sd",
+            )
+            ax.set(
+                xscale="log",
+                xlabel="batch (target tokens), grown through M",
+                ylabel=label,
+                title=f"ours (measured): {label}",
+            )
+            ax.set_xticks(xs, [f"{x:,}" for x in xs])
+            ax.minorticks_off()
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+        px = [tokens(b) for b in PAPER]
+        axes[2].plot(px, [quote(5, b, "BLEU").value for b in PAPER], "s-", color="C2", label="BLEU")
+        twin = axes[2].twinx()
+        twin.plot(px, [quote(5, b, "NLL").value for b in PAPER], "^--", color="C3", label="NLL")
+        axes[2].set(
+            xscale="log", xlabel="batch (tokens)", ylabel="BLEU", title="paper (Table 5, de->en)"
         )
-        st = [s.of(key) for s in sizes]
-        ax.errorbar(
-            xs,
-            [s.mean for s in st],
-            yerr=[s.sd for s in st],
-            fmt="o-",
-            capsize=4,
-            label="mean ± sd",
-        )
-        ax.set(
-            xscale="log",
-            xlabel="batch (target tokens), grown through M",
-            ylabel=label,
-            title=f"ours (measured): {label}",
-        )
-        ax.set_xticks(xs, [f"{x:,}" for x in xs])
-        ax.minorticks_off()
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    px = [tokens(b) for b in PAPER]
-    axes[2].plot(px, [quote(5, b, "BLEU").value for b in PAPER], "s-", color="C2", label="BLEU")  # type: ignore[union-attr]
-    twin = axes[2].twinx()
-    twin.plot(px, [quote(5, b, "NLL").value for b in PAPER], "^--", color="C3", label="NLL")  # type: ignore[union-attr]
-    axes[2].set(
-        xscale="log", xlabel="batch (tokens)", ylabel="BLEU", title="paper (Table 5, de->en)"
-    )
-    twin.set_ylabel("NLL")
-    axes[2].set_xticks(px, PAPER)
-    axes[2].minorticks_off()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        twin.set_ylabel("NLL")
+        axes[2].set_xticks(px, PAPER)
+        axes[2].minorticks_off()
 
 
 class Table5(Artefact[Table5Row]):

@@ -44,17 +44,6 @@ from .rows import read_csv
 from .sweep import SweepRow
 from .throughput_text import markdown, plot
 
-__all__ = [
-    "ThroughputRow",
-    "Throughput",
-    "TABLE2",
-    "TABLE3",
-    "load",
-    "decompose",
-    "explain",
-    "build_rows",
-]
-
 
 @dataclass
 class ThroughputRow:

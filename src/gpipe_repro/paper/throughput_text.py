@@ -13,9 +13,8 @@ from typing import Any
 
 from ..engine.schedule import bubble_fraction
 from .numbers import throughput
+from .plot import figure
 from .provenance import Provenance
-
-__all__ = ["label", "markdown", "plot"]
 
 
 def label(r: Any) -> str:
@@ -96,49 +95,41 @@ def markdown(
 
 
 def plot(rows: Sequence[Any], table: int, names: dict[str, str], ref_M: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     models = list(dict.fromkeys(r.model for r in rows))
     Ms = sorted({M for m in models for (_, M) in throughput(table, m)})
-    fig, axes = plt.subplots(
-        len(models), len(Ms), figsize=(4.2 * len(Ms), 3.4 * len(models)), squeeze=False
-    )
-    ref_bound = 2 * (1 - bubble_fraction(2, ref_M))
-    for i, model in enumerate(models):
-        for j, M in enumerate(Ms):
-            ax = axes[i][j]
-            pts = sorted((K, v) for (K, m), v in throughput(table, model).items() if m == M)
-            ks = [k for k, _ in pts]
-            ax.plot(ks, [v for _, v in pts], "ko-", lw=2, label="paper")
-            bound = [k * (1 - bubble_fraction(k, M)) / ref_bound for k in ks]
-            ax.plot(ks, bound, "k:", alpha=0.5, label="bubble bound")
-            for lb in dict.fromkeys(label(r) for r in rows if r.model == model):
-                rs = sorted(
-                    (
-                        r
-                        for r in rows
-                        if r.model == model
-                        and label(r) == lb
-                        and r.M == M
-                        and r.normalized is not None
-                    ),
-                    key=lambda r: r.K,
+    with figure(
+        path, len(models), len(Ms), figsize=(4.2 * len(Ms), 3.4 * len(models)), squeeze=False
+    ) as (fig, axes):
+        ref_bound = 2 * (1 - bubble_fraction(2, ref_M))
+        for i, model in enumerate(models):
+            for j, M in enumerate(Ms):
+                ax = axes[i][j]
+                pts = sorted((K, v) for (K, m), v in throughput(table, model).items() if m == M)
+                ks = [k for k, _ in pts]
+                ax.plot(ks, [v for _, v in pts], "ko-", lw=2, label="paper")
+                bound = [k * (1 - bubble_fraction(k, M)) / ref_bound for k in ks]
+                ax.plot(ks, bound, "k:", alpha=0.5, label="bubble bound")
+                for lb in dict.fromkeys(label(r) for r in rows if r.model == model):
+                    rs = sorted(
+                        (
+                            r
+                            for r in rows
+                            if r.model == model
+                            and label(r) == lb
+                            and r.M == M
+                            and r.normalized is not None
+                        ),
+                        key=lambda r: r.K,
+                    )
+                    if rs:
+                        ax.plot([r.K for r in rs], [r.normalized for r in rs], "o--", label=lb)
+                ax.set(
+                    title=f"{names[model]}, M = {M}",
+                    xlabel="K",
+                    ylabel="normalised throughput",
+                    xscale="log",
                 )
-                if rs:
-                    ax.plot([r.K for r in rs], [r.normalized for r in rs], "o--", label=lb)
-            ax.set(
-                title=f"{names[model]}, M = {M}",
-                xlabel="K",
-                ylabel="normalised throughput",
-                xscale="log",
-            )
-            ax.set_xticks([2, 4, 8], ["2", "4", "8"])
-            ax.minorticks_off()
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                ax.set_xticks([2, 4, 8], ["2", "4", "8"])
+                ax.minorticks_off()
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=6)

@@ -14,12 +14,11 @@ from pathlib import Path
 
 from ...planner.table1 import COLUMNS, Column, GiB
 from ..artefact import Artefact, Report
+from ..plot import figure
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
 from .rows import ResultRow, SavedRow, result_rows, saved_rows
 from .text import markdown
-
-__all__ = ["Table1", "ARTEFACT"]
 
 HALVES = {"amoebanet_d": "amoebanet", "transformer_lm": "transformer"}
 
@@ -110,33 +109,26 @@ class Table1(Artefact[ResultRow]):
 
 
 def plot(rs: list[ResultRow], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, model, title in [
-        (axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
-        (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)"),
-    ]:
-        sub = [r for r in rs if r.model == model and r.precision == "fp32"]
-        xs = list(range(len(sub)))
-        ax.plot(xs, [r.paper_param_count for r in sub], "s--", label="paper")
-        for precision, style in (("fp32", "o-"), ("bf16", "^-")):
-            ours = {r.column: r for r in rs if r.model == model and r.precision == precision}
-            if ours:
-                fit = [
-                    ours[r.column].largest_param_count or 0 if r.column in ours else 0 for r in sub
-                ]
-                ax.plot(xs, fit, style, label=f"ours, {precision}: largest that fits")
-        ax.set_xticks(xs, [r.column for r in sub], rotation=20)
-        ax.set(yscale="log", ylabel="parameters", title=title)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, 1, 2, figsize=(10, 3.8)) as (fig, axes):
+        for ax, model, title in [
+            (axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
+            (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)"),
+        ]:
+            sub = [r for r in rs if r.model == model and r.precision == "fp32"]
+            xs = list(range(len(sub)))
+            ax.plot(xs, [r.paper_param_count for r in sub], "s--", label="paper")
+            for precision, style in (("fp32", "o-"), ("bf16", "^-")):
+                ours = {r.column: r for r in rs if r.model == model and r.precision == precision}
+                if ours:
+                    fit = [
+                        ours[r.column].largest_param_count or 0 if r.column in ours else 0
+                        for r in sub
+                    ]
+                    ax.plot(xs, fit, style, label=f"ours, {precision}: largest that fits")
+            ax.set_xticks(xs, [r.column for r in sub], rotation=20)
+            ax.set(yscale="log", ylabel="parameters", title=title)
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
 
 
 ARTEFACT = Table1()

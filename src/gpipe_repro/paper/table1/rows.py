@@ -16,8 +16,6 @@ from ...planner.breakdown import amoebanet_groups, transformer_groups
 from ...planner.table1 import Column, largest, plan_column
 from ..numbers import quote
 
-__all__ = ["ResultRow", "SavedRow", "result_rows", "saved_rows"]
-
 
 @dataclass
 class ResultRow:
@@ -66,9 +64,7 @@ class SavedRow:
 
 
 def _paper(c: Column, what: str) -> int:
-    q = quote(1, f"{c.model} {c.label}", what)
-    assert q is not None, f"no paper number for Table 1 {c.model} {c.label} {what}"
-    return round(q.value)
+    return round(quote(1, f"{c.model} {c.label}", what).value)
 
 
 def _row(c: Column, precision: str) -> ResultRow:

@@ -9,8 +9,6 @@ from __future__ import annotations
 from ..provenance import Provenance
 from .rows import ResultRow, SavedRow
 
-__all__ = ["markdown", "why", "remains"]
-
 GiB = 2**30
 # Readable names for the (operation, dtype) groups of ``saved.csv`` (``planner.breakdown``).
 KIND_NAMES = {

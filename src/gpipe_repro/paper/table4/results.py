@@ -21,18 +21,6 @@ from ..numbers import quote, rows
 from ..runs import read_run
 from ..stats import Comparison, Sample, compare, sample
 
-__all__ = [
-    "RunRow",
-    "GroupRow",
-    "Group",
-    "NEEDS_ROOT",
-    "load_runs",
-    "group",
-    "versus",
-    "k_check",
-    "group_rows",
-]
-
 NEEDS_ROOT = "needs data.root"
 # Our data option that reads each of the paper's datasets from data.root, where there is one.
 OPTIONS = {
@@ -213,6 +201,7 @@ def _round(v: float | None) -> float | None:
 
 
 def group_rows(groups: dict[tuple[str, str, int], Group]) -> list[GroupRow]:
+    """One row per (target, init, K) over seeds, then one per dataset of the paper's table."""
     out = []
     for (target, init, K), g in groups.items():
         r, accs, s = g.first, [g.accuracies[s] for s in sorted(g.accuracies)], g.sample
@@ -222,25 +211,48 @@ def group_rows(groups: dict[tuple[str, str, int], Group]) -> list[GroupRow]:
             gap = c.delta if c else None
         out.append(
             GroupRow(
-                r.dataset, r.label, r.domain, r.train_size, r.test_size, r.classes, init, K,
-                len(accs), _round(s.mean if accs else None), _round(s.sd if accs else None),
-                _round(min(accs) if accs else None), _round(max(accs) if accs else None),
-                ";".join(f"{a:.2f}" for a in accs), _round(gap), wins, r.steps, r.batch_size,
-                r.flip, r.cutout, len(g.failed), "measured",
-                "ok" if not g.failed else "some runs failed",
+                dataset=r.dataset,
+                target=r.label,
+                domain=r.domain,
+                train_size=r.train_size,
+                test_size=r.test_size,
+                classes=r.classes,
+                init=init,
+                K=K,
+                seeds=len(accs),
+                accuracy_mean=_round(s.mean) if accs else None,
+                accuracy_std=_round(s.sd) if accs else None,
+                accuracy_min=_round(min(accs)) if accs else None,
+                accuracy_max=_round(max(accs)) if accs else None,
+                accuracies=";".join(f"{a:.2f}" for a in accs),
+                gap_points=_round(gap),
+                better_on_seeds=wins,
+                steps=r.steps,
+                batch_size=r.batch_size,
+                flip=r.flip,
+                cutout=r.cutout,
+                failed=len(g.failed),
+                source="measured",
+                status="ok" if not g.failed else "some runs failed",
                 error=g.failed[0].error if g.failed else None,
             )
-        )  # fmt: skip
+        )
     for name in rows(4):
-        q = {
-            c: quote(4, name, c) for c in ("train", "test", "classes", "accuracy", "previous best")
-        }
+        size = {c: int(quote(4, name, c).value) for c in ("train", "test", "classes")}
         out.append(
             GroupRow(
-                name, name, "the paper (ImageNet pre-training)", int(q["train"].value),  # type: ignore[union-attr]
-                int(q["test"].value), int(q["classes"].value), "pretrained", seeds=5,  # type: ignore[union-attr]
-                source="paper", status=NEEDS_ROOT, paper_accuracy=q["accuracy"].value,  # type: ignore[union-attr]
-                paper_previous_best=q["previous best"].text(),  # type: ignore[union-attr]
+                dataset=name,
+                target=name,
+                domain="the paper (ImageNet pre-training)",
+                train_size=size["train"],
+                test_size=size["test"],
+                classes=size["classes"],
+                init="pretrained",
+                seeds=5,
+                source="paper",
+                status=NEEDS_ROOT,
+                paper_accuracy=quote(4, name, "accuracy").value,
+                paper_previous_best=quote(4, name, "previous best").text(),
             )
-        )  # fmt: skip
+        )
     return out

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..numbers import quote, rows
+from ..plot import figure
 from ..provenance import Provenance
 from ..stats import RULE
 from .results import NEEDS_ROOT, OPTIONS, Group, RunRow, k_check, versus
-
-__all__ = ["markdown", "plot"]
 
 
 def _pct(v: float | None, digits: int = 2) -> str:
@@ -139,7 +138,7 @@ def markdown(
         ]
     lines += [
         "",
-        "## The paper's Table 4 (AmoebaNet-B(18, 512), ImageNet pre-training, 480x480; GPIPE.md §7)",
+        "## The paper's Table 4 (AmoebaNet-B(18, 512), ImageNet pre-training, 480x480; GPipe §4)",
         "",
         "| dataset | train | test | classes | paper % | previous best % | ours |",
         "|---|---|---|---|---|---|---|",
@@ -155,10 +154,10 @@ def markdown(
             if name == "Birdsnap"
             else "the pre-training set; no data option"
         )
-        train, test, classes = (int(q[c].value) for c in ("train", "test", "classes"))  # type: ignore[union-attr]
+        train, test, classes = (int(q[c].value) for c in ("train", "test", "classes"))
         lines.append(
-            f"| {name} | {train:,} | {test:,} | {classes} | {q['accuracy'].value} | "  # type: ignore[union-attr]
-            f"{q['previous best'].text()} | {NEEDS_ROOT}: {how} |"  # type: ignore[union-attr]
+            f"| {name} | {train:,} | {test:,} | {classes} | {q['accuracy'].value} | "
+            f"{q['previous best'].text()} | {NEEDS_ROOT}: {how} |"
         )
     ok = [r for r in runs if r.status == "ok"]
     spent = sum(r.seconds or 0.0 for r in runs)
@@ -172,44 +171,38 @@ def markdown(
 
 
 def plot(groups: dict[tuple[str, str, int], Group], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     targets = list(dict.fromkeys(t for t, _, K in groups if K == 1))
-    fig, ax = plt.subplots(figsize=(2.2 + 1.9 * len(targets), 4.2))
-    width = 0.38
-    for j, (init, color) in enumerate((("pretrained", "tab:blue"), ("scratch", "tab:gray"))):
-        for i, t in enumerate(targets):
-            g = groups.get((t, init, 1))
-            if g is None or not g.accuracies:
-                continue
-            x = i + (j - 0.5) * width
-            name = ("fine-tuned" if init == "pretrained" else "from scratch") if i == 0 else None
-            s = g.sample
-            ax.bar(x, s.mean, width, yerr=s.sd, color=color, alpha=0.75, capsize=3, label=name)
-            ax.plot([x] * len(g.accuracies), list(g.accuracies.values()), "k.", ms=3)
-    lows = [a for g in groups.values() for a in g.accuracies.values()]
-    if lows:
-        ax.set_ylim(max(0.0, min(lows) - 5), min(100.0, max(lows) + 3))
-    for i, t in enumerate(targets):  # the gap, over each pair
-        pre, scratch = groups.get((t, "pretrained", 1)), groups.get((t, "scratch", 1))
-        c = versus(pre, scratch)[0] if pre and scratch else None
-        if c is not None and lows:
-            ax.text(i, max(lows) + 1.2, f"{c.delta:+.2f}", ha="center", fontsize=8)
-    labels = [
-        groups[(t, "pretrained", 1)].first.label.replace(", ", ",\n", 1)
-        if (t, "pretrained", 1) in groups
-        else t
-        for t in targets
-    ]
-    ax.set_xticks(range(len(targets)), labels, fontsize=7)
-    ax.set_ylabel("test accuracy % (measured)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, figsize=(2.2 + 1.9 * len(targets), 4.2)) as (fig, ax):
+        width = 0.38
+        for j, (init, color) in enumerate((("pretrained", "tab:blue"), ("scratch", "tab:gray"))):
+            for i, t in enumerate(targets):
+                g = groups.get((t, init, 1))
+                if g is None or not g.accuracies:
+                    continue
+                x = i + (j - 0.5) * width
+                name = (
+                    ("fine-tuned" if init == "pretrained" else "from scratch") if i == 0 else None
+                )
+                s = g.sample
+                ax.bar(x, s.mean, width, yerr=s.sd, color=color, alpha=0.75, capsize=3, label=name)
+                ax.plot([x] * len(g.accuracies), list(g.accuracies.values()), "k.", ms=3)
+        lows = [a for g in groups.values() for a in g.accuracies.values()]
+        if lows:
+            ax.set_ylim(max(0.0, min(lows) - 5), min(100.0, max(lows) + 3))
+        for i, t in enumerate(targets):  # the gap, over each pair
+            pre, scratch = groups.get((t, "pretrained", 1)), groups.get((t, "scratch", 1))
+            c = versus(pre, scratch)[0] if pre and scratch else None
+            if c is not None and lows:
+                ax.text(i, max(lows) + 1.2, f"{c.delta:+.2f}", ha="center", fontsize=8)
+        labels = [
+            groups[(t, "pretrained", 1)].first.label.replace(", ", ",\n", 1)
+            if (t, "pretrained", 1) in groups
+            else t
+            for t in targets
+        ]
+        ax.set_xticks(range(len(targets)), labels, fontsize=7)
+        ax.set_ylabel("test accuracy % (measured)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="lower right")

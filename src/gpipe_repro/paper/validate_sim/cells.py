@@ -6,19 +6,19 @@ cell a fresh ``Pipeline`` runs ``warmup`` untimed and ``steps`` timed training s
 rank loop (``rank._train``: ``train_step``, then the optimiser step and ``zero_grad``). A step's time is
 its slowest rank's; events are kept for the trace.
 
-Robustness on a shared machine (``validate.py`` drives it): every round is a new set of processes and
+Robustness on a shared machine (``run.validate`` drives it): every round is a new set of processes and
 visits the cells in a new random order, so a burst of load from elsewhere hits different cells in
 different rounds, and a cell's figure is the median over all its timed steps of all rounds.
 
 Real cells probe the host's speed (``sim.speed.probe_s``) just before every step, outside the timed
-region, so ``validation.run`` can put each step on the profile's scale: on a machine whose speed
+region, so ``run.validate`` can put each step on the profile's scale: on a machine whose speed
 drifts, a step and the costs it is compared with were measured at different speeds. The probe runs
 on the first rank alone, the others held at a barrier on either side (bounded by the process
 group's timeout), so it sees the machine as the one-process profile did, not the cell's own ranks
 competing with it. Emulated cells do not probe: their compute is sleeping, which does not follow
 the host.
 
-In emulation mode (``sim.emulate``) every layer sleeps its profiled cost at the cell's micro-batch
+In emulation mode (``emulate``) every layer sleeps its profiled cost at the cell's micro-batch
 instead of computing, so K = 4 and 8 ranks fit on 2 cores: the schedule, the transfers (real gloo, real
 sizes) and the engine's own overhead are real, the compute is the calibrated duration.
 """

@@ -8,7 +8,7 @@ at the models** — from micro-benchmarks only, one intra-op thread like the eng
 
 - ``peak_flops_fp32``: the best rate of square fp32 matmuls of 16 .. 1024 (1 thread);
 - ``efficiency_curve``: each of those matmuls' rate over the peak, against its FLOPs (Calculon's
-  per-operation curve, SIMULATION.md), made non-decreasing in size;
+  per-operation curve), made non-decreasing in size;
 - ``mem_bandwidth_Bps``: a 64 MiB tensor copy (bytes read + written per second);
 - the link and the engine overhead: this device's calibration (``device.device_model``);
 - ``memory_bytes``: the host's physical memory.

@@ -14,14 +14,14 @@
    devices would not; sleeping longer keeps that work a small share of each core). The emulated
    layer call's own CPU cost is calibrated before, on a model that is not emulated
    (``emulation_call_s``: K = 1 emulated steps against their simulation, slope over layer calls).
-4. **Simulate** every cell with the same partition, and write ``validation.csv`` (one row per cell:
+4. **Simulate** every cell with the same partition: one ``CellRow`` per cell (``validation.csv``:
    measured median, simulated, relative error, the spread of the measured steps, how far the rounds'
    medians lie apart — the machine's repeatability, a floor for any model). A real cell's steps in a
    round are put on the reference speed by the median of the probes taken before them
    (``measured_step_s``); the same comparison
    without the probes (raw steps against the raw profile) is kept beside (``*_raw_*``). Plus the events of
    the traced cells' last step (``events.jsonl``: ``TRACE_CELL`` and the worst real and emulated
-   cells) for the report's traces (``validation.report``).
+   cells) for the report's traces (``text``).
 """
 
 from __future__ import annotations
@@ -336,7 +336,7 @@ class Validation:
 
 
 def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Validation:
-    """Run everything; write ``validation.csv`` and ``events.jsonl`` into ``out``."""
+    """Run everything; write ``events.jsonl`` into ``out`` and return the rows of ``validation.csv``."""
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     apply_host_memory("retain")

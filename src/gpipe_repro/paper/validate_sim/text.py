@@ -25,8 +25,6 @@ from .cpu import RooflineRow
 from .plots import plot_cells, plot_roofline, trace_cell
 from .run import TRACE_CELL, VARIANTS, CellRow, worst
 
-__all__ = ["spearman", "summarize", "variants", "markdown", "TARGETS"]
-
 TARGETS = {"real": (0.05, 0.10), "emulated": (0.05, 0.05)}  # (median |error|, max |error|)
 # a cell whose steps waited longer than this share for a core was disturbed by other load
 QUIET = 0.05

@@ -1,4 +1,5 @@
-"""What ``make table4`` runs: the targets, the seeds, the budgets, and the one cached pre-training.
+"""What ``make table4`` runs — the targets, the seeds, the budgets, the one cached pre-training — and
+running it (``run_table``: every job through ``runner.jobs``, finished ones reused).
 
 The recipe itself lives in ``conf/experiment/table4_pretrain.yaml`` and ``table4_finetune.yaml``; this
 module only says which targets the fine-tuning runs on (each a few ``data.*`` overrides), with which
@@ -17,29 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ...config import RunConfig
 from ...config.compose import compose
-from ...runner.jobs import Job
+from ...runner.jobs import Job, run_jobs
 from ...save import save_path
-
-__all__ = [
-    "Target",
-    "Variant",
-    "TARGETS",
-    "CANONICAL",
-    "QUICK",
-    "VARIANTS",
-    "cache_root",
-    "pretrain_key",
-    "pretrain_job",
-    "finetune_jobs",
-    "PRETRAIN",
-    "FINETUNE",
-]
 
 PRETRAIN, FINETUNE = "table4_pretrain", "table4_finetune"  # conf/experiment/<name>.yaml
 KEY_FORMAT = 1  # bump when what a pre-training folder holds changes
@@ -230,3 +218,98 @@ def finetune_jobs(
             )
         )
     return jobs
+
+
+def _sizes(jobs: list[Job]) -> None:
+    """Each target's train/test sizes and classes, from the dataset itself (built once per target)."""
+    from ...data import build_dataset
+
+    seen: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        target = job.meta["target"]
+        if target not in seen:
+            data = dict(job.meta["data"])
+            d = build_dataset(data.pop("name"), data).describe()
+            seen[target] = {
+                "train_size": d.get("train_size"),
+                "test_size": d.get("eval_size"),
+                "classes": d.get("classes"),
+            }
+        job.meta["dataset"] = seen[target]
+
+
+def _recipe(variant: Variant) -> dict[str, Any]:
+    from ...config.compose import compose
+
+    spec = compose([f"experiment={FINETUNE}", *variant.finetune], check=False)
+    return {
+        "model": {
+            "name": spec.model.name,
+            **{k: v for k, v in asdict(spec.model).items() if k != "name"},
+        },
+        "optim": asdict(spec.optim),
+        "batch_size": spec.train.batch_size,
+        "steps": spec.train.steps,
+        "lr_schedule": spec.train.lr_schedule,
+        "image_size": spec.data.image_size,
+        "cutout": spec.data.cutout,
+        "M": spec.pipeline.M,
+        "threads": spec.train.threads,
+    }
+
+
+def write_plan(work: Path, plan: dict[str, Any]) -> None:
+    """``work/plan.json``, replaced whole (a reader never sees half a file)."""
+    tmp = work / "plan.json.tmp"
+    tmp.write_text(json.dumps(plan, indent=2, default=str) + "\n")
+    tmp.replace(work / "plan.json")
+
+
+def run_table(
+    variant: Variant,
+    work: Path,
+    *,
+    slots: int,
+    timeout_s: float,
+    wandb: bool = False,
+    cache: Path | None = None,
+) -> dict[str, Any]:
+    """Run (or reuse) every job of ``variant`` and write ``work/plan.json``; returns the plan."""
+    t0 = time.monotonic()
+    pre, save = pretrain_job(variant, wandb=wandb, cache=cache)
+    if not save.is_dir():  # a cached pre-training whose save is gone is trained again
+        (pre.folder / "job.json").unlink(missing_ok=True)
+    jobs = finetune_jobs(variant, save, work, wandb=wandb, after=pre.name)
+    _sizes(jobs)
+    plan: dict[str, Any] = {
+        "variant": variant.name,
+        "seeds": list(variant.seeds),
+        "k_check": list(variant.k_check),
+        "targets": [asdict(t) for t in variant.targets],
+        "recipe": _recipe(variant),
+        "pretrain": {
+            "folder": str(pre.folder),
+            "save": str(save),
+            "key": pre.meta["key"],
+            "argv": pre.argv,
+        },
+        "cores": os.cpu_count(),
+        "jobs": slots,
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    write_plan(work, plan)
+    print(
+        f"table4 ({variant.name}): 1 pre-training + {len(jobs)} fine-tuning runs, {slots} at a time; "
+        f"runs in {work}/jobs/, pre-training in {pre.folder}",
+        flush=True,
+    )
+    outcomes = run_jobs([pre, *jobs], slots=slots, timeout_s=timeout_s)
+    plan["pretrain"]["reused"] = outcomes[pre.name].reused
+    plan["wall_s"] = round(time.monotonic() - t0, 1)
+    write_plan(work, plan)
+    return plan
+
+
+def sigterm(signum: int, frame: FrameType | None) -> None:
+    """Stop on SIGTERM as on Ctrl-C: the finished runs are kept."""
+    raise KeyboardInterrupt("SIGTERM")

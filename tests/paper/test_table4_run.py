@@ -1,4 +1,4 @@
-"""table4.plan: one recipe for pre-training and fine-tuning, equal budgets, a config-keyed cache."""
+"""table4.run: one recipe for pre-training and fine-tuning, equal budgets, a config-keyed cache."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.paper.table4.plan import (
+from gpipe_repro.paper.table4.run import (
     CANONICAL,
     FINETUNE,
     PRETRAIN,
