@@ -1,4 +1,7 @@
-"""Every paper artefact by its make target: ``python -m gpipe_repro.paper NAME`` and the sweep callback."""
+"""Every paper artefact by its make target: ``python -m gpipe_repro.paper NAME`` and the sweep callback.
+
+``sweep`` is no paper artefact: any sweep folder as a table, the demo's shape (``--from SWEEP``).
+"""
 
 from __future__ import annotations
 
@@ -22,5 +25,6 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         table5.ARTEFACT,
         fig3.ARTEFACT,
         validate_sim.ARTEFACT,
+        Sweep("sweep"),
     )
 }
