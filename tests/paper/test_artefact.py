@@ -100,29 +100,17 @@ def test_the_entry_point_refuses_to_write_reports_unless_it_is_the_make_target(
     assert not any(tmp_path.iterdir())  # nothing was written
 
 
-def test_every_make_target_is_an_artefact():
-    assert list(ARTEFACTS) == [
-        "demo",
-        "table1",
-        "table2",
-        "table3",
-        "table4",
-        "table5",
-        "fig3",
-        "validate-sim",
-        "sweep",  # any sweep as a table, never published
-    ]
-    assert {a.folder for a in ARTEFACTS.values()} == {
-        "demo",
-        "table1",
-        "table2",
-        "table3",
-        "table4",
-        "table5",
-        "fig3",
-        "sim",
-        "sweep",
-    }
+def test_every_make_target_is_an_artefact_publishing_to_its_own_folder(tmp_path, capsys):
+    targets = ["demo", "table1", "table2", "table3", "table4", "table5", "fig3", "validate-sim"]
+    assert list(ARTEFACTS) == [*targets, "sweep"]  # sweep: any sweep as a table, never published
+    folders = {name: a.folder for name, a in ARTEFACTS.items()}
+    assert folders["validate-sim"] == "sim" and len(set(folders.values())) == len(folders)
+    assert all(folders[n] == n for n in targets if n != "validate-sim")
+    assert main(["fig3", "--out", str(tmp_path)]) == 1  # a sweep's artefact needs its sweep
+    assert (
+        "fig3: error: --from SWEEP is needed (a `gpipe-run -m experiment=fig3` folder)"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_sweep_artefact_rerendered_from_a_csv_writes_beside_out_and_says_so(tmp_path, capsys):

@@ -2,7 +2,8 @@
 
 An ``Artefact`` (one per paper table or figure, ``paper.registry``) says how its runs become typed
 rows (``collect``: through the ``metrics.json`` contract, or planned / measured in-process) and how
-the rows become a page and a plot (``render``, from the rows and the provenance alone). ``make`` is
+the rows become a page and a plot (``markdown`` and ``plot``, or a whole ``render``, from the rows
+and the provenance alone). ``make`` is
 the one flow around them: rows from the runs, or back from the artefact's own CSV (``--from``), then
 the CSV (columns from the row type), ``provenance.json`` and the render. ``publish`` is the one rule
 for ``reports/<folder>/``: only the canonical command writes there, and only a report of one clean
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..errors import UserError
 from .provenance import FILE, Provenance
 from .rows import read_csv, write_csv
 
@@ -43,6 +45,7 @@ class Artefact(ABC, Generic[R]):
     csv = "results.csv"
     siblings: tuple[str, ...] = ()  # files beside the CSV that render reads too
     sweep = False  # its runs are a gpipe-run sweep, given with --from (or by the callback)
+    page = "results"  # render writes <page>.md and <page>.png
 
     def options(self, parser: argparse.ArgumentParser) -> None:
         """Options of this artefact alone (its variants); none by default."""
@@ -64,9 +67,18 @@ class Artefact(ABC, Generic[R]):
         """The rows from the runs in ``source`` (a sweep or work folder; None: the artefact's own
         runs, written under ``out``)."""
 
-    @abstractmethod
     def render(self, report: Report[R], out: Path) -> list[Path]:
         """The page and the plots, from the rows and provenance alone; returns the files written."""
+        md, png = out / f"{self.page}.md", out / f"{self.page}.png"
+        md.write_text(self.markdown(report))
+        self.plot(report, png)
+        return [md, png]
+
+    def markdown(self, report: Report[R]) -> str:
+        raise NotImplementedError(f"{self.name} renders its own page")
+
+    def plot(self, report: Report[R], path: Path) -> None:
+        raise NotImplementedError(f"{self.name} renders its own plots")
 
 
 def make(
@@ -86,6 +98,8 @@ def make(
         for name in art.siblings:
             if (source.parent / name).exists() and source.parent.resolve() != out.resolve():
                 shutil.copy2(source.parent / name, out / name)
+    elif art.sweep and source is None:
+        raise UserError(f"--from SWEEP is needed (a `{art.command}` folder)")
     else:
         report = art.collect(source, opts, out)
         report.provenance = replace(report.provenance, command=command)

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
 from .plot import figure
@@ -275,23 +274,22 @@ def plot(rows: Sequence[Fig3Row], path: Path) -> None:
 class Fig3(Artefact[Fig3Row]):
     """Fig. 3: many->English BLEU per language against model capacity (GPipe §5)."""
 
-    name = folder = "fig3"
+    name = folder = page = "fig3"
     row = Fig3Row
     command = "gpipe-run -m experiment=fig3"
     sweep = True
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[Fig3Row]:
-        if source is None:
-            raise UserError("--from SWEEP is needed (a gpipe-run -m experiment=fig3 folder)")
+        assert source is not None  # make() asks for --from SWEEP first
         jobs = read_sweep(source)
         rows = [r for j in jobs for r in _rows_of(j.name, j.metrics)]
         return Report(rows, Provenance.of_jobs([j.metrics.env for j in jobs], source))
 
-    def render(self, report: Report[Fig3Row], out: Path) -> list[Path]:
-        md, png = out / "fig3.md", out / "fig3.png"
-        md.write_text(markdown(report.rows, report.provenance))
-        plot(report.rows, png)
-        return [md, png]
+    def markdown(self, report: Report[Fig3Row]) -> str:
+        return markdown(report.rows, report.provenance)
+
+    def plot(self, report: Report[Fig3Row], path: Path) -> None:
+        plot(report.rows, path)
 
 
 ARTEFACT = Fig3()

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.schedule import bubble_fraction
-from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
 from .plot import figure
@@ -234,13 +233,12 @@ class Sweep(Artefact[SweepRow]):
         self.command = f"gpipe-run -m experiment={name}"
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[SweepRow]:
-        if source is None:
-            raise UserError("--from SWEEP is needed (a gpipe-run -m sweep folder)")
+        assert source is not None  # make() asks for --from SWEEP first
         return Report(*sweep_rows(source))
 
-    def render(self, report: Report[SweepRow], out: Path) -> list[Path]:
-        md, png = out / "results.md", out / "results.png"
+    def markdown(self, report: Report[SweepRow]) -> str:
         head = "\n".join(report.provenance.page(self.name))
-        md.write_text(f"{head}\n\n{markdown_table(report.rows)}\n")
-        plot(report.rows, png, self.name)
-        return [md, png]
+        return f"{head}\n\n{markdown_table(report.rows)}\n"
+
+    def plot(self, report: Report[SweepRow], path: Path) -> None:
+        plot(report.rows, path, self.name)

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
 from .artefact import Artefact, Report
 from .numbers import quote, rows
 from .plot import figure
@@ -242,7 +241,7 @@ def plot(rows: Sequence[Table5Row], path: Path) -> None:
 class Table5(Artefact[Table5Row]):
     """Table 5: BLEU and NLL against the batch size in tokens (GPipe §5)."""
 
-    name = folder = "table5"
+    name = folder = page = "table5"
     row = Table5Row
     command = "gpipe-run -m experiment=table5"
     sweep = True
@@ -250,15 +249,14 @@ class Table5(Artefact[Table5Row]):
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[Table5Row]:
-        if source is None:
-            raise UserError("--from SWEEP is needed (a gpipe-run -m experiment=table5 folder)")
+        assert source is not None  # make() asks for --from SWEEP first
         return collect(source)
 
-    def render(self, report: Report[Table5Row], out: Path) -> list[Path]:
-        md, png = out / "table5.md", out / "table5.png"
-        md.write_text(markdown(report.rows, report.provenance))
-        plot(report.rows, png)
-        return [md, png]
+    def markdown(self, report: Report[Table5Row]) -> str:
+        return markdown(report.rows, report.provenance)
+
+    def plot(self, report: Report[Table5Row], path: Path) -> None:
+        plot(report.rows, path)
 
 
 ARTEFACT = Table5()

@@ -210,7 +210,7 @@ class Throughput(Artefact[ThroughputRow]):
 
     def __init__(self, table: int, title: str, names: dict[str, str], reference: tuple[int, int]):
         self.table, self.title, self.names, self.reference = table, title, names, reference
-        self.name = self.folder = f"table{table}"
+        self.name = self.folder = self.page = f"table{table}"
         self.command = f"make table{table}"
         self.experiments = [f"table{table}_amoebanet", f"table{table}_transformer"]
 
@@ -228,15 +228,14 @@ class Throughput(Artefact[ThroughputRow]):
         prov = Provenance.merge([Provenance.load(f) for f in found], ", ".join(map(str, found)))
         return Report(rows, prov)
 
-    def render(self, report: Report[ThroughputRow], out: Path) -> list[Path]:
-        md, png = out / f"{self.name}.md", out / f"{self.name}.png"
+    def markdown(self, report: Report[ThroughputRow]) -> str:
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
-        md.write_text(
-            markdown(report.rows, report.provenance, self.table, self.title, self.names, ref) + "\n"
-        )
-        plot(report.rows, self.table, self.names, M, png)
-        return [md, png]
+        args = (report.rows, report.provenance, self.table, self.title, self.names, ref)
+        return markdown(*args) + "\n"
+
+    def plot(self, report: Report[ThroughputRow], path: Path) -> None:
+        plot(report.rows, self.table, self.names, self.reference[1], path)
 
 
 TABLE2 = Throughput(
