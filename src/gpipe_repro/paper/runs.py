@@ -32,7 +32,3 @@ def read_run(folder: Path) -> RunMetrics:
 def read_sweep(sweep: Path) -> list[Job]:
     """Every job of a sweep folder (one sub-folder with a ``metrics.json`` per job), by folder name."""
     return [Job(p.parent.name, read_run(p.parent)) for p in sorted(sweep.glob("*/metrics.json"))]
-
-
-def is_sweep(path: Path) -> bool:
-    return path.is_dir() and any(path.glob("*/metrics.json"))
