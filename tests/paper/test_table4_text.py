@@ -7,12 +7,14 @@ import csv
 import json
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _runs import ENV
 
-from gpipe_repro.metrics.contract import EnvInfo, EvalMetrics, RunMetrics, to_json
+from gpipe_repro.metrics.contract import EvalMetrics, RunMetrics, to_json
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.numbers import quote, rows
 from gpipe_repro.paper.table4.artefact import ARTEFACT
@@ -84,13 +86,7 @@ def _run(
         losses=losses,
         seed=0,
         eval=EvalMetrics(accuracy=acc, samples=10) if status == "ok" else None,
-        env=EnvInfo(
-            torch="2.x",
-            host="fixture-host",
-            device_names=["Fixture CPU"],
-            threads_per_rank=1,
-            git_commit="abc1234",
-        ),
+        env=replace(ENV, device_names=["Fixture CPU"]),
     )
 
 
