@@ -21,11 +21,11 @@ from .registry import ARTEFACTS
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m gpipe_repro.paper", description=__doc__.splitlines()[0]
+        prog="python -m gpipe_repro.paper", description="Make a paper artefact's report."
     )
     sub = ap.add_subparsers(dest="name", required=True, metavar="NAME")
     for name, art in ARTEFACTS.items():
-        p = sub.add_parser(name, help=(art.__doc__ or name).splitlines()[0])
+        p = sub.add_parser(name, help=art.about)
         p.add_argument(
             "--from",
             dest="source",

@@ -47,6 +47,11 @@ class Artefact(ABC, Generic[R]):
     sweep = False  # its runs are a gpipe-run sweep, given with --from (or by the callback)
     page = "results"  # render writes <page>.md and <page>.png
 
+    @property
+    def about(self) -> str:
+        """One line on what it reproduces (``--help``)."""
+        return (type(self).__doc__ or self.name).splitlines()[0]
+
     def options(self, parser: argparse.ArgumentParser) -> None:
         """Options of this artefact alone (its variants); none by default."""
 

@@ -17,7 +17,7 @@ from .validate_sim import artefact as validate_sim
 ARTEFACTS: dict[str, Artefact[Any]] = {
     a.name: a
     for a in (
-        Sweep("demo"),
+        Sweep("demo", "the demo: GPipe's speed-up and synchronous update, K x M on digits (§2.3)"),
         table1.ARTEFACT,
         throughput.TABLE2,
         throughput.TABLE3,
@@ -25,6 +25,6 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         table5.ARTEFACT,
         fig3.ARTEFACT,
         validate_sim.ARTEFACT,
-        Sweep("sweep"),
+        Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
     )
 }

@@ -228,9 +228,14 @@ class Sweep(Artefact[SweepRow]):
     row = SweepRow
     sweep = True
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, about: str = "") -> None:
         self.name = self.folder = name
         self.command = f"gpipe-run -m experiment={name}"
+        self._about = about
+
+    @property
+    def about(self) -> str:
+        return self._about or f"the sweep of experiment={self.name} as a table"
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[SweepRow]:
         assert source is not None  # make() asks for --from SWEEP first

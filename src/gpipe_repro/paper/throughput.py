@@ -214,6 +214,10 @@ class Throughput(Artefact[ThroughputRow]):
         self.command = f"make table{table}"
         self.experiments = [f"table{table}_amoebanet", f"table{table}_transformer"]
 
+    @property
+    def about(self) -> str:
+        return self.title
+
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[ThroughputRow]:
