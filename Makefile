@@ -59,14 +59,14 @@ clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
 
 table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16) -> reports/table1/ (memory model, nothing allocated)
-	$(BIN)/python -m gpipe_repro.planner.report --out reports/table1
+	$(BIN)/python -m gpipe_repro.paper table1 --publish
 
 .PHONY: table4 table4-quick
 table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; K=1 vs K=2) -> reports/table4/ (~15-20 min)
-	$(BIN)/python -m gpipe_repro.report.table4 --publish reports/table4
+	$(BIN)/python -m gpipe_repro.paper table4 --publish
 
 table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)
-	$(BIN)/python -m gpipe_repro.report.table4 --quick
+	$(BIN)/python -m gpipe_repro.paper table4 --quick
 
 TABLE5_QUICK := train.steps=20 train.eval_limit=30 seed=0,1
 FIG3_QUICK := train.steps=10 train.eval_limit=20 mt_size=T1-512-4,T2-512-4 seed=0,1
@@ -84,16 +84,16 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (2 models, 10 updates, 2 seeds);
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK)
 
 validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
-	$(BIN)/python -m gpipe_repro.validation --out reports/sim
+	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
 
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
 	-$(BIN)/gpipe-run -m experiment=table2_amoebanet
 	-$(BIN)/gpipe-run -m experiment=table2_transformer
-	$(BIN)/python -m gpipe_repro.report.paper_tables --table 2
+	$(BIN)/python -m gpipe_repro.paper table2 --publish
 
 table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else simulated on P100 PCIe and here) -> reports/table3/
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
 	-$(BIN)/gpipe-run -m experiment=table3_amoebanet
 	-$(BIN)/gpipe-run -m experiment=table3_transformer
-	$(BIN)/python -m gpipe_repro.report.paper_tables --table 3
+	$(BIN)/python -m gpipe_repro.paper table3 --publish

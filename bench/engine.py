@@ -4,7 +4,7 @@
 
 One rank per core (2 on this machine), one intra-op thread per rank, a compute-bound model (a stack of
 3x3 convolutions at 64 channels on 16x16 inputs: a micro-batch's compute dominates its weight
-traffic, see ENVIRONMENT.md's micro-batch note). Every number below comes from one invocation; the
+traffic). Every number below comes from one invocation; the
 machine is shared, so compare the ratios of one report rather than absolute times across reports.
 Every variant runs in fresh processes, because our engine changes malloc settings for its process
 (``engine.hostmem``); the controls give theirs and the plain step the same settings.
@@ -29,47 +29,25 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from gpipe_repro.engine import Pipeline, init_topology, launch, single_process, stage_slice  # noqa: E402
-from gpipe_repro.engine.hostmem import apply_host_memory  # noqa: E402
-
-# The device comes from the environment so that the ranks (fresh processes) see it too.
-DEVICE = os.environ.get("GPIPE_BENCH_DEVICE", "cpu")
-CH, HW, DEPTH, N, CLASSES = (64, 16, 8, 64, 10) if DEVICE == "cpu" else (256, 32, 8, 256, 10)
+from gpipe_repro.benchmark import (
+    BALANCE,
+    CH,
+    DEPTH,
+    DEVICE,
+    HW,
+    N,
+    batch,
+    layers,
+    loss_fn,
+    ours_step,
+)
+from gpipe_repro.engine import init_topology, launch, stage_slice
+from gpipe_repro.engine.hostmem import apply_host_memory
 
 
 def _sync() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-
-
-class Head(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(CH, CLASSES)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x.mean(dim=(2, 3)))
-
-
-def layers() -> list[nn.Module]:
-    torch.manual_seed(0)
-    stem = nn.Sequential(nn.Conv2d(3, CH, 3, padding=1), nn.ReLU())
-    body = [nn.Sequential(nn.Conv2d(CH, CH, 3, padding=1), nn.ReLU()) for _ in range(DEPTH)]
-    return [stem, *body, Head()]
-
-
-BALANCE = [5, 5]  # stem + 4 convs | 4 convs + head: equal compute
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return torch.randn(N, 3, HW, HW, generator=g), torch.randint(0, CLASSES, (N,), generator=g)
-
-
-def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(out, y)
 
 
 def _timed(step, steps: int, warmup: int) -> list[tuple[float, int]]:
@@ -109,36 +87,11 @@ def plain(K: int, steps: int, warmup: int) -> list[tuple[float, int]]:
     return _timed(_plain_step("system"), steps, warmup)
 
 
-def _ours_step(K: int, M: int, checkpoint: str, host_memory: str = "retain"):
-    """This rank's training step through our engine (K = 1: one process, no communication)."""
-    torch.set_num_threads(1)
-    topo = init_topology(K, device=DEVICE) if K > 1 else single_process(DEVICE)
-    mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
-    pipe = Pipeline(
-        mine,
-        topo,
-        M=M,
-        checkpoint=checkpoint,
-        loss_fn=loss_fn,
-        track_memory=False,
-        host_memory=host_memory,
-    )
-    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
-    x, y = batch()
-
-    def step() -> None:
-        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
-        opt.step()
-        opt.zero_grad()
-
-    return step, pipe
-
-
 def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, int, int]]:
     """Plain step and engine step (K = 1, M = 1) alternating in one process — same heap, same malloc
     settings (the engine's), order swapped every pair — as (plain s, engine s, plain faults, engine faults)."""
     plain_step = _plain_step("retain")
-    engine_step, _ = _ours_step(1, 1, "never")
+    engine_step, _ = ours_step(1, 1, "never")
     out = []
     for i in range(warmup + steps):
         order = (plain_step, engine_step) if i % 2 == 0 else (engine_step, plain_step)
@@ -156,12 +109,12 @@ def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, 
 
 
 def ours(K: int, M: int, checkpoint: str, steps: int, warmup: int) -> list[tuple[float, int]]:
-    return _timed(_ours_step(K, M, checkpoint)[0], steps, warmup)
+    return _timed(ours_step(K, M, checkpoint)[0], steps, warmup)
 
 
 def ours_events(K: int, M: int, steps: int, warmup: int) -> list[dict]:
     """Events of the last step of ours (no remat), for a trace of where the time goes."""
-    step, pipe = _ours_step(K, M, "never")
+    step, pipe = ours_step(K, M, "never")
     for _ in range(steps + warmup):
         step()
     last = pipe.recorder.step - 1

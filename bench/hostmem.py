@@ -3,7 +3,7 @@
     make bench-hostmem           # writes reports/engine/hostmem.md (about 2 minutes)
 
 Each case runs in fresh processes (malloc settings are per process) with ``system`` and ``retain``:
-the engine benchmark's model (bench/engine.py, K = 2, M = 1 and 8) and a two-layer model whose
+the engine benchmark's model (``gpipe_repro.benchmark``, K = 2, M = 1 and 8) and a two-layer model whose
 activations are 40 MiB each (163840 x 64 floats, above glibc's largest dynamic mmap threshold), K = 1,
 M = 1 and 4. Reported per rank: max resident set size (``ru_maxrss``) after the steps, and the median
 of minor page faults per step over the last 10 steps.
@@ -14,18 +14,13 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from engine import _ours_step  # noqa: E402
-
-from gpipe_repro.engine import Pipeline, launch, single_process  # noqa: E402
+from gpipe_repro.benchmark import ours_step
+from gpipe_repro.engine import Pipeline, launch, single_process
 
 
 def _wide_step(M: int, host_memory: str):
@@ -54,7 +49,7 @@ def _wide_step(M: int, host_memory: str):
 def measure(K: int, model: str, M: int, host_memory: str, steps: int) -> tuple[float, float]:
     """(max RSS MiB, median faults per step over the last 10 steps) of this rank."""
     step = (
-        _ours_step(K, M, "never", host_memory)[0] if model == "conv" else _wide_step(M, host_memory)
+        ours_step(K, M, "never", host_memory)[0] if model == "conv" else _wide_step(M, host_memory)
     )
     faults = []
     for _ in range(steps):

@@ -15,20 +15,17 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from gpipe_repro.engine import balance_by_cost, init_topology, launch, stage_slice  # noqa: E402
-from gpipe_repro.models.amoebanet import amoebanet_layers  # noqa: E402
-from gpipe_repro.models.transformer import transformer_lm_layers  # noqa: E402
-from gpipe_repro.save import describe_model, load, save  # noqa: E402
-from gpipe_repro.save.write import barrier  # noqa: E402
+from gpipe_repro.engine import balance_by_cost, init_topology, launch, stage_slice
+from gpipe_repro.models.amoebanet import amoebanet_layers
+from gpipe_repro.models.transformer import transformer_lm_layers
+from gpipe_repro.save import describe_model, load, save
+from gpipe_repro.save.write import barrier
 
 MODELS = {
     "amoebanet_d(6,32)": (lambda: amoebanet_layers("D", 6, 32, classes=1000), {"L": 6, "D": 32}),

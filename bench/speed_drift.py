@@ -40,8 +40,8 @@ def _p(xs: list[float], q: float) -> float:
 
 def main() -> None:
     from gpipe_repro.engine.hostmem import apply_host_memory
+    from gpipe_repro.paper.validate_sim.models import MODELS, N
     from gpipe_repro.sim.speed import normalized, probe_s, reference_s
-    from gpipe_repro.validation.models import MODELS, N
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)

@@ -6,11 +6,12 @@ import json
 
 import pytest
 import torch
+from jsonschema import Draft202012Validator
 
 from gpipe_repro.config.compose import compose, preflight
 from gpipe_repro.errors import UserError
-from gpipe_repro.metrics.schema import json_schema, validate
-from gpipe_repro.report.gather import load_rows, markdown_table
+from gpipe_repro.metrics.schema import json_schema
+from gpipe_repro.paper.sweep import markdown_table, sweep_rows
 from gpipe_repro.runner import run
 
 MLP = [
@@ -66,9 +67,9 @@ def test_a_simulated_metrics_json_has_every_key_of_a_measured_one_and_fits_the_s
         and sim["pipeline"]["K"] == 2
         and len(sim["stages"]) == 2
     )
-    schema = json_schema()
-    validate(meas, schema)
-    validate(sim, schema)
+    schema = Draft202012Validator(json_schema())
+    schema.validate(meas)
+    schema.validate(sim)
     for folder in ("0_K1-M2", "1_K2-M2"):  # the same files beside it
         assert {"metrics.json", "trace.json", "timeline.png"} <= {
             p.name for p in (both["sweep"] / folder).iterdir()
@@ -76,13 +77,12 @@ def test_a_simulated_metrics_json_has_every_key_of_a_measured_one_and_fits_the_s
 
 
 def test_a_sweep_mixing_both_gathers_into_one_table(both):
-    rows = load_rows(both["sweep"])
-    assert [(r["source"], r["K"]) for r in rows] == [("measured", 1), ("simulated", 2)]
-    assert (
-        rows[1]["hardware"] == "tpu_v3" and rows[0]["hardware"]
-    )  # the CPU's name for the measured row
+    rows, _ = sweep_rows(both["sweep"])
+    assert [(r.source, r.K) for r in rows] == [("measured", 1), ("simulated", 2)]
+    # the CPU's name for the measured row
+    assert rows[1].hardware == "tpu_v3" and rows[0].hardware
     # each series is normalised to its own smallest cell: the two sources are never divided by each other
-    assert [r["normalized_throughput"] for r in rows] == [1.0, 1.0]
+    assert [r.normalized_throughput for r in rows] == [1.0, 1.0]
     table = markdown_table(rows)
     assert "| source |" in table and "simulated" in table and "measured" in table
 

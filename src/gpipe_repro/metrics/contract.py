@@ -82,7 +82,9 @@ class EnvInfo:
     torch: str = opt("", "torch version")
     python: str = opt("", "Python version")
     host: str = opt("", "host name")
-    git_commit: str | None = opt(None, "the project's commit")
+    git_commit: str | None = opt(
+        None, "the project's commit (short hash; -dirty: tracked files had uncommitted changes)"
+    )
     device_names: list[str] = opt(
         [], "the devices the ranks ran on (CPU model or CUDA device names)"
     )

@@ -2,9 +2,8 @@
 
     python -m gpipe_repro.metrics.schema --out docs     # writes metrics.schema.json and metrics.md
 
-The schema is for consumers in other languages; ``validate`` checks a document against it (the
-subset of JSON Schema generated here: type, properties, required, items, enum, anyOf), so tests can
-check real ``metrics.json`` files with the very schema that is published.
+The schema is for consumers in other languages, and the tests check real ``metrics.json`` files
+against the very schema that is published, with ``jsonschema`` (draft 2020-12).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 
 from .contract import RunMetrics
 
-__all__ = ["json_schema", "markdown", "validate", "write_docs"]
+__all__ = ["json_schema", "markdown", "write_docs"]
 
 _PRIM = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
@@ -76,53 +75,6 @@ def json_schema() -> dict[str, Any]:
         **root,
         "$defs": defs,
     }
-
-
-def validate(
-    doc: Any, schema: dict[str, Any], root: dict[str, Any] | None = None, path: str = "$"
-) -> None:
-    """Raise ValueError at the first place ``doc`` breaks ``schema`` (the generated subset)."""
-    root = root or schema
-    if "$ref" in schema:
-        schema = root["$defs"][schema["$ref"].split("/")[-1]]
-    if "anyOf" in schema:
-        errors = []
-        for alt in schema["anyOf"]:
-            try:
-                validate(doc, alt, root, path)
-                break
-            except ValueError as err:
-                errors.append(str(err))
-        else:
-            raise ValueError(f"{path}: matches no alternative ({'; '.join(errors)})")
-    types = schema.get("type")
-    if types is not None:
-        names = types if isinstance(types, list) else [types]
-        checks = {
-            "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-            "string": lambda v: isinstance(v, str),
-            "boolean": lambda v: isinstance(v, bool),
-            "null": lambda v: v is None,
-            "array": lambda v: isinstance(v, list),
-            "object": lambda v: isinstance(v, dict),
-        }
-        if not any(checks[n](doc) for n in names):
-            raise ValueError(f"{path}: {doc!r} is not of type {types}")
-    if "enum" in schema and doc is not None and doc not in schema["enum"]:
-        raise ValueError(f"{path}: {doc!r} is not one of {schema['enum']}")
-    if isinstance(doc, dict) and "properties" in schema:
-        missing = [k for k in schema.get("required", []) if k not in doc]
-        if missing:
-            raise ValueError(f"{path}: missing {', '.join(missing)}")
-        extra = [k for k in doc if k not in schema["properties"]]
-        if extra and schema.get("additionalProperties") is False:
-            raise ValueError(f"{path}: unexpected {', '.join(extra)}")
-        for k, v in doc.items():
-            validate(v, schema["properties"][k], root, f"{path}.{k}")
-    if isinstance(doc, list) and "items" in schema:
-        for i, v in enumerate(doc):
-            validate(v, schema["items"], root, f"{path}[{i}]")
 
 
 def _type_name(t: Any) -> str:

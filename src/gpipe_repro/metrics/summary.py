@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine.events import Event, measured_bubble
+from ..engine.schedule import bubble_fraction
 from .contract import EnvInfo, EvalMetrics, ModelInfo, PipelineInfo, RunMetrics, StageMetrics
 
 if TYPE_CHECKING:
@@ -60,17 +61,19 @@ def timed_from(spec: RunConfig, start: int) -> int:
 
 
 def git_commit() -> str | None:
+    """The project's commit (short hash), ``-dirty`` appended when tracked files differ from it."""
+    root = str(Path(__file__).resolve().parents[3])
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip()
+
     try:
-        root = Path(__file__).resolve().parents[3]
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or None
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = head and git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
+    return (head + ("-dirty" if dirty else "")) or None
 
 
 def env_info(results: Sequence[RankResult] = (), launcher: str = "local") -> EnvInfo:
@@ -197,7 +200,7 @@ def summarize(
     m.throughput = n_sum / t_sum if n_sum else spec.train.batch_size / step_time
     m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
     m.bubble_fraction = statistics.median(bubbles) if bubbles else 0.0
-    m.bubble_ideal = (K - 1) / (spec.pipeline.M + K - 1)
+    m.bubble_ideal = bubble_fraction(K, spec.pipeline.M)
     m.stages = stages
     m.layer_costs = results[0].costs
     m.eval = EvalMetrics(**ev) if ev is not None else None

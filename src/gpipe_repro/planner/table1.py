@@ -48,63 +48,28 @@ class Column:
     checkpoint: str
     M: int
     size: tuple[int, int]  # (L, D) for AmoebaNet; (L, 0) for the Transformer
-    paper_params: float
-    paper_param_mem: float  # bytes
-    paper_act_mem: float  # bytes
     batch: int
     budget: int
     schedule: str = "gpipe"
 
 
-G = 1e9
-# The paper's Table 1 (GPIPE.md §4). AmoebaNet: 224x224, batch 128, 8 GB per accelerator;
-# Transformer: batch 32 x 1024 tokens, 16 GB per accelerator. M: 32 micro-batches for every
-# pipelined column (the largest M of the paper's Table 2; activation memory falls with M).
+# The paper's Table 1 columns (GPipe §3; their printed numbers: ``paper.numbers``). AmoebaNet:
+# 224x224, batch 128, 8 GB per accelerator; Transformer: batch 32 x 1024 tokens, 16 GB per
+# accelerator. M: 32 micro-batches for every pipelined column (the largest M of the paper's Table 2;
+# activation memory falls with M).
 _A: dict[str, Any] = dict(batch=128, budget=8 * GiB)
 _T: dict[str, Any] = dict(batch=32, budget=16 * GiB)
 COLUMNS: list[Column] = [
-    Column("amoebanet_d", "Naive-1", 1, "never", 1, (18, 208), 82e6, 1.05 * G, 6.26 * G, **_A),
-    Column("amoebanet_d", "Pipeline-1", 1, "always", 32, (18, 416), 318e6, 3.8 * G, 3.46 * G, **_A),
-    Column(
-        "amoebanet_d", "Pipeline-2", 2, "always", 32, (18, 544), 542e6, 6.45 * G, 8.11 * G, **_A
-    ),
-    Column(
-        "amoebanet_d", "Pipeline-4", 4, "always", 32, (36, 544), 1.05e9, 12.53 * G, 15.21 * G, **_A
-    ),
-    Column(
-        "amoebanet_d", "Pipeline-8", 8, "always", 32, (72, 512), 1.8e9, 24.62 * G, 26.24 * G, **_A
-    ),
-    Column("transformer_lm", "Naive-1", 1, "never", 1, (3, 0), 282.2e6, 11.7 * G, 3.15 * G, **_T),
-    Column(
-        "transformer_lm", "Pipeline-1", 1, "always", 32, (13, 0), 785.8e6, 8.8 * G, 6.4 * G, **_T
-    ),
-    Column(
-        "transformer_lm", "Pipeline-8", 8, "always", 32, (103, 0), 5.3e9, 59.5 * G, 50.9 * G, **_T
-    ),
-    Column(
-        "transformer_lm",
-        "Pipeline-32",
-        32,
-        "always",
-        32,
-        (415, 0),
-        21.0e9,
-        235.1 * G,
-        199.9 * G,
-        **_T,
-    ),
-    Column(
-        "transformer_lm",
-        "Pipeline-128",
-        128,
-        "always",
-        32,
-        (1663, 0),
-        83.9e9,
-        937.9 * G,
-        796.1 * G,
-        **_T,
-    ),
+    Column("amoebanet_d", "Naive-1", 1, "never", 1, (18, 208), **_A),
+    Column("amoebanet_d", "Pipeline-1", 1, "always", 32, (18, 416), **_A),
+    Column("amoebanet_d", "Pipeline-2", 2, "always", 32, (18, 544), **_A),
+    Column("amoebanet_d", "Pipeline-4", 4, "always", 32, (36, 544), **_A),
+    Column("amoebanet_d", "Pipeline-8", 8, "always", 32, (72, 512), **_A),
+    Column("transformer_lm", "Naive-1", 1, "never", 1, (3, 0), **_T),
+    Column("transformer_lm", "Pipeline-1", 1, "always", 32, (13, 0), **_T),
+    Column("transformer_lm", "Pipeline-8", 8, "always", 32, (103, 0), **_T),
+    Column("transformer_lm", "Pipeline-32", 32, "always", 32, (415, 0), **_T),
+    Column("transformer_lm", "Pipeline-128", 128, "always", 32, (1663, 0), **_T),
 ]
 
 

@@ -1,0 +1,30 @@
+"""Every paper artefact by its make target: ``python -m gpipe_repro.paper NAME`` and the sweep callback.
+
+``sweep`` is no paper artefact: any sweep folder as a table, the demo's shape (``--from SWEEP``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import fig3, table5, throughput
+from .artefact import Artefact
+from .sweep import Sweep
+from .table1 import artefact as table1
+from .table4 import artefact as table4
+from .validate_sim import artefact as validate_sim
+
+ARTEFACTS: dict[str, Artefact[Any]] = {
+    a.name: a
+    for a in (
+        Sweep("demo", "the demo: GPipe's speed-up and synchronous update, K x M on digits (§2.3)"),
+        table1.ARTEFACT,
+        throughput.TABLE2,
+        throughput.TABLE3,
+        table4.ARTEFACT,
+        table5.ARTEFACT,
+        fig3.ARTEFACT,
+        validate_sim.ARTEFACT,
+        Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
+    )
+}

@@ -1,0 +1,34 @@
+"""Reading runs: every job's ``metrics.json`` through the typed contract (``metrics.contract``).
+
+A job whose file is missing, unreadable or breaks the contract is kept as a failed run that says why,
+so a report lists every job a sweep started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..metrics.contract import RunMetrics, load_metrics
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str  # the job's folder
+    metrics: RunMetrics
+
+
+def read_run(folder: Path) -> RunMetrics:
+    """``folder/metrics.json``, or a failed run naming what is wrong with it."""
+    path = folder / "metrics.json"
+    if not path.exists():
+        return RunMetrics(status="failed", error=f"no metrics.json in {folder}")
+    try:
+        return load_metrics(path)
+    except (OSError, ValueError) as err:
+        return RunMetrics(status="failed", error=f"unreadable metrics.json: {err}")
+
+
+def read_sweep(sweep: Path) -> list[Job]:
+    """Every job of a sweep folder (one sub-folder with a ``metrics.json`` per job), by folder name."""
+    return [Job(p.parent.name, read_run(p.parent)) for p in sorted(sweep.glob("*/metrics.json"))]

@@ -1,1 +1,0 @@
-"""Sweep results -> tables and plots (generated, never edited by hand)."""

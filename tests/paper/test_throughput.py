@@ -1,0 +1,161 @@
+"""Tables 2 and 3 beside the paper: per-series normalisation, the exact factor decomposition, labels."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+
+import pytest
+
+from gpipe_repro.errors import UserError
+from gpipe_repro.paper.artefact import make
+from gpipe_repro.paper.numbers import throughput
+from gpipe_repro.paper.rows import write_csv
+from gpipe_repro.paper.sweep import SweepRow
+from gpipe_repro.paper.throughput import (
+    TABLE2,
+    TABLE3,
+    Cell,
+    ThroughputRow,
+    build_rows,
+    decompose,
+    explain,
+    load,
+)
+
+EXPERIMENTS = TABLE2.experiments
+
+
+def _cell(
+    K: int, M: int, batch: int, step: float, busy: list[float], ok: bool = True, **kw
+) -> Cell:
+    row = ThroughputRow(
+        2, "amoebanet_d", K, M, batch, kw.pop("batch_mode", "fixed"), batch // M, "simulated",
+        "tpu_v3", True, step, batch / step, **kw,
+    )  # fmt: skip
+    return Cell(row, busy, ok, "" if ok else "no batch fits")
+
+
+def test_normalised_throughput_is_exactly_bound_times_balance_transfers_efficiency():
+    ref = _cell(2, 1, 64, 1.0, [0.4, 0.45])
+    for c in (
+        _cell(8, 32, 64, 0.3, [0.1, 0.2, 0.15, 0.12, 0.1, 0.1, 0.2, 0.11]),
+        _cell(4, 4, 256, 0.9, [0.5, 0.6, 0.55, 0.4], batch_mode="fit"),
+    ):
+        f = decompose(c, ref)
+        normalised = c.row.throughput / ref.row.throughput
+        assert math.prod(f.values()) == pytest.approx(normalised)
+        K, M = c.row.K, c.row.M
+        assert f["bound"] == pytest.approx(K * M / (M + K - 1))  # ref K=2, M=1 gives 1
+        assert f["balance"] == pytest.approx((sum(c.busy) / K / max(c.busy)) / (0.425 / 0.45))
+
+
+def test_the_sentence_is_read_from_the_numbers():
+    ref = _cell(2, 1, 128, 1.0, [0.45, 0.45])
+    c = _cell(8, 32, 128, 0.4, [0.2, 0.5, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3])
+    r = c.row
+    r.normalized = r.throughput / ref.row.throughput
+    f = decompose(c, ref)
+    text = explain(r, ref.row, f, 3.48)
+    assert text.startswith(f"ours {r.normalized:.2f} = bubble bound {f['bound']:.2f}")
+    assert f"partition imbalance {f['balance']:.2f}" in text  # the slowest stage: 0.5 vs mean 0.3
+    assert (
+        "micro-batch 4 vs 128" in text
+        and f"paper 3.48 = {3.48 / f['bound']:.0%} of the bound" in text
+    )
+    ref.row.normalized = 1.0
+    assert (
+        explain(ref.row, ref.row, decompose(ref, ref), 1.0)
+        == "the reference cell (1 by definition)"
+    )
+    beaten = _cell(8, 1, 128, 0.4, c.busy)
+    beaten.row.normalized = 1.0
+    assert "the paper beats the bound" in explain(beaten.row, ref.row, decompose(beaten, ref), 1.3)
+
+
+def _gathered(K: int, M: int, hardware: str, mode: str, thr: float) -> SweepRow:
+    step = 128 / thr
+    values = dict.fromkeys(SweepRow.__dataclass_fields__)
+    return SweepRow(**{
+        **values,
+        "job": f"{K}-{M}-{hardware}-{mode}",
+        "status": "ok",
+        "source": "simulated",
+        "hardware": hardware,
+        "model": "amoebanet_d",
+        "K": K,
+        "M": M,
+        "batch_size": 128,
+        "batch_mode": mode,
+        "micro_batch": 128 // M,
+        "throughput": thr,
+        "step_time_s": step,
+        "stage_busy_s": ";".join([str(0.8 * step)] * K),
+        "fits_memory": True,
+    })  # fmt: skip
+
+
+def test_every_cell_is_labelled_normalised_within_its_series_and_beside_the_paper(tmp_path):
+    rows = [
+        _gathered(
+            K, M, hw, mode, thr * (2 if hw == "measured" else 1) * (1.5 if mode == "fit" else 1)
+        )
+        for hw in ("tpu_v3", "measured")
+        for mode in ("fixed", "fit")
+        for (K, M), thr in {(2, 1): 100.0, (4, 4): 200.0, (8, 32): 500.0}.items()
+    ]
+    failed = _gathered(2, 4, "tpu_v3", "fixed", 1.0)
+    failed.status, failed.error, failed.throughput, failed.step_time_s = (
+        "failed",
+        "does not fit",
+        None,
+        None,
+    )
+    (tmp_path / EXPERIMENTS[0]).mkdir()
+    write_csv(tmp_path / EXPERIMENTS[0] / "results.csv", SweepRow, [*rows, failed])
+    loaded = load(tmp_path, 2, EXPERIMENTS)
+    assert len(loaded) == 13
+    built = build_rows(loaded, 2, (2, 1))
+    (bad,) = [r for r in built if r.normalized is None]  # a failed cell stays, with its reason
+    assert (bad.K, bad.M, bad.why) == (2, 4, "failed: does not fit")
+    for r in (r for r in built if r is not bad):
+        assert r.normalized == pytest.approx({(2, 1): 1.0, (4, 4): 2.0, (8, 32): 5.0}[(r.K, r.M)])
+        assert r.paper_normalized == throughput(2, "amoebanet_d")[(r.K, r.M)]
+        assert r.ratio == pytest.approx(r.normalized / r.paper_normalized)
+    _, written = make(TABLE2, tmp_path, tmp_path / "out", argparse.Namespace(), "make table2")
+    out = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
+    assert len(out) == 13 and {
+        "table", "model", "K", "M", "batch_size", "source", "hardware", "step_s", "throughput",
+        "normalized", "paper_normalized",
+    } <= set(out[0])  # fmt: skip
+    md = (tmp_path / "out" / "table2.md").read_text()
+    for label in ("simulated · tpu_v3 · batch fixed", "simulated · measured · batch fit"):
+        assert label in md
+    assert "| 32 | 8 | 3.48 |" in md and (tmp_path / "out" / "table2.png").stat().st_size > 0
+    (line,) = [ln for ln in md.splitlines() if ln.startswith("| 4 | 2 | 1.07 |")]
+    assert line.count("failed") == 1  # the one failed series; the others have no cell there
+    # the page again from its own CSV: the same but for the provenance line
+    make(TABLE2, tmp_path / "out" / "results.csv", tmp_path / "again", argparse.Namespace(), "x")
+    body = lambda p: [x for x in p.read_text().splitlines() if not x.startswith("Generated by")]  # noqa: E731
+    assert body(tmp_path / "again" / "table2.md") == body(tmp_path / "out" / "table2.md")
+    for name in ("results.csv", "table2.png"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
+
+
+def test_a_series_whose_reference_failed_is_normalised_to_its_smallest_cell():
+    cells = [
+        _cell(2, 1, 64, 1.0, [0.4, 0.4], ok=False),
+        _cell(4, 1, 64, 1.0, [0.2] * 4),
+        _cell(8, 1, 64, 0.5, [0.1] * 8),
+    ]
+    built = build_rows(cells, 2, (2, 1))
+    assert [r.normalized for r in built] == [None, 1.0, 2.0]
+    assert built[2].why.startswith(
+        "normalised to K=4, M=1 (the paper's reference failed); ours 2.00"
+    )
+
+
+def test_a_table_without_results_says_what_to_run(tmp_path):
+    with pytest.raises(UserError, match="gpipe-run -m experiment=table3_amoebanet"):
+        make(TABLE3, tmp_path, tmp_path / "out", argparse.Namespace(), "make table3")

@@ -1,0 +1,217 @@
+"""The validation's page: rank agreement, targets, and a page generated from result files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from gpipe_repro.paper.artefact import make
+from gpipe_repro.paper.rows import write_csv
+from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
+from gpipe_repro.paper.validate_sim.run import KEY, TRACE_CELL, CellRow
+from gpipe_repro.paper.validate_sim.text import by_group, spearman, summarize
+
+
+def write_report(folder: Path, rows: list[CellRow]) -> Path:
+    """The page of ``rows`` re-rendered from their CSV (with the files beside it)."""
+    write_csv(folder / "validation.csv", CellRow, rows)
+    make(ARTEFACT, folder / "validation.csv", folder, argparse.Namespace(), "test")
+    return folder / "sim.md"
+
+
+def test_spearman_is_one_for_the_same_order_and_minus_one_reversed():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)  # 1 - 6*4/(5*24)
+    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.8660254)  # tied ranks averaged
+    assert spearman([1.0], [2.0]) is None
+
+
+def _row(kind: str, M: int, measured: float, simulated: float, wait: float = 0.0, **kw) -> CellRow:
+    return CellRow(
+        **{
+            "model": "transformer",
+            "K": 2 if kind == "real" else 4,
+            "M": M,
+            "schedule": "gpipe",
+            "checkpoint": "never",
+            "kind": kind,
+            "balance": "4-4",
+            "micro_batch": 32 // M,
+            "measured_step_s": measured,
+            "simulated_step_s": simulated,
+            "rel_error": (simulated - measured) / measured,
+            "measured_iqr_s": 0.001,
+            "steps_timed": 4,
+            "core_wait_share": wait,
+            "measured_bubble": 0.3,
+            "simulated_bubble": 0.31,
+            **kw,
+        }
+    )
+
+
+def test_the_error_by_group_shows_which_way_each_k_is_biased():
+    rows = [
+        _row("real", 1, 0.100, 0.101, K=1),
+        _row("real", 2, 0.100, 0.099, K=1),
+        _row("real", 1, 0.100, 0.080),  # K = 2: 20% too fast
+        _row("real", 2, 0.100, 0.070),
+        _row("real", 4, 0.100, 0.090),
+    ]
+    text = "\n".join(by_group(rows))
+    assert "| transformer | real | 1 | 2 | +0.0% | -1.0% | +1.0% |" in text
+    assert "| transformer | real | 2 | 3 | -20.0% | -30.0% | -10.0% |" in text
+    assert "One process (K = 1): median +0.0%" in text and "(K ≥ 2): median -20.0%" in text
+
+
+def test_targets_per_kind_and_cells_disturbed_by_other_load():
+    rows = [
+        _row("real", 1, 0.100, 0.103),
+        _row("real", 2, 0.120, 0.118),
+        _row("real", 4, 0.140, 0.2, wait=0.4),
+        _row("emulated", 1, 0.1, 0.102),
+        _row("emulated", 8, 0.2, 0.204),
+    ]
+    s = summarize(rows)
+    assert s["real"]["cells"] == 3 and s["real"]["max"] == pytest.approx(0.06 / 0.14)
+    assert (
+        not s["real"]["met"] and s["real"]["quiet"] == 2
+    )  # the disturbed cell misses, the others do not
+    assert s["real"]["quiet_max"] == pytest.approx(0.03)
+    assert s["emulated"]["met"] and s["emulated"]["spearman"] == pytest.approx(1.0)
+
+
+def test_the_report_is_generated_from_the_files(tmp_path):
+    cell = {**TRACE_CELL}
+    rows = [
+        _row("real", 8, 0.25, 0.26, **{k: cell[k] for k in KEY if k not in ("kind", "M")}),
+        _row("real", 1, 0.1, 0.2),
+        _row("emulated", 4, 0.3, 0.29),
+    ]
+    ev = [
+        {"action": a, "mb": 0, "start": t, "end": t + 0.01, "stage": k, "replica": 0, "step": 3}
+        for k in (0, 1)
+        for a, t in (("forward", 0.0 + k * 0.01), ("backward", 0.05 - k * 0.01))
+    ]
+    with open(tmp_path / "events.jsonl", "w") as f:
+        for r in rows:
+            key = {k: getattr(r, k) for k in KEY}
+            f.write(json.dumps({**key, "measured": ev, "simulated": ev}) + "\n")
+    (tmp_path / "calibration.json").write_text(
+        json.dumps({"seconds": 60, "device": {"overhead_s": 1e-4}})
+    )
+    md = write_report(tmp_path, rows).read_text()
+    assert "| real | 2 | 52.0% | 100.0% |" in md  # errors 4% and 100%: their median and max
+    assert (
+        "One cell, measured and simulated" in md
+        and (tmp_path / "trace_cell_measured.json").exists()
+    )
+    trace = json.loads((tmp_path / "trace_cell_simulated.json").read_text())
+    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} == {
+        "forward 0",
+        "backward 0",
+    }
+    assert (tmp_path / "trace_worst_real.png").exists() and (tmp_path / "validation.png").exists()
+
+
+def test_a_cells_probes_are_the_first_ranks_and_an_unprobed_cell_has_none():
+    from gpipe_repro.paper.validate_sim.cells import step_times
+
+    cell = {"M": 2, "schedule": "gpipe", "checkpoint": "never"}
+
+    def rank(times, probes, stage):
+        ev = [{"action": "forward", "stage": stage}]
+        return [
+            {
+                "cell": cell,
+                "stage": stage,
+                "times": times,
+                "waits": [0.0, 0.01],
+                "probes": probes,
+                "events": ev,
+            }
+        ]
+
+    (ct,) = step_times([rank([0.1, 0.2], [0.004, 0.005], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
+    assert ct.times == [0.3, 0.2]  # the slowest rank per step
+    assert ct.probes == [0.004, 0.005]  # the first rank probes, the others wait at a barrier
+    assert ct.waits == pytest.approx([0.0, 0.1]) and len(ct.events) == 2
+    (un,) = step_times([rank([0.1, 0.2], [0.0, 0.0], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
+    assert un.probes == []
+
+
+def test_the_rounds_spread_is_the_farthest_round_median_from_the_cells():
+    from gpipe_repro.paper.validate_sim.run import _spread
+
+    assert _spread([[1.0, 1.0]]) is None  # one round: nothing to compare
+    # all steps' median 1.1; the rounds' medians 1.0 and 1.2: both 1/11 away
+    assert _spread([[1.0, 1.0], [1.2, 1.2]]) == pytest.approx(0.1 / 1.1)
+    assert _spread([[1.0, 1.0], [1.0, 1.0], [1.6, 1.6]]) == pytest.approx(0.6)
+
+
+def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path):
+    rows = [
+        _row(
+            "real",
+            1,
+            0.100,
+            0.103,
+            measured_raw_step_s=0.13,
+            simulated_raw_step_s=0.10,
+            rel_error_raw=-0.3 / 1.3,
+            speed=0.8,
+            round_spread=0.02,
+            round_spread_raw=0.2,
+        ),
+        _row(
+            "real",
+            2,
+            0.100,
+            0.095,
+            measured_raw_step_s=0.10,
+            simulated_raw_step_s=0.12,
+            rel_error_raw=0.2,
+            speed=1.1,
+            round_spread=0.04,
+            round_spread_raw=0.1,
+        ),
+        _row("emulated", 4, 0.3, 0.29),
+    ]
+    s = summarize(rows)["real"]
+    assert s["normalized"] and s["median"] == pytest.approx(0.04)
+    assert s["raw_median"] == pytest.approx((0.3 / 1.3 + 0.2) / 2) and s["raw_max"] == 0.3 / 1.3
+    assert s["spread_median"] == pytest.approx(0.03) and s["spread_raw_max"] == pytest.approx(0.2)
+    assert (s["speed_min"], s["speed_max"]) == (0.8, 1.1)
+    (tmp_path / "calibration.json").write_text(json.dumps({"speed_reference_s": 0.0035}))
+    md = write_report(tmp_path, rows).read_text()
+    assert "| real, speed-normalised | 2 | 4.0% | 5.0% |" in md
+    assert "| real, raw (no probe) | 2 | 21.5% | 23.1% | -1.5% |" in md
+    assert "| 3.0% / 4.0% |" in md and "| 15.0% / 20.0% |" in md  # the rounds' spread, both ways
+    assert "ran at 0.80–1.10 times the reference speed" in md and "3.50 ms" in md
+    assert "| emulated | 1 |" in md  # emulated cells are never normalised
+
+
+def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope():
+    from gpipe_repro.paper.validate_sim.run import dilated, fit_slope
+    from gpipe_repro.sim.costs import LayerCost
+
+    c = LayerCost(0.01, 0.005, 0.02, 4096, 0.001)
+    (d,) = dilated({8: [c]}, 3.0)[8]
+    assert (d.forward_s, d.forward_nograd_s, d.backward_s, d.update_s) == pytest.approx(
+        (0.03, 0.015, 0.06, 0.003)
+    )
+    assert d.out_bytes == 4096
+    with pytest.raises(ValueError, match="dilation=0.5"):
+        dilated({8: [c]}, 0.5)
+    # residual = 2 ms + 150 us per call: the slope is the per-call cost, the intercept ignored
+    assert fit_slope([(16, 0.002 + 16 * 150e-6), (64, 0.002 + 64 * 150e-6)]) == pytest.approx(
+        150e-6
+    )
+    assert fit_slope([(16, 0.01), (64, 0.001)]) == 0.0  # a falling residual is no negative cost
+    assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
+    with pytest.raises(ValueError, match="points"):
+        fit_slope([])
