@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpipe_repro.config.compose import compose, preflight
+from gpipe_repro.config.plan import plan_model
 from gpipe_repro.errors import UserError
-from gpipe_repro.rank import plan_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["model.hidden=32", "model.depth=3", "train.steps=2", "logger=none"]

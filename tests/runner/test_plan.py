@@ -4,8 +4,8 @@ own promises."""
 from __future__ import annotations
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.rank import plan_model
-from gpipe_repro.runner.batch import engine_batch
+from gpipe_repro.config.device import DeviceMemory
+from gpipe_repro.config.plan import plan_model, plan_run
 
 MiB = 2**20
 TRANSLATION = [
@@ -28,7 +28,8 @@ LM = [
 
 def _fit(overrides: list[str], budget: int) -> int:
     spec = compose([*overrides, "train.batch_mode=fit"], cuda_available=False)
-    return engine_batch(spec, plan_model(spec), memory_bytes=budget).train.batch_size
+    plan = plan_run(spec, plan_model(spec), DeviceMemory("a test device", budget, budget, 0))
+    return plan.spec.train.batch_size
 
 
 def test_fit_plans_a_translation_model_with_its_token_loss():

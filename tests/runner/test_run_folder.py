@@ -66,7 +66,9 @@ def test_overwrite_replaces_the_folders_run(tmp_path):
 def test_a_failed_attempt_never_replaces_metrics_with_more_losses(tmp_path):
     assert _run(tmp_path, "train.steps=6", "train.save_every=2").status == "ok"
     # continue to 10 steps, but with a config that fails before any step runs
-    bad = _run(tmp_path, "train.steps=10", "train.save_every=2", "train.resume=auto", "pipeline.K=5")
+    bad = _run(
+        tmp_path, "train.steps=10", "train.save_every=2", "train.resume=auto", "pipeline.K=5"
+    )
     assert bad.status == "failed"
     kept = _metrics(tmp_path)
     assert kept["status"] == "ok" and len(kept["losses"]) == 6
@@ -74,7 +76,7 @@ def test_a_failed_attempt_never_replaces_metrics_with_more_losses(tmp_path):
 
 def test_keep_one_never_prunes_the_new_runs_save_for_an_old_runs_later_one(tmp_path):
     saves = tmp_path / "saves"
-    old = _run(tmp_path / "a", "train.steps=6", "train.save_every=2", f"train.save_dir={saves}")
+    old = _run(tmp_path / "a", "train.steps=6", "train.save_every=3", f"train.save_dir={saves}")
     new = _run(
         tmp_path / "b",
         "seed=1",
@@ -84,6 +86,7 @@ def test_keep_one_never_prunes_the_new_runs_save_for_an_old_runs_later_one(tmp_p
         f"train.save_dir={saves}",
     )
     assert old.status == new.status == "ok"
+    assert (saves / "save-6").is_dir()  # the other run's saves are not this run's to prune
     mine = saves / "save-4"
     assert mine.is_dir(), sorted(p.name for p in saves.iterdir())
     assert json.loads((mine / "save.json").read_text())["losses"] == new.losses
@@ -91,11 +94,11 @@ def test_keep_one_never_prunes_the_new_runs_save_for_an_old_runs_later_one(tmp_p
 
 def test_resume_auto_never_picks_an_old_runs_save(tmp_path):
     saves = tmp_path / "saves"
-    _run(tmp_path / "a", "train.steps=6", "train.save_every=2", f"train.save_dir={saves}")
+    _run(tmp_path / "a", "train.steps=6", "train.save_every=3", f"train.save_dir={saves}")
     b = tmp_path / "b"
     common = ["seed=1", "train.save_every=2", f"train.save_dir={saves}"]
     short = _run(b, *common, "train.steps=4")
     assert latest(saves) is not None
-    longer = _run(b, *common, "train.steps=6", "train.resume=auto")
+    longer = _run(b, *common, "train.steps=5", "train.resume=auto")
     assert longer.status == "ok", longer.error
-    assert longer.losses[:4] == short.losses and len(longer.losses) == 6
+    assert longer.losses[:4] == short.losses and len(longer.losses) == 5
