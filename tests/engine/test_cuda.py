@@ -17,8 +17,8 @@ import torch
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
-from gpipe_repro.runner import plan as plan_run
 from gpipe_repro.engine import PRECISIONS, launch
+from gpipe_repro.runner import plan as plan_run
 from gpipe_repro.runner import run
 from gpipe_repro.runner.guard import check_memory
 

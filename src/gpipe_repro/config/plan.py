@@ -198,8 +198,10 @@ class _Planner:
         if kind == "time" and self.time_costs is not None:
             costs = self.time_costs(n)
             return choose_balance(costs, p.K), BalanceChoice("time", self.time_source, costs), False
+        if kind == "time" and p.K == 1:
+            return [len(layers)], BalanceChoice("time", "one stage: nothing to measure"), False
         if kind == "time":  # the ranks measure it on their devices; FLOPs until then
-            kind, measure, stand_in = "flops", p.K > 1, "time"
+            kind, measure, stand_in = "flops", True, "time"
         if kind == "memory":
             each = self.stages([1] * len(layers), n, K=len(layers))
             costs = [float(s.total) for s in each]
@@ -207,7 +209,7 @@ class _Planner:
         else:
             costs = layer_costs(layers, self.model.info.example(n, "meta"), kind)
             source = "counted on the meta device"
-        choice = BalanceChoice(kind, source, costs, stand_in if measure else None)
+        choice = BalanceChoice(kind, source, costs, stand_in)
         return choose_balance(costs, p.K), choice, measure
 
 

@@ -33,7 +33,7 @@ from ..models import materialize
 from ..optim import build_optimizer, lr_factor, set_lr
 from ..save import describe_model
 from .balance import time_balanced
-from .evaluate import Evaluation, evaluation_for
+from .evaluate import Evaluation, Trained, evaluation_for
 from .parts import HEARTBEAT_DIR, DivergenceCheck, Progress, Saver, StopVote, heartbeat
 
 __all__ = ["RankContext", "RankRun", "run_rank"]
@@ -209,7 +209,7 @@ class RankRun:
         if not self.plan.spec.train.eval or self.stopped:
             return None
         return self.evaluation(
-            self.plan.spec, self.topo, self.model, self.pipe, self.data, self.offset
+            Trained(self.plan.spec, self.topo, self.model, self.pipe, self.data, self.offset)
         )
 
     def result(self, ev: EvalMetrics | None) -> RankResult:

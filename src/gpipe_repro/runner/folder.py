@@ -62,7 +62,7 @@ def _held(spec: RunConfig, out: Path) -> str | None:
     """What of a run the folder holds, in words, or None when there is nothing to lose."""
     m = _metrics(out)
     if m is not None and (m.status != "failed" or m.losses):
-        return f"a {m.status} run ({len(m.losses)} steps)"
+        return f"a run's results (status {m.status}, {len(m.losses)} steps)"
     run, own = _run_id(out), Path(spec.train.save_dir) if spec.train.save_dir else None
     if latest(out / "saves") is not None or (
         run is not None and own is not None and latest(own, run) is not None
