@@ -28,7 +28,7 @@ from ..config import RunConfig
 from ..engine import Topology
 from ..errors import UserError
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
-from ..save import load, load_weights, resolve, save
+from ..save import load, load_weights, resolve, run_of, save
 
 __all__ = [
     "Saver",
@@ -92,6 +92,8 @@ class Saver:
             path = resolve(t.resume, where, self.run if t.resume == "auto" else None)
             if path is None:  # auto and nothing saved yet: a fresh start
                 return 0, []
+            if self.run is None:  # a folder from before runs had ids: continue the save's run
+                self.run = run_of(path)
             rep = load(path, layers, offset, optimizer=opt, model=self.record, topology=self.topo)
             return rep.step, list(rep.losses) if self.topo.is_last else []
         if t.init_from is not None:
