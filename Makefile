@@ -49,7 +49,7 @@ bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pip
 bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs retain -> reports/engine/hostmem.md
 	$(BIN)/python bench/hostmem.py --out reports/engine
 
-gpu-check: $(STAMP) ## on a CUDA host: gpu tests + engine benchmark -> reports/gpu/ (no CUDA: one line, exit 0)
+gpu-check: $(STAMP) ## on a CUDA host: each gpu test (<= 120 s) + engine benchmark -> reports/gpu/ (no GPU: one line, exit 0; GPUs torch cannot see: exit 1)
 	$(BIN)/python bench/gpu_check.py --out reports/gpu
 
 bench-save: $(STAMP) ## save/load time and size of pipelined saves at K=1,2 -> reports/save/
@@ -97,3 +97,21 @@ table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else
 	-$(BIN)/gpipe-run -m experiment=table3_amoebanet
 	-$(BIN)/gpipe-run -m experiment=table3_transformer
 	$(BIN)/python -m gpipe_repro.paper table3 --publish
+
+.PHONY: setup-gpu soak
+CUDA ?= cu130
+TORCH_INDEX ?= https://download.pytorch.org/whl/$(CUDA)
+
+setup-gpu: ## .venv afresh with a CUDA torch and the matching torchvision from one index (CUDA=cu130; TORCH_INDEX=...)
+	rm -rf $(VENV)
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	@# torch and torchvision at requirements.txt's versions, both from the CUDA index (and their deps)
+	$(BIN)/pip install -q --index-url $(TORCH_INDEX) $$(grep -E '^(torch|torchvision)==' requirements.txt)
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'setup-gpu: error: torch ' + torch.__version__ + ' from $(TORCH_INDEX) is not a CUDA build')"
+	touch $(STAMP)
+
+soak: $(STAMP) ## a >= 20 min run hit by 10 faults (SIGINT, SIGTERM, SIGKILL of a rank, in a save), resumed each time -> reports/soak/ (~45 min; not in CI)
+	$(BIN)/python -m gpipe_repro.runner.soak --minutes 20 --faults 10 --out reports/soak

@@ -2,17 +2,22 @@
 
     python bench/gpu_check.py --out reports/gpu
 
-On a host without CUDA it prints one line and exits 0, running nothing. On a CUDA host it runs
+On a host without a GPU it prints one line and exits 0, running nothing. On a host whose driver sees
+GPUs (``nvidia-smi -L``) but whose torch does not (a CPU build, or a CUDA build that does not match
+the driver) it prints one line and exits 1: that is a broken install, not a host without GPUs
+(``make setup-gpu`` builds the right one). On a CUDA host it runs
 
-1. the ``gpu``-marked tests (``pytest -m gpu``: the CUDA path over nccl, the planner's per-stage
-   prediction against ``torch.cuda.max_memory_allocated`` in fp32 and bf16, bf16 and fp32 losses
-   identical across K), each test appending what it measured to ``records.jsonl``;
+1. each ``gpu``-marked test in a process of its own with its own time limit (``--test-timeout-s``,
+   at most 120 s), so that a test that hangs (an NCCL deadlock waits for the 300 s watchdog) is
+   reported as timed out and the others still run: the CUDA path over nccl (both schedules,
+   replicas, saves and resume, evaluation), the planner's per-stage prediction against
+   ``torch.cuda.max_memory_allocated`` in fp32 and bf16, bf16 and fp32 losses identical across K;
+   each test appends what it measured to ``records.jsonl``;
 2. the engine benchmark on the GPUs present (``bench/engine.py --device cuda``);
 
-and writes ``reports/gpu/`` — ``gpu.md`` (device names, every number, what failed and why),
-``results.json`` (the same as data), ``pytest.xml``, ``records.jsonl``, ``engine/``. Each step has a
-time limit; a step that fails or times out is reported and the others still run. Exit status 1 when
-anything failed, so a CI job can tell.
+and always writes ``reports/gpu/`` — ``gpu.md`` (device names, every test's outcome, every number,
+what failed and why), ``results.json`` (the same as data), ``pytest-<n>.xml``, ``records.jsonl``,
+``engine/``. Exit status 1 when anything failed, so a CI job can tell.
 """
 
 from __future__ import annotations
@@ -33,18 +38,41 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def no_cuda_reason() -> str | None:
-    """Why this host cannot run the check, in one line; None when it can."""
+TEST_TIMEOUT_S = 120  # the most one gpu test may take (issue #22: every test bounded)
+
+
+def driver_gpus() -> int:
+    """GPUs the NVIDIA driver lists (``nvidia-smi -L``); 0 without the tool or a driver."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def no_cuda_reason() -> tuple[str, int] | None:
+    """Why this host cannot run the check, in one line, and the exit status; None when it can."""
     import torch
 
     if torch.cuda.is_available():
         return None
-    if torch.version.cuda is None and shutil.which("nvidia-smi"):
+    seen = driver_gpus()
+    if seen:
+        build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
         return (
-            f"torch {torch.__version__} is a CPU build but this host has an NVIDIA driver: install torch for "
-            "your CUDA first (README, 'GPU hosts')"
+            f"gpu-check: error: nvidia-smi sees {seen} GPU(s) but torch {torch.__version__} "
+            f"({build}) does not; install the CUDA torch with make setup-gpu",
+            1,
         )
-    return f"no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda or 'not built'})"
+    return (
+        f"gpu-check: skipped, no CUDA device (torch {torch.__version__}, CUDA "
+        f"{torch.version.cuda or 'not built'}); nothing was run.",
+        0,
+    )
 
 
 def devices() -> list[dict[str, Any]]:
@@ -86,6 +114,56 @@ def _run(cmd: list[str], log: Path, timeout_s: int, env: dict[str, str]) -> dict
         "seconds": round(time.perf_counter() - t0, 1),
         "log": log.name,
     }
+
+
+def gpu_tests(env: dict[str, str]) -> list[str]:
+    """The ids of the ``gpu``-marked tests."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    return [line for line in r.stdout.splitlines() if "::" in line and " " not in line]
+
+
+def run_tests(out: Path, env: dict[str, str], timeout_s: int) -> tuple[dict[str, Any], list]:
+    """Each gpu test in its own process group with its own time limit; (step summary, outcomes)."""
+    t0 = time.perf_counter()
+    outcomes: list[dict[str, str]] = []
+    for n, test in enumerate(gpu_tests(env)):
+        xml = out / f"pytest-{n}.xml"
+        step = _run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-v",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={xml}",
+                test,
+            ],
+            out / f"pytest-{n}.log",
+            timeout_s,
+            env,
+        )
+        got = junit(xml)
+        if step["status"].startswith("timed out") or not got:
+            got = [
+                {"test": test, "outcome": "failed", "message": f"{step['status']} ({step['log']})"}
+            ]
+        outcomes += got
+    failed = sum(t["outcome"] == "failed" for t in outcomes)
+    summary = {
+        "command": f"pytest -m gpu, each test alone within {timeout_s} s",
+        "status": "ok" if not failed else f"failed ({failed} test(s))",
+        "seconds": round(time.perf_counter() - t0, 1),
+        "log": "pytest-<n>.log",
+    }
+    return summary, outcomes
 
 
 def junit(path: Path) -> list[dict[str, str]]:
@@ -175,13 +253,19 @@ def _fmt(v: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/gpu_check.py")
     ap.add_argument("--out", default="reports/gpu")
-    ap.add_argument("--tests-timeout-s", type=int, default=1800)
+    ap.add_argument("--test-timeout-s", type=int, default=TEST_TIMEOUT_S)
     ap.add_argument("--bench-timeout-s", type=int, default=1800)
     a = ap.parse_args(argv)
+    if not 1 <= a.test_timeout_s <= TEST_TIMEOUT_S:
+        print(
+            f"gpu-check: error: --test-timeout-s={a.test_timeout_s}; allowed: 1..{TEST_TIMEOUT_S}"
+        )
+        return 2
     reason = no_cuda_reason()
     if reason is not None:
-        print(f"gpu-check: skipped, {reason}; nothing was run.")
-        return 0
+        line, code = reason
+        print(line, file=sys.stderr if code else sys.stdout)
+        return code
     import torch
 
     out = Path(a.out).resolve()
@@ -210,23 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         f"gpu-check: {len(res['devices'])} GPU(s): {', '.join(d['name'] for d in res['devices'])}",
         flush=True,
     )
-    res["steps"]["tests"] = _run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-m",
-            "gpu",
-            "-v",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={out / 'pytest.xml'}",
-            "tests",
-        ],
-        out / "pytest.log",
-        a.tests_timeout_s,
-        env,
-    )
+    res["steps"]["tests"], res["tests"] = run_tests(out, env, a.test_timeout_s)
     print(f"gpu-check: tests {res['steps']['tests']['status']}", flush=True)
     res["steps"]["bench"] = _run(
         [sys.executable, "bench/engine.py", "--device", "cuda", "--out", str(out / "engine")],
@@ -235,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
         env,
     )
     print(f"gpu-check: engine benchmark {res['steps']['bench']['status']}", flush=True)
-    res["tests"] = junit(out / "pytest.xml")
     res["records"] = records(out / "records.jsonl")
     (out / "results.json").write_text(json.dumps(res, indent=2, default=str))
     (out / "gpu.md").write_text(markdown(res))

@@ -190,3 +190,18 @@ def test_bad_input_is_one_line_and_a_failed_metrics_json(tmp_path, args, code, m
         assert m["status"] == "failed" and message in m["error"]
     else:  # refused before anything ran: nothing written
         assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_sweep_keeps_its_results_and_gathers_them_again(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "pipeline.M=1,2", *FAST, "train.eval=false", f"hydra.sweep.dir={sweep}"]
+    first = gpipe_run(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {p: p.read_text() for p in sweep.glob("*/metrics.json")}
+    (sweep / "results.csv").unlink()
+    again = gpipe_run(*args, "train.resume=auto")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("already finished") == 2
+    assert {p: p.read_text() for p in sweep.glob("*/metrics.json")} == before
+    assert len((sweep / "results.csv").read_text().splitlines()) == 3  # gathered again

@@ -20,12 +20,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from .config.compose import CONF_DIR, preflight, to_spec
+from .config.compose import CONF_DIR, preflight, sweep_world_size, to_spec
 from .config.store import register
 from .errors import UserError
 from .metrics.contract import ModelInfo, PipelineInfo, RunMetrics
 from .metrics.writer import OutputError, write_metrics
-from .runner import STOP, run
+from .runner import STOP, FolderInUse, run
 from .runner.cluster import task_env
 from .wandb_logger import wandb_group
 
@@ -44,8 +44,22 @@ def app(cfg: DictConfig) -> None:
     if cfg.sweep.skip_done and _done(out):  # re-running a sweep: this job already has its result
         print(f"skipped (done): {out}", flush=True)
         return
+    multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+    tenv = task_env()
+    if tenv is not None:  # one task of a multi-task submitit/SLURM job: act as one rank
+        os.environ.update(tenv)
     try:
-        spec = to_spec(cfg)
+        world = (  # device=auto and backend=auto decide once for the whole sweep
+            sweep_world_size(
+                sys.argv[1:],
+                dict(hc.sweeper.get("params") or {}),
+                int(cfg.pipeline.K),
+                int(cfg.pipeline.replicas),
+            )
+            if multirun
+            else None
+        )
+        spec = to_spec(cfg, sweep_world=world)
     except UserError as err:  # a bad value: this job fails, a sweep goes on
         failed = _asked(cfg, str(err))
         _record(failed, out)
@@ -54,15 +68,14 @@ def app(cfg: DictConfig) -> None:
         except OutputError as werr:
             print(f"gpipe-run: error: {werr}", file=sys.stderr)
         return
-    sweep = Path(hc.sweep.dir) if hc.mode is not None and hc.mode.name == "MULTIRUN" else None
+    sweep = Path(hc.sweep.dir) if multirun else None
     group = wandb_group(spec.logger, spec.experiment_name, sweep)
-    tenv = task_env()
     try:
-        if tenv is not None:  # one task of a multi-task submitit/SLURM job: act as one rank
-            os.environ.update(tenv)
-            m = run(spec, out, launcher="submitit", group=group)
-        else:
-            m = run(spec, out, group=group)
+        m = run(spec, out, launcher="submitit" if tenv else "local", group=group)
+    except FolderInUse as err:  # another run's results: nothing run, nothing written
+        _failures.append(str(err))
+        print(f"gpipe-run: error: {err}", file=sys.stderr, flush=True)
+        return
     except KeyboardInterrupt:  # stopped at once: the run wrote its interrupted metrics.json
         STOP.requested = True
         print(
@@ -121,9 +134,10 @@ def _record(m: RunMetrics, out: Path) -> None:
         f" (simulated {m.predicted_throughput:.1f})" if m.predicted_throughput is not None else ""
     )
     src = "" if m.source == "measured" else f" [{m.source}]"
+    speed = f"{m.throughput:.1f} samples/s" if m.throughput is not None else "no step run"
+    bubble = f", bubble {m.bubble_fraction:.3f}" if m.bubble_fraction is not None else ""
     print(
-        f"K={p.K if p else '?'} M={p.M if p else '?'}: {m.throughput:.1f} samples/s{pred}{src}, "
-        f"bubble {m.bubble_fraction:.3f}{acc}  -> {out}",
+        f"K={p.K if p else '?'} M={p.M if p else '?'}: {speed}{pred}{src}{bubble}{acc}  -> {out}",
         flush=True,
     )
 
@@ -136,9 +150,7 @@ def main() -> None:
     STOP.install()
     try:
         app()
-    except (
-        KeyboardInterrupt
-    ):  # a signal outside a run (Hydra setting up, the gather): nothing to save
+    except KeyboardInterrupt:  # outside a run (Hydra's set-up, the gather): nothing to save
         STOP.requested = True
     if STOP.requested:
         sys.exit(130)

@@ -29,7 +29,8 @@ from .config.compose import compose, preflight
 from .errors import UserError
 from .metrics.contract import RunMetrics
 from .metrics.writer import OutputError, write_metrics
-from .runner import run
+from .runner import FolderInUse, run
+from .runner.folder import check
 
 __all__ = ["main", "launch_main"]
 
@@ -110,8 +111,15 @@ def launch_main(argv: list[str] | None = None) -> None:
     if err:
         print(f"gpipe-run: error: {err}", file=sys.stderr)
         sys.exit(2)
+    per_node = _nproc_per_node(options)
+    if per_node is not None:  # validated against this host's devices, as each rank will be
+        os.environ.setdefault("LOCAL_WORLD_SIZE", str(per_node))
     try:
         spec = compose(overrides, check=False)
+        check(spec, out)
+    except FolderInUse as e:  # another run's results: refused before any rank starts
+        print(f"gpipe-run: error: {e}", file=sys.stderr)
+        sys.exit(1)
     except UserError as e:
         _fail(out, str(e))
         sys.exit(1)
@@ -132,6 +140,16 @@ def launch_main(argv: list[str] | None = None) -> None:
             )
             sys.exit(1)
         sys.exit(failure.exitcode if failure.exitcode in (1, 2) else 1)
+
+
+def _nproc_per_node(options: list[str]) -> int | None:
+    """torchrun's ``--nproc-per-node N`` (or ``=N``, or the underscore spelling) when a number."""
+    for i, a in enumerate(options):
+        name, eq, value = a.partition("=")
+        if name in ("--nproc-per-node", "--nproc_per_node"):
+            value = value if eq else (options[i + 1] if i + 1 < len(options) else "")
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def _is_option_value(args: list[str], a: str) -> bool:

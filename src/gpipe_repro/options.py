@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["opt", "doc_of", "allowed_text", "option_fields", "check_fields"]
+__all__ = ["opt", "allowed_text", "check_fields"]
 
 
 def opt(
@@ -42,10 +42,6 @@ def opt(
     return field(default=default, metadata=meta)
 
 
-def doc_of(f: Field[Any]) -> str:
-    return str(f.metadata.get("doc", ""))
-
-
 def allowed_text(f: Field[Any]) -> str | None:
     """What ``f`` allows, in words: "never, except_last, always", "an integer >= 1", ..."""
     m = f.metadata
@@ -66,10 +62,6 @@ def allowed_text(f: Field[Any]) -> str | None:
 
 def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
-
-
-def option_fields(cls_or_obj: Any) -> list[Field[Any]]:
-    return list(fields(cls_or_obj)) if is_dataclass(cls_or_obj) else []
 
 
 def check_fields(obj: Any, path: str) -> None:

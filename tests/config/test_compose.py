@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from gpipe_repro.config.compose import CONF_DIR, _hydra, compose, preflight, to_spec
 from gpipe_repro.config.docs import markdown
-from gpipe_repro.rank import plan_model
+from gpipe_repro.config.plan import plan_model
 from gpipe_repro.runner import run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from gpipe_repro.config.compose import compose
+from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine import PRECISIONS, launch
-from gpipe_repro.rank import plan_model
+from gpipe_repro.runner import plan as plan_run
 from gpipe_repro.runner import run
 from gpipe_repro.runner.guard import check_memory
 
@@ -120,7 +121,7 @@ def test_planner_predicts_each_stages_allocator_peak(tmp_path, K, precision):
     if K > GPUS:
         pytest.skip(f"needs {K} GPUs")
     s = lm_spec(K, precision)
-    planned = check_memory(s, plan_model(s))
+    planned = check_memory(plan_run(s, plan_model(s)))
     gc.collect()
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated() if K == 1 else 0  # K = 1 runs in this process

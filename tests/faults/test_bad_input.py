@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpipe_repro.config.compose import compose, preflight
+from gpipe_repro.config.plan import plan_model
 from gpipe_repro.errors import UserError
-from gpipe_repro.rank import plan_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["model.hidden=32", "model.depth=3", "train.steps=2", "logger=none"]
@@ -207,3 +207,68 @@ def test_through_gpipe_run_and_gpipe_torchrun(tmp_path, overrides, code, message
             assert m["status"] == "failed" and message in m["error"], name
         else:
             assert not (folder / "metrics.json").exists(), name
+
+
+# A folder holding a run's results (issue #18): refused in one line before anything runs or is
+# written, naming the folder and the ways on. (what the folder holds, the one line)
+FOLDERS = [
+    (
+        "ok",
+        "holds a run's results (status ok, 3 steps); continue it with train.resume=auto, run in "
+        "a new folder (hydra.run.dir=...), or replace it with train.overwrite=true",
+    ),
+    ("interrupted", "holds a run's results (status interrupted, 3 steps); continue it with"),
+    ("diverged", "holds a run's results (status diverged, 3 steps)"),
+    ("failed", "holds a run's results (status failed, 3 steps)"),
+    ("saves", "holds an interrupted run's saves; continue it with train.resume=auto"),
+]
+
+
+def _hold(folder: Path, what: str) -> None:
+    from gpipe_repro.metrics.contract import RunMetrics
+    from gpipe_repro.metrics.writer import write_metrics
+
+    if what == "saves":
+        from gpipe_repro.runner import run
+
+        run(
+            compose([*SMALL, "train.save_every=1", "train.eval=false"], cuda_available=False),
+            folder,
+        )
+        (folder / "metrics.json").unlink()  # the owner was killed: only the saves are left
+        return
+    write_metrics(folder, RunMetrics(status=what, losses=[2.5, 2.25, 2.0]))
+
+
+@pytest.mark.parametrize("what,message", FOLDERS, ids=[f[0] for f in FOLDERS])
+def test_a_folder_holding_a_run_is_one_line_and_left_as_it_is(tmp_path, what, message):
+    from gpipe_repro.runner import FolderInUse, run
+
+    _hold(tmp_path, what)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(FolderInUse) as err:
+        run(compose([*SMALL, "train.eval=false"], cuda_available=False), tmp_path)
+    msg = str(err.value)
+    assert message in msg and str(tmp_path) in msg and "\n" not in msg, msg
+    assert "train.overwrite=true" in msg and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_save_folder_holding_another_runs_save_of_that_step_is_one_line(tmp_path):
+    from gpipe_repro.runner import run
+
+    args = [*SMALL, "train.eval=false", "train.save_every=2", f"train.save_dir={tmp_path}/s"]
+    assert run(compose(args, cuda_available=False), tmp_path / "a").status == "ok"
+    m = run(compose(args, cuda_available=False), tmp_path / "b")
+    assert m.status == "failed" and "\n" not in m.error
+    assert "save-2 is another run's save; give this run a save folder of its own" in m.error
+
+
+@pytest.mark.slow
+def test_a_folder_holding_a_run_through_gpipe_run(tmp_path):
+    _hold(tmp_path / "run", "ok")
+    before = (tmp_path / "run" / "metrics.json").read_text()
+    bindir = Path(sys.executable).parent
+    r = _entry([str(bindir / "gpipe-run"), f"hydra.run.dir={tmp_path}/run", *SMALL], tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and len(lines) == 1 and "train.resume=auto" in lines[0], r.stderr
+    assert (tmp_path / "run" / "metrics.json").read_text() == before

@@ -208,39 +208,24 @@ def test_sigterm_stops_the_whole_sweep_and_gathers_what_finished(tmp_path):
     rows = (sweep / "results.csv").read_text().splitlines()
     assert len(rows) == 2 and ",interrupted," in rows[1]  # the one job that ran, as a row
     assert not list(sweep.glob("[123]_*/metrics.json"))  # the others did not run
-    # re-running the sweep with skip_done runs only what has no ok result (here: all, briefly)
-    code, err, _ = finish(
-        start(
-            [
-                "-m",
-                "pipeline.K=1,2",
-                "pipeline.M=1,2",
-                "train.steps=3",
-                *MLP,
-                f"hydra.sweep.dir={sweep}",
-                "sweep.skip_done=true",
-            ],
-            tmp_path,
-        ),
-        300,
-    )
+    # re-running the sweep into its folder: the interrupted job's results are not replaced...
+    again = [
+        "-m",
+        "pipeline.K=1,2",
+        "pipeline.M=1,2",
+        "train.steps=3",
+        *MLP,
+        f"hydra.sweep.dir={sweep}",
+        "sweep.skip_done=true",
+    ]
+    code, err, _ = finish(start(again, tmp_path), 300)
+    assert code == 1 and "train.overwrite=true" in err, err
+    assert metrics(first)["status"] == "interrupted"
+    # ...unless asked: skip_done runs what has no ok result (here: all, briefly)
+    code, err, _ = finish(start([*again, "train.overwrite=true"], tmp_path), 300)
     assert code == 0, err
     assert all(metrics(j)["status"] == "ok" for j in sweep.glob("*_K*"))
-    code, out, _ = finish(
-        start(
-            [
-                "-m",
-                "pipeline.K=1,2",
-                "pipeline.M=1,2",
-                "train.steps=3",
-                *MLP,
-                f"hydra.sweep.dir={sweep}",
-                "sweep.skip_done=true",
-            ],
-            tmp_path,
-        ),
-        300,
-    )
+    code, out, _ = finish(start(again, tmp_path), 300)  # all done: every job skipped
     assert code == 0 and len((sweep / "results.csv").read_text().splitlines()) == 5
 
 

@@ -3,7 +3,7 @@
 import json
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.rank import plan_model
+from gpipe_repro.config.plan import plan_model
 from gpipe_repro.runner import run
 
 FAST = [

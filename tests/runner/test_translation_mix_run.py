@@ -1,24 +1,16 @@
 """A many->English run end to end: two fixture languages mixed into one stream through a K = 2 pipeline,
 BLEU and NLL reported per language in metrics.json (eval.by_language) with their labels."""
 
-import inspect
 import random
 
 import pytest
 
-from gpipe_repro import rank
 from gpipe_repro.config.compose import compose
 from gpipe_repro.runner import run
 
 WORDS = "the a house dog cat runs sleeps big small red green quickly today".split()
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        "by_language" not in inspect.getsource(rank._evaluate_translation),
-        reason="rank._evaluate_translation does not pass eval.by_language on yet (integration step)",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 def write_corpus(root, lang, n_train, n_eval=12):

@@ -64,3 +64,24 @@ def test_missing_incomplete_and_truncated_saves_are_one_line(k1_save, tmp_path):
     assert f"is corrupt: {data.name} has 100 bytes" in _one_line(broken)
     (broken / MARKER).unlink()
     assert "is not a complete save" in _one_line(broken)
+
+
+def _fake(directory, step: int, run: str | None) -> None:
+    folder = directory / f"save-{step}"
+    folder.mkdir(parents=True)
+    (folder / META).write_text(json.dumps({"step": step, "run": run}))
+    (folder / MARKER).write_text("{}")
+
+
+def test_latest_and_prune_see_one_runs_saves_only(tmp_path):
+    from gpipe_repro.save import prune, run_of
+
+    for step, run in ((2, "old"), (6, "old"), (3, "new"), (4, "new"), (8, None)):
+        _fake(tmp_path, step, run)
+    assert run_of(tmp_path / "save-6") == "old" and run_of(tmp_path / "save-8") is None
+    assert latest(tmp_path, "new") == tmp_path / "save-4"  # not the old run's save-6
+    assert latest(tmp_path) == tmp_path / "save-8"  # no run given: any save
+    assert resolve("auto", tmp_path, "new") == tmp_path / "save-4"
+    gone = prune(tmp_path, keep=1, run="new")
+    assert gone == [tmp_path / "save-3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["save-2", "save-4", "save-6", "save-8"]

@@ -103,10 +103,10 @@ def test_engine_with_more_stages_than_gpus_says_to_simulate(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(UserError) as err:
-        compose([*MLP, "pipeline.K=2"])
+        compose([*MLP, "pipeline.K=2", "device=cuda"])
     msg = str(err.value)
     assert (
-        "2 ranks but this host has 1 CUDA device" in msg
+        "2 ranks, 2 of them on this host, but it has 1 CUDA device" in msg
         and "backend=sim" in msg
         and "\n" not in msg
     )
@@ -180,17 +180,11 @@ def test_batch_mode_fit_says_when_not_one_sample_fits(tmp_path):
 
 
 def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monkeypatch):
-    from dataclasses import replace
-
     import gpipe_repro.runner as runner
+    from gpipe_repro.config.device import DeviceMemory
 
-    seen = []
-
-    def fit(spec, plan):  # the host's memory would allow a huge batch: fit a small one here
-        seen.append(spec.train.batch_mode)
-        return replace(spec, train=replace(spec.train, batch_size=32))
-
-    monkeypatch.setattr(runner, "engine_batch", fit)
+    small = DeviceMemory("a small device", 24 * 2**20, 24 * 2**20, 0, shared=True)
+    monkeypatch.setattr(runner, "_engine_memory", lambda spec: small)  # the host's would be huge
     spec = compose(
         [
             *MLP,
@@ -202,13 +196,21 @@ def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monke
         ],
         cuda_available=False,
     )
+    from gpipe_repro.config.plan import plan_model, plan_run
+
+    planned = plan_run(spec, plan_model(spec), small)
     m = runner.run(spec, tmp_path)
-    assert seen == ["fit"] and m.status == "ok" and m.batch_size == 32
+    assert m.status == "ok" and m.batch_size == planned.spec.train.batch_size != 64
+    assert m.plan.micro_batch * spec.pipeline.M == m.batch_size
 
 
 def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
-    from gpipe_repro.rank import plan_model
-    from gpipe_repro.runner.batch import engine_batch
+    from gpipe_repro.config.device import DeviceMemory
+    from gpipe_repro.config.plan import plan_model, plan_run
+
+    def fit(spec, budget):
+        memory = DeviceMemory("a test device", budget, budget, 0)
+        return plan_run(spec, plan_model(spec), memory).spec
 
     spec = compose(
         [
@@ -223,11 +225,8 @@ def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
         ],
         cuda_available=False,
     )
-    fitted = engine_batch(spec, plan_model(spec), memory_bytes=100_000_000)
+    fitted = fit(spec, 100_000_000)
     assert fitted.train.batch_size % 4 == 0 and fitted.train.batch_size > 16
-    assert (
-        engine_batch(fitted, plan_model(spec), memory_bytes=10**12).train.batch_size
-        > fitted.train.batch_size
-    )
+    assert fit(fitted, 10**12).train.batch_size > fitted.train.batch_size
     fixed = compose(["model=tuplenet", "data=synthetic"], cuda_available=False)
-    assert engine_batch(fixed, plan_model(fixed)) is fixed
+    assert fit(fixed, 10**12).train.batch_size == fixed.train.batch_size

@@ -30,7 +30,7 @@ from .schema import RunConfig
 from .store import GROUPS, group_options, register
 from .validate import validate
 
-__all__ = ["CONF_DIR", "preflight", "compose", "to_spec", "config_keys"]
+__all__ = ["CONF_DIR", "preflight", "compose", "to_spec", "config_keys", "sweep_world_size"]
 
 CONF_DIR = Path(os.environ.get("GPIPE_CONF", Path(__file__).resolve().parents[3] / "conf"))
 
@@ -256,12 +256,42 @@ def _one_line(err: BaseException) -> str:
     return text.split(". ")[0] if len(text) > 200 else text
 
 
-def to_spec(cfg: DictConfig, cuda_available: bool | None = None) -> RunConfig:
-    """The validated run spec from the config Hydra composed (raises UserError)."""
+def to_spec(
+    cfg: DictConfig, cuda_available: bool | None = None, sweep_world: int | None = None
+) -> RunConfig:
+    """The validated run spec from the config Hydra composed (raises UserError); ``sweep_world``:
+    the largest K*replicas of its sweep (``sweep_world_size``)."""
     plain = OmegaConf.to_object(cfg)
     if not isinstance(plain, RunConfig):  # pragma: no cover - the root schema guarantees it
         raise UserError(f"the composed config is a {type(plain).__name__}, not a RunConfig")
-    return validate(plain, cuda_available)
+    return validate(plain, cuda_available, sweep_world)
+
+
+def sweep_world_size(overrides: list[str], params: dict[str, str], K: int, replicas: int) -> int:
+    """The largest K*replicas among a sweep's jobs: from its command line's and its experiment's
+    (``hydra.sweeper.params``) values of ``pipeline.K`` and ``pipeline.replicas``; ``K`` and
+    ``replicas`` where neither sweeps them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [f"{k}={v}" for k, v in params.items()] + [
+        a for a in overrides if not a.startswith("-") and "=" in a
+    ]
+    values = {"pipeline.K": [K], "pipeline.replicas": [replicas]}
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+    except Exception:  # noqa: BLE001 - preflight has reported a malformed line already
+        return K * replicas
+    for ov in parsed:
+        key = ov.key_or_group
+        if key in values:
+            raw = (
+                list(ov.sweep_string_iterator())
+                if ov.is_sweep_override()
+                else [ov.get_value_element_as_str()]
+            )
+            ints = [int(v) for v in raw if str(v).isdigit()]
+            values[key] = ints or values[key]
+    return max(values["pipeline.K"]) * max(values["pipeline.replicas"])
 
 
 def compose(

@@ -72,6 +72,11 @@ class PipelineConfig:
         "a rank silent this long (stopped, frozen) is named and the run stopped; 0 = off",
         min=0,
     )
+    nccl_p2p: bool = opt(
+        True,
+        "false: NCCL_P2P_DISABLE=1 for the ranks (and the link measurement), so GPUs exchange "
+        "through host memory, not NVLink or PCIe peer-to-peer: Table 3's 'without NVLink'",
+    )
     host_memory: str = opt(
         DEFAULT_HOST_MEMORY,
         "retain: CPU ranks keep freed memory between steps (no page-fault "
@@ -138,8 +143,13 @@ class TrainConfig:
     save_keep: int | None = opt(3, "keep the newest N saves; null = all", min=1)
     resume: str | None = opt(
         None,
-        "continue from a save: a save folder, a folder of saves, or auto (the "
-        "newest in save_dir; a fresh start when there is none)",
+        "continue from a save: a save folder, a folder of saves, or auto (this run's "
+        "newest in save_dir; a fresh start when there is none; a finished run stays as it is)",
+    )
+    overwrite: bool = opt(
+        False,
+        "start afresh in a folder holding a run's results (else refused: resume it, or use a "
+        "new folder); the old run's saves are kept and never resumed from",
     )
     init_from: str | None = opt(
         None,
@@ -193,7 +203,9 @@ class SweepConfig:
     """How ``gpipe-run -m`` treats a sweep folder."""
 
     skip_done: bool = opt(
-        False, "re-run only the jobs without an ok metrics.json in hydra.sweep.dir"
+        False,
+        "re-run a sweep into its folder: jobs with an ok metrics.json are skipped; the others "
+        "follow train.resume / train.overwrite (a job folder holding results is refused without)",
     )
 
 
@@ -230,12 +242,18 @@ class RunConfig:
     sweep: SweepConfig = opt(SweepConfig())
     sim: SimConfig = opt(SimConfig())
     seed: int = opt(0, "seeds weights (per layer), data order and dropout", min=0)
-    device: str = opt("auto", "auto = cuda when available, else cpu", choices=DEVICES)
+    device: str = opt(
+        "auto",
+        "auto = cuda where this host has a CUDA device for each of its ranks (for every job of "
+        "a sweep), else cpu",
+        choices=DEVICES,
+    )
     backend: str = opt(
         "engine",
         "engine = run the pipeline and measure; sim = simulate it on the hardware "
-        "profile (nothing allocated); auto = engine where the host has a CUDA device per "
-        "rank, else sim (resolved at validation; metrics.json's source says which)",
+        "profile (nothing allocated); auto = engine where the host has a CUDA device for each "
+        "of its ranks, else sim — decided once for a whole sweep, at its largest "
+        "K*replicas, so a series is never part measured, part simulated (metrics.json: source)",
         choices=BACKENDS,
     )
     experiment_name: str | None = opt(

@@ -45,8 +45,12 @@ def _check_option(section: str, cfg: Any, registry: dict[str, Any]) -> Any:
     return registry[name]
 
 
-def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
-    """Check ``cfg`` and resolve ``device=auto``; returns the run spec (a new object)."""
+def validate(
+    cfg: RunConfig, cuda_available: bool | None = None, sweep_world: int | None = None
+) -> RunConfig:
+    """Check ``cfg`` and resolve ``device=auto`` and ``backend=auto``; returns the run spec (a new
+    object). ``sweep_world``: the largest K*replicas of the sweep this job belongs to — both autos
+    decide for it, so every job of a sweep decides the same."""
     from ..data import DATASETS
     from ..models import MODELS
     from ..optim import OPTIMIZERS
@@ -55,16 +59,14 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
     _check_option("data", cfg.data, DATASETS)
     optim = _check_option("optim", cfg.optim, OPTIMIZERS)
     check_fields(cfg, "")
-    if hasattr(
-        cfg.data, "check"
-    ):  # what a dataset can say about itself without loading (a root missing)
+    # What a dataset can say about itself without loading (a root missing).
+    if hasattr(cfg.data, "check"):
         cfg.data.check()
     if optim.check is not None:
         optim.check(cfg.optim)
     p, t = cfg.pipeline, cfg.train
-    if (
-        t.micro_batch_size is not None
-    ):  # the batch grows with M at a fixed micro-batch (GPipe's point)
+    # The batch grows with M at a fixed micro-batch (GPipe's point).
+    if t.micro_batch_size is not None:
         t = replace(t, batch_size=p.M * p.replicas * t.micro_batch_size)
         cfg = replace(cfg, train=t)
     if p.balance is not None:
@@ -103,8 +105,12 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
             + (f" / {p.replicas} replicas" if p.replicas > 1 else "")
             + f"; allowed: a divisor of {per_replica}"
         )
-    device = resolve_device(cfg.device, cuda_available)
-    backend = resolve_backend(cfg.backend, device, cfg.world_size)
+    from .device import local_ranks
+
+    here = local_ranks(max(cfg.world_size, sweep_world or 0))  # this host's ranks: one GPU each
+    count = _cuda_count(cuda_available, here)
+    device = resolve_device(cfg.device, count > 0, here, count)
+    backend = resolve_backend(cfg.backend, device, here, count)
     if backend == "sim":
         from ..sim.hardware import HardwareError, hardware_profile
 
@@ -112,43 +118,40 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
             hardware_profile(cfg.hardware)  # one line when the profile is invalid
         except HardwareError as err:
             raise UserError(str(err)) from None
-    else:
-        if device == "cuda" and cuda_available is None:
-            import torch
-
-            n = torch.cuda.device_count()
-            if cfg.world_size > n:
-                raise UserError(
-                    f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks but this host has {n} "
-                    f"CUDA device(s); one rank per device: lower pipeline.K, or simulate with "
-                    f"backend=sim (or backend=auto)"
-                )
+    elif device == "cuda" and cuda_available is None and local_ranks(cfg.world_size) > count:
+        raise UserError(
+            f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks, "
+            f"{local_ranks(cfg.world_size)} of them on this host, but it has {count} CUDA "
+            "device(s); one rank per device: lower pipeline.K, or simulate with backend=sim "
+            "(or backend=auto)"
+        )
     return replace(cfg, device=device, backend=backend)
 
 
-def resolve_backend(
-    backend: str, device: str, world_size: int, device_count: int | None = None
-) -> str:
-    """``auto``: the engine where the host has a CUDA device for every rank, else the simulator (a CPU
-    host always simulates: its ranks would share its cores). ``device_count`` None = ask torch."""
+def _cuda_count(cuda_available: bool | None, ranks_here: int) -> int:
+    """CUDA devices of this host as torch sees them; ``cuda_available`` overrides whether there
+    are any (False: none; True without a CUDA build: as many as the host's ranks)."""
+    import torch
+
+    real = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cuda_available is None:
+        return real
+    return (real or ranks_here) if cuda_available else 0
+
+
+def resolve_backend(backend: str, device: str, ranks_here: int, device_count: int) -> str:
+    """``auto``: the engine where the host has a CUDA device for each of its ranks, else the
+    simulator (a CPU host always simulates: its ranks would share its cores)."""
     if backend != "auto":
         return backend
-    if device != "cuda":
-        return "sim"
-    if device_count is None:
-        import torch
-
-        device_count = torch.cuda.device_count()
-    return "engine" if device_count >= world_size else "sim"
+    return "engine" if device == "cuda" and device_count >= ranks_here else "sim"
 
 
-def resolve_device(device: str, cuda_available: bool | None = None) -> str:
-    if cuda_available is None:
-        import torch
-
-        cuda_available = torch.cuda.is_available()
+def resolve_device(device: str, cuda_available: bool, ranks_here: int, device_count: int) -> str:
+    """``auto``: CUDA where the host has a device for each of its ranks, else the CPU (more ranks
+    than GPUs would be refused, or crowd a GPU)."""
     if device == "auto":
-        return "cuda" if cuda_available else "cpu"
+        return "cuda" if cuda_available and device_count >= ranks_here else "cpu"
     if device == "cuda" and not cuda_available:
         raise UserError("device='cuda' but no CUDA device is available; allowed here: auto, cpu")
     return device

@@ -37,6 +37,8 @@ class DataSpec:
     name: str
     config: type  # the option's dataclass (its fields are the data.* keys); has info()
     build: Callable[[Any], Dataset]
+    batch_tokens: bool = False  # train.batch_size counts target tokens, not samples (translation)
+    text: bool = False  # real text: a translation model on it is decoded and scored with BLEU
 
 
 DATASETS: dict[str, DataSpec] = {
@@ -46,7 +48,9 @@ DATASETS: dict[str, DataSpec] = {
     "fashion_mnist": DataSpec("fashion_mnist", FashionMNISTConfig, fashion_mnist),
     "mnist_images": DataSpec("mnist_images", MNISTImagesConfig, mnist_images),
     "digits_images": DataSpec("digits_images", DigitsImagesConfig, digits_images),
-    "translation": DataSpec("translation", TranslationConfig, translation),
+    "translation": DataSpec(
+        "translation", TranslationConfig, translation, batch_tokens=True, text=True
+    ),
     **{name: DataSpec(name, cls, vision) for name, cls in VISION_CONFIGS.items()},
 }
 

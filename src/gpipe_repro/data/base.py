@@ -45,6 +45,11 @@ class Dataset:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
+    def train_targets(self, step: int, batch_size: int, seed: int) -> Any:
+        """The targets of ``train_batch(step, batch_size, seed)`` alone, for a stage that needs no
+        inputs (the last); a dataset whose inputs cost more than its targets draws only these."""
+        return self.train_batch(step, batch_size, seed)[1]
+
     def batches(
         self,
         start_step: int,
@@ -64,7 +69,10 @@ class Dataset:
         """
         step = start_step
         while True:
-            yield self.train_batch(step, batch_size, seed)
+            if need_inputs:
+                yield self.train_batch(step, batch_size, seed)
+            else:
+                yield None, self.train_targets(step, batch_size, seed)
             step += 1
 
     def eval_set(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -114,12 +122,18 @@ class TensorDataset(Dataset):
         self.x_train, self.y_train = x[tr], y[tr]
         self.x_eval, self.y_eval = x[ev], y[ev]
 
+    def _indices(self, step: int, batch_size: int, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        return torch.randint(0, self.x_train.shape[0], (batch_size,), generator=g)
+
     def train_batch(
         self, step: int, batch_size: int, seed: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        idx = torch.randint(0, self.x_train.shape[0], (batch_size,), generator=g)
+        idx = self._indices(step, batch_size, seed)
         return self.x_train[idx], self.y_train[idx]
+
+    def train_targets(self, step: int, batch_size: int, seed: int) -> torch.Tensor:
+        return self.y_train[self._indices(step, batch_size, seed)]
 
     def eval_set(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x_eval, self.y_eval

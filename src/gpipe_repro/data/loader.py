@@ -31,7 +31,6 @@ __all__ = [
     "ImageDataset",
     "Split",
     "check_options",
-    "check_unknown",
     "epoch_permutation",
     "from_tensors",
 ]
@@ -129,14 +128,6 @@ def check_options(
     if not isinstance(worker_timeout_s, (int, float)) or worker_timeout_s <= 0:
         raise UserError(
             f"data.worker_timeout_s={worker_timeout_s!r} must be a positive number of seconds"
-        )
-
-
-def check_unknown(dataset: str, unknown: dict[str, Any], allowed: Sequence[str]) -> None:
-    if unknown:
-        key = sorted(unknown)[0]
-        raise UserError(
-            f"data.{key} is not an option of data={dataset}; allowed: {', '.join(allowed)}"
         )
 
 

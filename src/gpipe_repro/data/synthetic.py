@@ -49,10 +49,14 @@ class SyntheticImages(Dataset):
         self, step: int, batch_size: int, seed: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        return (
-            torch.randn(batch_size, *self.info.shape, generator=g),
-            torch.randint(0, self.info.classes, (batch_size,), generator=g),
+        return torch.randn(batch_size, *self.info.shape, generator=g), self.train_targets(
+            step, batch_size, seed
         )
+
+    def train_targets(self, step: int, batch_size: int, seed: int) -> torch.Tensor:
+        """Labels from a generator of their own: the last stage draws them without the images."""
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step + 500_009)
+        return torch.randint(0, self.info.classes, (batch_size,), generator=g)
 
 
 class SyntheticTokens(Dataset):

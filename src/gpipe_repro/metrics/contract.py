@@ -25,6 +25,7 @@ __all__ = [
     "EnvInfo",
     "ModelInfo",
     "PipelineInfo",
+    "PlanInfo",
     "RunMetrics",
     "load_metrics",
     "to_json",
@@ -91,6 +92,14 @@ class EnvInfo:
     threads_per_rank: int | None = opt(None, "torch intra-op threads per rank")
     host_memory: list[str] = opt([], "each rank's host allocator setting in effect")
     launcher: str = opt("local", "local, torchrun, submitit or sim")
+    cuda_devices: int = opt(
+        0,
+        "CUDA devices torch sees on the host that planned the run (device=auto and backend=auto "
+        "resolve against it, once per sweep)",
+    )
+    nccl: dict[str, str] = opt(
+        {}, "the NCCL_* environment in effect (NCCL_P2P_DISABLE=1: pipeline.nccl_p2p=false)"
+    )
 
 
 @dataclass
@@ -114,6 +123,34 @@ class PipelineInfo:
     )
     balance_by: str = opt(doc="the per-layer cost the partition balanced")
     replicas: int = opt(doc="data-parallel replicas")
+
+
+@dataclass
+class PlanInfo:
+    """The run's plan, decided before it ran (``config.plan.RunPlan``)."""
+
+    micro_batch: int = opt(0, "samples (or target tokens) per micro-batch and replica")
+    planned_micro_batch: int = opt(
+        0, "the micro-batch the memory was planned at (token batches: sentences of max_len)"
+    )
+    balance_cost: str = opt(
+        "",
+        "what the partition balanced and where the costs came from; a stand-in cost is named "
+        "('flops standing in for time ...')",
+    )
+    memory_where: str = opt("", "the device memory the stages were planned against")
+    memory_total_bytes: int = opt(0, "its total memory")
+    memory_free_bytes: int = opt(0, "its free memory when the run was planned")
+    memory_headroom_bytes: int = opt(
+        0,
+        "kept out of the budget: per GPU the CUDA context, NCCL buffers, cuBLAS workspaces, "
+        "allocator rounding; per CPU rank its process",
+    )
+    memory_shared: bool = opt(False, "all ranks share the memory (a CPU host): stages add up")
+    memory_budget_bytes: int = opt(0, "what the plan may use: min(total, free) - headroom")
+    planned_stage_bytes: list[int] = opt(
+        [], "each stage's planned peak: state + max(activations incl. sends, step temporaries)"
+    )
 
 
 @dataclass
@@ -173,6 +210,7 @@ class RunMetrics:
     layer_costs: list[float] = opt([], "the per-layer costs the partition used")
     eval: EvalMetrics | None = opt(None, "evaluation after training, when it ran")
     hardware: dict[str, Any] | None = opt(None, "the hardware profile of a simulated run")
+    plan: PlanInfo | None = opt(None, "the run's plan (null when the run failed before it)")
     env: EnvInfo = opt(EnvInfo(), "the environment")
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +240,7 @@ def _build(cls: Any, d: Any) -> Any:
             "EnvInfo": EnvInfo,
             "ModelInfo": ModelInfo,
             "PipelineInfo": PipelineInfo,
+            "PlanInfo": PlanInfo,
         }
         for name, c in sub.items():
             if t.startswith(name):

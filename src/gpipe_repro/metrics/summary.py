@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +15,29 @@ import torch
 
 from ..engine.events import Event, measured_bubble
 from ..engine.schedule import bubble_fraction
-from .contract import EnvInfo, EvalMetrics, ModelInfo, PipelineInfo, RunMetrics, StageMetrics
+from .contract import (
+    EnvInfo,
+    EvalMetrics,
+    ModelInfo,
+    PipelineInfo,
+    PlanInfo,
+    RunMetrics,
+    StageMetrics,
+)
 
 if TYPE_CHECKING:
     from ..config import RunConfig
+    from ..config.plan import RunPlan
 
-__all__ = ["RankResult", "summarize", "base_metrics", "env_info", "git_commit", "timed_from"]
+__all__ = [
+    "RankResult",
+    "summarize",
+    "base_metrics",
+    "plan_info",
+    "env_info",
+    "git_commit",
+    "timed_from",
+]
 
 
 @dataclass
@@ -31,27 +49,25 @@ class RankResult:
     replica: int
     balance: list[int]
     costs: list[float]
+    balance_cost: str  # what the partition balanced (``BalanceChoice.describe``)
     layer_names: list[str]
     param_count: int
     param_bytes: int
     grad_bytes: int
     optimizer_bytes: int
     activation_bytes: int
-    cuda_peak_bytes: int | None
+    allocator_peak_bytes: int | None  # CUDA's allocator peak over the timed steps; None on a CPU
     losses: list[float]  # every step's, including those before a resume
     step_times: list[float]  # the steps this process ran
-    samples: list[
-        int
-    ]  # per step run: samples (sentences) in the global mini-batch (last stage; else [])
+    samples: list[int]  # per step run: samples (sentences) in the global mini-batch (last stage)
     tokens: list[int]  # per step run: target tokens in it (sequence models; else [])
     first_step: int  # the step this process started at (> 0 after a resume)
     stopped: bool  # stopped early by SIGINT/SIGTERM (after a completed step)
     events: list[dict[str, Any]]
-    eval: dict[str, Any] | None
+    eval: EvalMetrics | None
     threads: int
     device_name: str
     host_memory: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def timed_from(spec: RunConfig, start: int) -> int:
@@ -83,6 +99,8 @@ def env_info(results: Sequence[RankResult] = (), launcher: str = "local") -> Env
         host=platform.node(),
         git_commit=git_commit(),
         launcher=launcher,
+        cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        nccl={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
     )
     if results:
         env.device_names = sorted({r.device_name for r in results})
@@ -134,16 +152,34 @@ def base_metrics(
     )
 
 
+def plan_info(plan: RunPlan) -> PlanInfo:
+    mem = plan.memory
+    return PlanInfo(
+        micro_batch=plan.micro_batch,
+        planned_micro_batch=plan.sentences,
+        balance_cost=plan.choice.describe(),
+        memory_where=mem.where,
+        memory_total_bytes=mem.total,
+        memory_free_bytes=mem.free,
+        memory_headroom_bytes=mem.headroom,
+        memory_shared=mem.shared,
+        memory_budget_bytes=mem.budget(plan.world_size if mem.shared else 1),
+        planned_stage_bytes=plan.planned_bytes(),
+    )
+
+
 def summarize(
-    spec: RunConfig, results: Sequence[RankResult], launcher: str = "local"
+    plan: RunPlan, results: Sequence[RankResult], launcher: str = "local"
 ) -> tuple[RunMetrics, list[Event]]:
     """metrics.json content and the events of the steps kept for trace.json."""
+    spec = plan.spec
     K = spec.pipeline.K
     results = sorted(results, key=lambda r: r.rank)
     W = timed_from(spec, results[0].first_step)
-    # Step time: the slowest rank of each step this process ran, median over the timed ones.
+    # Step time: the slowest rank of each step this process ran, median over the timed ones (none:
+    # a resumed run that had nothing left to run).
     per_step = [max(r.step_times[s] for r in results) for s in range(len(results[0].step_times))]
-    step_time = statistics.median(per_step[W:] or per_step)
+    step_time = statistics.median(per_step[W:] or per_step) if per_step else None
     # Global loss: mean over the replicas' last stages.
     lasts = [r for r in results if r.stage == K - 1]
     losses = [statistics.fmean(vals) for vals in zip(*[r.losses for r in lasts])]
@@ -170,9 +206,13 @@ def summarize(
                 grad_bytes=r.grad_bytes,
                 optimizer_bytes=r.optimizer_bytes,
                 activation_bytes=r.activation_bytes,
-                peak_memory_bytes=r.cuda_peak_bytes if r.cuda_peak_bytes is not None else accounted,
+                peak_memory_bytes=(
+                    r.allocator_peak_bytes if r.allocator_peak_bytes is not None else accounted
+                ),
                 accounted_memory_bytes=accounted,
-                memory_source="cuda_allocator" if r.cuda_peak_bytes is not None else "accounted",
+                memory_source="cuda_allocator"
+                if r.allocator_peak_bytes is not None
+                else "accounted",
                 busy_s=statistics.median([b[r.stage] for b in busy_per_stage])
                 if busy_per_stage
                 else 0.0,
@@ -181,6 +221,8 @@ def summarize(
     ev = next((r.eval for r in lasts if r.replica == 0), None)
     m = base_metrics(spec, launcher=launcher)
     assert m.model is not None and m.pipeline is not None
+    m.plan = plan_info(plan)
+    m.plan.balance_cost = results[0].balance_cost  # balance_by=time: as the ranks measured it
     if any(r.stopped for r in results):
         done = results[0].first_step + len(results[0].step_times)
         m.status, m.error = (
@@ -197,13 +239,14 @@ def summarize(
     rep = next((r for r in lasts if r.replica == 0), results[-1])
     t_sum = sum(per_step[W:] or per_step)
     n_sum = sum(rep.samples[W:] or rep.samples) if rep.samples else None
-    m.throughput = n_sum / t_sum if n_sum else spec.train.batch_size / step_time
-    m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
+    if step_time is not None:
+        m.throughput = n_sum / t_sum if n_sum else spec.train.batch_size / step_time
+        m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
     m.bubble_fraction = statistics.median(bubbles) if bubbles else 0.0
     m.bubble_ideal = bubble_fraction(K, spec.pipeline.M)
     m.stages = stages
     m.layer_costs = results[0].costs
-    m.eval = EvalMetrics(**ev) if ev is not None else None
+    m.eval = ev
     m.env = env_info(results, launcher)
     keep = set(steps[-spec.train.trace_steps :])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]

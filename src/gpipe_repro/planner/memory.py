@@ -51,6 +51,8 @@ __all__ = [
     "measure_stage",
     "alive_micro_batches",
     "peak_activation_bytes",
+    "sent_bytes",
+    "step_temporary_bytes",
     "STATE_BYTES_PER_PARAM",
     "state_bytes",
 ]
@@ -233,3 +235,29 @@ def peak_activation_bytes(
     # tensors coexist with the last micro-batch's.
     overlap = schedule == "1f1b" and M > 1 and K - stage - 1 >= 1
     return n * a.input + a.graph * (2 if overlap else 1) + a.output
+
+
+def sent_bytes(
+    a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int
+) -> int:
+    """Outputs a stage has sent and the transfer still holds, beyond those ``peak_activation_bytes``
+    keeps anyway: a send's tensor lives until its transfer completes, and a stage runs up to as many
+    forwards ahead of its neighbour as it holds micro-batches (the engine releases each completed send
+    per micro-batch; #22 item 4). The last stage sends no activation."""
+    if stage == K - 1:
+        return 0
+    alive = alive_micro_batches(schedule, K, M, stage)
+    kept = alive if checkpoint == "never" else 0 if checkpoint == "always" else 1
+    return max(0, alive - kept) * a.output
+
+
+def step_temporary_bytes(params: int, optim: str, weight_decay: float, device_type: str) -> int:
+    """What ``opt.step()`` allocates on top of the state: on CUDA torch's optimisers run their
+    multi-tensor (foreach) form, which builds whole-model temporaries — RMSProp's and Adam's square
+    root of the running average, and the gradient plus weight decay — in fp32 (4 bytes per
+    parameter). On a CPU they step one tensor at a time (temporaries of one parameter: ignored).
+    They exist after backward, when the step's activations are gone."""
+    if device_type != "cuda":
+        return 0
+    copies = (1 if optim in ("rmsprop", "adam") else 0) + (1 if weight_decay > 0 else 0)
+    return 4 * params * copies

@@ -25,7 +25,9 @@ from .memory import (
     StageActivation,
     measure_stage,
     peak_activation_bytes,
+    sent_bytes,
     state_bytes,
+    step_temporary_bytes,
 )
 
 __all__ = ["StagePlan", "plan_stages", "layer_memory"]
@@ -39,10 +41,17 @@ class StagePlan:
     activation: int  # peak activation bytes at the planned micro-batch
     per_sample: float  # activation bytes per sample of micro-batch (the linear part)
     fixed_activation: int  # activation bytes that do not scale: autocast's weight copies (bf16)
+    step: int = 0  # what opt.step() allocates besides the state, after the activations are freed
 
     @property
     def total(self) -> int:
-        return self.state + self.activation
+        return self.state + max(self.activation, self.step)
+
+    def at(self, micro_batch: int) -> int:
+        """The stage's peak at another micro-batch (activations are linear in it, the rest is not)."""
+        return self.state + max(
+            round(self.per_sample * micro_batch) + self.fixed_activation, self.step
+        )
 
 
 def _params(layers: Sequence[nn.Module]) -> int:
@@ -124,9 +133,11 @@ def plan_stages(
     key: object = None,
     precision: str = "fp32",
     device_type: str = MEASURE_DEVICE,
+    weight_decay: float = 0.0,
 ) -> list[StagePlan]:
-    """Every stage's state and peak activations; ``key`` names the model for memoisation;
-    ``precision`` and ``device_type``: the activations as the engine keeps them there."""
+    """Every stage's state, peak activations (sent outputs a transfer still holds included) and the
+    optimiser step's temporaries; ``key`` names the model for memoisation; ``precision`` and
+    ``device_type``: the activations as the engine keeps them there."""
     meas = (
         _measured(key, layers, _example(sample_fn), loss, precision, device_type)
         if key is not None
@@ -136,17 +147,21 @@ def plan_stages(
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
         unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0)
-        per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k)
+        per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k) + sent_bytes(
+            unit, schedule, checkpoint, K, M, k
+        )
         fixed = peak_activation_bytes(
             StageActivation(0, 0, 0, a.weights), schedule, checkpoint, K, M, k
         )
         opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
+        params = _params(layers[start : start + b])
         out.append(
             StagePlan(
-                state_bytes(_params(layers[start : start + b]), opt),
+                state_bytes(params, opt),
                 round(per * micro_batch) + fixed,
                 float(per),
                 fixed,
+                step_temporary_bytes(params, opt, weight_decay, device_type),
             )
         )
         start += b

@@ -7,8 +7,13 @@ torchrun (``launcher="torchrun"``: this process *is* one rank) and a SLURM/submi
 ``trace.json`` and ``timeline.png`` through the one writer (``metrics.writer``) and owns the wandb run,
 fed live from the last stage's ``progress.jsonl``.
 
+The run's decisions are made once, first (``plan``: ``config.plan.RunPlan``), and handed to the
+guard, the simulator, the prediction and every rank. Its folder is claimed before that
+(``runner.folder``): a finished run is never replaced by something worse.
+
 ``run`` never raises for a run that fails: it writes and returns ``status: failed`` (or ``interrupted``,
-``diverged``) with the one-line reason. Only KeyboardInterrupt propagates, after the interrupted run's
+``diverged``) with the one-line reason. It raises ``FolderInUse`` (one line, nothing written) for a
+folder holding another run's results, and lets KeyboardInterrupt through after the interrupted run's
 files are written, so the caller can stop a sweep.
 """
 
@@ -17,27 +22,32 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
+from ..config.device import DeviceMemory, device_for, local_ranks
+from ..config.plan import ModelPlan, RunPlan, plan_model, plan_run
 from ..engine import RankError
 from ..errors import UserError
 from ..metrics.contract import RunMetrics
-from ..metrics.progress import PROGRESS_FILE, Follower, read_progress
+from ..metrics.progress import PROGRESS_FILE, Follower, StepRecord, read_progress
 from ..metrics.summary import base_metrics, summarize
-from ..metrics.writer import OutputError, write_metrics, write_run
-from ..rank import DIVERGED, Plan, RankContext, plan_model, run_rank
+from ..metrics.writer import OutputError
+from ..rank import DIVERGED, RankContext, run_rank
 from ..wandb_logger import WandbRun
-from .batch import engine_batch
+from . import folder
+from .folder import FolderInUse
 from .guard import check_memory
 from .local import launch_local
 from .predict import attach_prediction
-from .simulated import simulate_run
+from .simulated import sim_planning, simulate_run
 from .stop import STOP
 
-__all__ = ["run", "LAUNCHERS", "STOP"]
+__all__ = ["run", "plan", "LAUNCHERS", "STOP", "FolderInUse"]
 
 LAUNCHERS = ("local", "torchrun", "submitit")
 
@@ -46,36 +56,49 @@ def run(
     spec: RunConfig, out: Path, *, launcher: str = "local", group: str | None = None
 ) -> RunMetrics | None:
     """Run ``spec`` with ``out`` as its folder. Returns its metrics (None on ranks other than 0 of a
-    torchrun/SLURM job: rank 0 speaks for the run)."""
+    torchrun/SLURM job: rank 0 speaks for the run). Raises ``FolderInUse`` — nothing run, nothing
+    written — when ``out`` holds another run's results (``runner.folder``)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
-    if owner:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / PROGRESS_FILE).unlink(missing_ok=True)
-        except OSError:
-            pass  # reported when the run's files are written
     if not owner:
-        _run_as_other_rank(spec, out)
+        if spec.backend == "engine":  # a simulated run is rank 0's alone
+            with _nccl_env(spec):
+                _run_as_other_rank(spec, out)
         return None
+    claim = folder.claim(spec, out)
+    if claim.finished is not None:
+        print(
+            f"gpipe-run: the run in {out} already finished ({len(claim.finished.losses)} steps); "
+            "its results are kept as they are",
+            file=sys.stderr,
+            flush=True,
+        )
+        return claim.finished
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if claim.fresh:
+            (out / PROGRESS_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass  # reported when the run's files are written
     wb: WandbRun | None = None
     files: list[Path] = []
     try:
-        plan = plan_model(spec)
-        if spec.backend == "engine":  # train.batch_mode=fit: the largest batch this device holds
-            spec = engine_batch(spec, plan)
-        wb = _start_wandb(spec, out, group)
-        with (
-            STOP.running(out, spec.train.stop_grace_s),
-            Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)),
-        ):
-            if spec.backend == "sim":
-                m, events = simulate_run(spec, plan, out)
-            else:
-                results = _results(spec, plan, out, launcher)
-                m, events = summarize(spec, results, launcher)
-                if spec.train.predict:  # the simulator's prediction beside the measurement
-                    attach_prediction(spec, m)
-        files = write_run(out, m, events)
+        with _nccl_env(spec):
+            model = plan_model(spec)
+            planned = plan(spec, model)
+            spec = planned.spec  # train.batch_mode=fit: the batch as run
+            wb = _start_wandb(spec, out, group)
+            with (
+                STOP.running(out, spec.train.stop_grace_s),
+                Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)),
+            ):
+                if spec.backend == "sim":
+                    m, events = simulate_run(planned, model, out)
+                else:
+                    results = _results(planned, model, out, launcher, claim.run)
+                    m, events = summarize(planned, results, launcher)
+                    if spec.train.predict:  # the simulator's prediction beside the measurement
+                        attach_prediction(planned, model, m)
+        files = folder.write(out, m, events)
     except KeyboardInterrupt:
         m = _stopped(spec, out, launcher, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")
         files = _write(out, m)
@@ -96,11 +119,47 @@ def run(
     return m
 
 
-def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
-    """A rank other than 0 of a torchrun/SLURM job: run; on failure leave its one line for rank 0
-    (``rank-<r>.error``), which reports the rank that failed first rather than its own echo of it."""
+def plan(spec: RunConfig, model: ModelPlan) -> RunPlan:
+    """The run's plan, against the memory it will run in: the hardware profile's (``backend=sim``),
+    or the devices the ranks run on — the GPU with the least free memory among this host's, or this
+    host's RAM shared by its ranks."""
+    if spec.backend == "sim":
+        memory, times, source = sim_planning(spec, model)
+        return plan_run(spec, model, memory, time_costs=times, time_source=source)
+    return plan_run(spec, model, _engine_memory(spec), device_type=spec.device)
+
+
+def _engine_memory(spec: RunConfig) -> DeviceMemory:
+    if spec.device != "cuda":
+        return device_for("cpu").memory()
+    here = min(local_ranks(spec.world_size), max(1, device_for("cuda").count()))
+    return min((device_for("cuda", i).memory() for i in range(here)), key=lambda m: m.budget())
+
+
+@contextmanager
+def _nccl_env(spec: RunConfig) -> Iterator[None]:
+    """``pipeline.nccl_p2p=false``: NCCL_P2P_DISABLE=1 for the run's ranks and link measurement (the
+    environment they inherit), so GPUs exchange through host memory — Table 3's "without NVLink"."""
+    if spec.pipeline.nccl_p2p:
+        yield
+        return
+    before = os.environ.get("NCCL_P2P_DISABLE")
+    os.environ["NCCL_P2P_DISABLE"] = "1"
     try:
-        run_rank(spec, RankContext(out, gather=True))
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("NCCL_P2P_DISABLE", None)
+        else:
+            os.environ["NCCL_P2P_DISABLE"] = before
+
+
+def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
+    """A rank other than 0 of a torchrun/SLURM job: run with rank 0's plan; on failure leave its one
+    line for rank 0 (``rank-<r>.error``), which reports the rank that failed first rather than its
+    own echo of it."""
+    try:
+        run_rank(spec, None, RankContext(out, gather=True))
     except Exception as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         # The first line is what rank 0 reports; the traceback below it is for whoever debugs a bug.
@@ -112,26 +171,34 @@ def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
         raise
 
 
-def _results(spec: RunConfig, plan: Plan, out: Path, launcher: str) -> list[Any]:
+def _results(
+    planned: RunPlan, model: ModelPlan, out: Path, launcher: str, run_id: str | None
+) -> list[Any]:
+    spec = planned.spec
     if spec.train.memory_check:
-        check_memory(spec, plan)
+        check_memory(planned)
     if launcher == "local":
-        return launch_local(spec, plan, out)
+        return launch_local(planned, model, out, run_id)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world != spec.world_size:
         raise UserError(
             f"the job has {world} ranks but pipeline.K*pipeline.replicas = "
             f"{spec.pipeline.K}*{spec.pipeline.replicas} = {spec.world_size}"
         )
-    results = run_rank(spec, RankContext(out, plan, gather=True))
+    results = run_rank(spec, planned, RankContext(out, run_id, model, gather=True))
     assert results is not None
     return list(results)
 
 
 def _stopped(spec: RunConfig, out: Path, launcher: str, status: str, error: str) -> RunMetrics:
-    """Metrics of a run that did not finish: its config and the steps the last stage reported."""
+    """Metrics of a run that did not finish: its config and the steps the last stage reported (a
+    resumed run's record holds its earlier attempts' steps too; a step run again replaces its
+    earlier record)."""
     m = base_metrics(spec, status, error, launcher)
-    recs = read_progress(out / PROGRESS_FILE)
+    by_step = {r.step: r for r in read_progress(out / PROGRESS_FILE)}
+    recs: list[StepRecord] = []
+    while len(recs) in by_step:
+        recs.append(by_step[len(recs)])
     m.losses = [r.loss for r in recs]
     m.step_times_s = [r.step_time_s for r in recs]
     return m
@@ -139,7 +206,7 @@ def _stopped(spec: RunConfig, out: Path, launcher: str, status: str, error: str)
 
 def _write(out: Path, m: RunMetrics) -> list[Path]:
     try:
-        return [write_metrics(out, m)]
+        return folder.write(out, m)
     except OutputError as err:
         _report_unwritable(m, str(err))
         return []

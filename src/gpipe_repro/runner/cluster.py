@@ -2,8 +2,8 @@
 
 Under ``torchrun`` the variables are already there. A submitit job with several tasks (``hydra/launcher=
 submitit_slurm hydra.launcher.tasks_per_node=P``, or ``submitit_local``) runs the Hydra job function once
-per task; ``task_env`` gives each task its RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT so it acts as
-one rank of the run.
+per task; ``task_env`` gives each task its RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / MASTER_ADDR /
+MASTER_PORT so it acts as one rank of the run (validated against its own host's devices).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def task_env() -> dict[str, str] | None:
         "RANK": str(env.global_rank),
         "WORLD_SIZE": str(env.num_tasks),
         "LOCAL_RANK": str(env.local_rank),
+        "LOCAL_WORLD_SIZE": str(max(1, env.num_tasks // max(1, env.num_nodes))),
         "MASTER_ADDR": host,
         "MASTER_PORT": str(port),
     }

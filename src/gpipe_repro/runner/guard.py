@@ -1,10 +1,10 @@
 """Guards around a run: refuse what cannot fit, name a rank the kernel killed, find a rank that froze.
 
-- ``check_memory``: before anything is allocated, the run's per-stage plan (``planner.stages``: the
-  state and peak activations the engine will hold, validated against it within 10%) against the
-  device's memory — each GPU, or this host's RAM for the ranks it runs. A run that cannot fit is
-  refused with the plan in one line instead of being killed by the kernel minutes later
-  (``train.memory_check=false`` runs it anyway).
+- ``check_memory``: before anything is allocated, the run's planned stages (``config.plan``: state,
+  peak activations with the sends a transfer still holds, the optimiser step's temporaries) against
+  the memory the plan was made for, less its headroom — each GPU's free memory, or this host's
+  available RAM for all the ranks it runs. A run that cannot fit is refused with the plan in one
+  line instead of being killed minutes later (``train.memory_check=false`` runs it anyway).
 - ``oom_kills``: the kernel's count of out-of-memory kills in this cgroup, read before and after a
   launch, so a rank that died of SIGKILL is reported as killed by the OOM killer when it was.
 - ``Watchdog``: every rank touches a heartbeat file once a second from a thread of its own; a rank
@@ -17,50 +17,17 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from ..config import RunConfig
+from ..config.plan import RunPlan
 from ..errors import UserError
-from ..rank import HEARTBEAT_DIR, Plan
+from ..rank import HEARTBEAT_DIR
 
-__all__ = ["check_memory", "available_host_bytes", "oom_kills", "Watchdog", "PROCESS_BYTES"]
+__all__ = ["check_memory", "oom_kills", "Watchdog"]
 
 GiB = 2**30
-PROCESS_BYTES = 400 * 2**20  # a rank's own footprint besides the plan: Python, torch, gloo buffers
-
-
-def available_host_bytes() -> int | None:
-    """Memory this process's cgroup can still get: MemAvailable, capped by a cgroup limit."""
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    for limit_f, usage_f in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
-    ):
-        try:
-            raw = Path(limit_f).read_text().strip()
-            if raw != "max" and int(raw) < 2**60:
-                left = int(raw) - int(Path(usage_f).read_text().strip())
-                avail = left if avail is None else min(avail, left)
-            break
-        except (OSError, ValueError):
-            continue
-    return avail
 
 
 def oom_kills() -> int | None:
@@ -78,81 +45,33 @@ def oom_kills() -> int | None:
     return None
 
 
-def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
-    """Raise UserError when the planned memory cannot fit; returns the planned bytes per stage."""
-    from ..planner.stages import plan_stages
-    from ..sim.count import classification_loss, lm_loss
-
-    p = spec.pipeline
-    mb = spec.train.batch_size // p.replicas // p.M
-    if plan.info.kind == "pairs":  # translation batches count target tokens: the widest shape holds
-        mb = max(
-            1, mb // plan.info.tokens_per_sample
-        )  # batch / max_len sentences of max_len tokens
-    bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
-    loss: Callable[[Any], torch.Tensor] = (
-        classification_loss if plan.model.task == "classify" else lm_loss
-    )
-    kw: dict[str, Any] = dict(
-        K=p.K,
-        M=p.M,
-        micro_batch=mb,
-        schedule=p.schedule,
-        checkpoint=p.checkpoint,
-        optim=spec.optim.name,
-        precision=spec.train.precision,
-    )
-    try:  # measured as the ranks will run: CUDA's kernels and autocast policy on a GPU
-        stages = plan_stages(
-            plan.layers, plan.info.example, loss, bal, device_type=spec.device, **kw
-        )
-    except Exception as err:  # noqa: BLE001 - a plan is advice: never stop a run over it
-        if spec.device == "cpu":
-            raise
-        print(
-            f"gpipe-run: planning on fake {spec.device} tensors failed ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}); planned with CPU's kernels",
-            file=sys.stderr,
-        )
-        stages = plan_stages(plan.layers, plan.info.example, loss, bal, device_type="cpu", **kw)
-    planned = [s.total for s in stages]
+def check_memory(plan: RunPlan) -> list[int]:
+    """Raise UserError when the planned stages cannot fit; returns the planned bytes per stage."""
+    p, mem = plan.spec.pipeline, plan.memory
+    planned = plan.planned_bytes()
     fix = (
         "lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
         "or train.memory_check=false to run anyway"
     )
-    if spec.device == "cuda":
-        cap = torch.cuda.get_device_properties(0).total_memory
+    if not mem.shared:
         worst = max(range(len(planned)), key=lambda k: planned[k])
-        if planned[worst] > cap:
+        if planned[worst] > mem.budget():
             raise UserError(
-                f"the plan needs {planned[worst] / GiB:.1f} GiB on stage {worst} but a GPU here has "
-                f"{cap / GiB:.1f} GiB; {fix}"
+                f"the plan needs {planned[worst] / GiB:.1f} GiB on stage {worst} but {mem.where} "
+                f"has {mem.budget() / GiB:.1f} GiB for it ({min(mem.total, mem.free) / GiB:.1f} "
+                f"GiB free less {mem.headroom / GiB:.1f} GiB headroom); {fix}"
             )
         return planned
-    avail = available_host_bytes()
-    if avail is None:
-        return planned
-    need = (sum(planned) + PROCESS_BYTES * p.K) * p.replicas
-    if need > avail:
+    ranks = plan.world_size
+    need = sum(planned) * p.replicas
+    if need > mem.budget(ranks):
         per = "/".join(f"{b / GiB:.1f}" for b in planned)
         raise UserError(
-            f"the plan needs {need / GiB:.1f} GiB on this host ({spec.world_size} rank(s); stages "
-            f"{per} GiB + {PROCESS_BYTES / GiB:.1f} GiB per process) but {avail / GiB:.1f} GiB is "
-            f"available; {fix}"
+            f"the plan needs {(need + mem.headroom * ranks) / GiB:.1f} GiB on this host ({ranks} "
+            f"rank(s); stages {per} GiB + {mem.headroom / GiB:.1f} GiB per process) but "
+            f"{mem.free / GiB:.1f} GiB is available; {fix}"
         )
     return planned
-
-
-def _partition(plan: Plan, K: int, balance_by: str, micro_batch: int) -> list[int]:
-    """The partition the ranks will choose when it can be counted on meta (params, flops); for the
-    measured costs (time, memory), the params partition stands in for the bound."""
-    from ..engine import balance_by_cost
-    from ..engine.cost import layer_costs
-
-    kind = balance_by if balance_by in ("params", "flops") else "params"
-    return balance_by_cost(
-        layer_costs(plan.layers, plan.info.example(micro_batch, "meta"), kind), K
-    )
 
 
 class Watchdog:

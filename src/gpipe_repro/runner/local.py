@@ -9,16 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
+from ..config.plan import ModelPlan, RunPlan
 from ..engine import RankError, launch
-from ..rank import HEARTBEAT_DIR, Plan, RankContext, run_rank
+from ..rank import HEARTBEAT_DIR, RankContext, run_rank
 from .guard import Watchdog, oom_kills
 
 __all__ = ["launch_local"]
 
 
-def launch_local(spec: RunConfig, plan: Plan, out: Path) -> list[Any]:
-    if spec.world_size == 1:  # K = 1, one replica: no process group, the plan is reused
-        return [run_rank(spec, RankContext(out, plan))]
+def launch_local(plan: RunPlan, model: ModelPlan, out: Path, run_id: str | None) -> list[Any]:
+    """Every rank gets the plan (plain data); each rebuilds the meta model it was made from."""
+    spec = plan.spec
+    if spec.world_size == 1:  # K = 1, one replica: no process group, the meta model is reused
+        return [run_rank(spec, plan, RankContext(out, run_id, model))]
     # SIGINT/SIGTERM stay with this process (runner.stop); the ranks ignore Ctrl-C.
     shutil.rmtree(out / HEARTBEAT_DIR, ignore_errors=True)
     kills = oom_kills()
@@ -27,7 +30,7 @@ def launch_local(spec: RunConfig, plan: Plan, out: Path) -> list[Any]:
             return launch(
                 run_rank,
                 spec.world_size,
-                (spec, RankContext(out, ignore_sigint=True)),
+                (spec, plan, RankContext(out, run_id, ignore_sigint=True)),
                 threads=spec.train.threads,
                 handle_signals=False,
             )

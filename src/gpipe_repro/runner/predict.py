@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from ..config import RunConfig
+from ..config.plan import ModelPlan, RunPlan
 from ..metrics.contract import RunMetrics
 from ..sim.costs import stage_costs
 from ..sim.simulate import SimResult, simulate
@@ -21,15 +21,13 @@ from ..sim.simulate import SimResult, simulate
 __all__ = ["predict", "attach_prediction"]
 
 
-def predict(spec: RunConfig, balance: list[int]) -> SimResult:
-    """Simulate ``spec`` with ``balance`` on this device's measured costs."""
-    from ..rank import plan_model
+def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
+    """Simulate the planned run with ``balance`` (as run) on this device's measured costs."""
     from .simulated import LOOKAHEAD, measured_model
 
+    spec, mb = run.spec, run.micro_batch
     p = spec.pipeline
-    mb = spec.train.batch_size // p.replicas // p.M
-    plan = plan_model(spec)
-    costs = measured_model(spec, plan, [mb], repeats=spec.sim.profile_repeats)
+    costs = measured_model(spec, model, [mb], repeats=spec.sim.profile_repeats)
     return simulate(
         p.K,
         p.M,
@@ -44,12 +42,12 @@ def predict(spec: RunConfig, balance: list[int]) -> SimResult:
     )
 
 
-def attach_prediction(spec: RunConfig, m: RunMetrics) -> None:
+def attach_prediction(run: RunPlan, model: ModelPlan, m: RunMetrics) -> None:
     """Fill ``m.predicted_step_time_s`` / ``m.predicted_throughput`` for a finished measured run."""
     if m.status != "ok" or m.pipeline is None or not m.pipeline.balance:
         return
     try:
-        res = predict(spec, list(m.pipeline.balance))
+        res = predict(run, model, list(m.pipeline.balance))
     except Exception as err:  # noqa: BLE001 - a prediction must never cost the measured run
         print(
             f"gpipe-run: train.predict failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
@@ -58,4 +56,4 @@ def attach_prediction(spec: RunConfig, m: RunMetrics) -> None:
         )
         return
     m.predicted_step_time_s = res.step_s
-    m.predicted_throughput = spec.train.batch_size / res.step_s
+    m.predicted_throughput = run.spec.train.batch_size / res.step_s

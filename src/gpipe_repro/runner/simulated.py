@@ -7,35 +7,37 @@ the ``hardware`` option: a published device (``sim.roofline`` on the FLOPs and b
 meta device — nothing is allocated, a paper-size model simulates in seconds) or ``measured`` (each
 distinct layer timed on this device at the micro-batches ``sim.profile_max_micro_batch`` allows, one
 layer in memory at a time; the link and the engine's overheads calibrated once per device; all
-cached: ``sim.device``). Memory per stage is planned on the meta device (``planner.stages``), and
-``train.batch_mode=fit`` raises the batch to the largest that fits the device (``runner.batch``).
+cached: ``sim.device``). The micro-batch, the partition (``balance_by=time``: the profile's
+per-layer time), every stage's memory and ``train.batch_mode=fit`` come from the run's plan
+(``config.plan``), made against the profile's memory (``sim_planning``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..config import RunConfig
-from ..engine import ArgumentError, balance_by_cost
-from ..engine.cost import layer_costs
+from ..config.device import DeviceMemory
+from ..config.plan import ModelPlan, RunPlan, planning_loss
 from ..errors import UserError
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
-from ..metrics.summary import base_metrics
-from ..planner.stages import layer_memory, plan_stages
-from ..rank import Plan
-from ..sim.costs import CostModel, LayerCost, stage_costs
-from ..sim.count import classification_loss, count_layers, lm_loss
+from ..metrics.summary import base_metrics, plan_info
+from ..planner.stages import layer_memory
+from ..sim.costs import CostModel, stage_costs
+from ..sim.count import count_layers
 from ..sim.device import host_memory_bytes
 from ..sim.hardware import MEASURED, HardwareError, HardwareProfile, hardware_profile
 from ..sim.simulate import simulate
-from .batch import fit_micro_batch
 
-__all__ = ["simulate_run", "measured_model", "profile_sizes"]
+__all__ = ["simulate_run", "sim_planning", "measured_model", "profile_sizes"]
+
+Plan = ModelPlan
 
 GiB = 2**30
 LOOKAHEAD = (
@@ -44,7 +46,7 @@ LOOKAHEAD = (
 
 
 def _out_loss(plan: Plan) -> Any:
-    return classification_loss if plan.model.task == "classify" else lm_loss
+    return planning_loss(plan.model)
 
 
 _COUNTS: dict[str, list[Any]] = {}
@@ -119,24 +121,6 @@ def _model_key(spec: RunConfig, plan: Plan) -> str:
     return f"{spec.model!r}|{plan.info!r}"
 
 
-def _balance(
-    spec: RunConfig, plan: Plan, lc: list[LayerCost], micro_batch: int
-) -> tuple[list[int], list[float]]:
-    p = spec.pipeline
-    if p.balance_by == "time":
-        costs = [c.forward_s + c.backward_s for c in lc]
-    elif p.balance_by == "memory":
-        costs = [float(b) for b in _layer_memory(spec, plan, micro_batch)]
-    else:
-        costs = layer_costs(plan.layers, plan.info.example(micro_batch, "meta"), p.balance_by)
-    try:
-        return (list(p.balance) if p.balance is not None else balance_by_cost(costs, p.K)), costs
-    except ArgumentError as err:
-        from ..config.validate import engine_error
-
-        raise engine_error(err) from None
-
-
 def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
     return layer_memory(
         plan.layers,
@@ -152,56 +136,46 @@ def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
     )
 
 
-def _memory(spec: RunConfig, plan: Plan, balance: list[int], mb: int) -> list[Any]:
-    p = spec.pipeline
-    return plan_stages(
-        plan.layers,
-        plan.info.example,
-        _out_loss(plan),
-        balance,
-        K=p.K,
-        M=p.M,
-        micro_batch=mb,
-        schedule=p.schedule,
-        checkpoint=p.checkpoint,
-        optim=spec.optim.name,
-        key=_model_key(spec, plan),
-        precision=spec.train.precision,
-    )
-
-
-def _device_memory(hw: HardwareProfile | None, spec: RunConfig) -> int:
-    if hw is not None:
-        return hw.memory_bytes
-    if spec.device == "cuda":
-        return int(torch.cuda.get_device_properties(0).total_memory)
-    return host_memory_bytes()
-
-
-def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, list[Any]]:
-    """Simulate one training step of ``spec``; the metrics and the simulated events (trace)."""
-    p = spec.pipeline
+def _profile(spec: RunConfig) -> HardwareProfile | None:
     try:
-        hw = hardware_profile(spec.hardware)
+        return hardware_profile(spec.hardware)
     except HardwareError as err:
         raise UserError(str(err)) from None
+
+
+def _device_memory(hw: HardwareProfile | None, spec: RunConfig) -> DeviceMemory:
+    if hw is not None:
+        return DeviceMemory(f"hardware={hw.name}", hw.memory_bytes, hw.memory_bytes, 0)
+    total = (
+        int(torch.cuda.get_device_properties(0).total_memory)
+        if spec.device == "cuda"
+        else host_memory_bytes()
+    )
+    return DeviceMemory(f"hardware={MEASURED}", total, total, 0)
+
+
+def sim_planning(
+    spec: RunConfig, plan: Plan
+) -> tuple[DeviceMemory, Callable[[int], list[float]], str]:
+    """What the run's plan needs from the profile: one device's memory, and the per-layer time
+    (forward + backward) at a micro-batch, for ``balance_by=time``."""
+    hw = _profile(spec)
     costs = _cost_model(spec, plan, hw)
-    mb = spec.train.batch_size // p.replicas // p.M
-    if spec.train.batch_mode == "fit":
-        where = f"hardware={hw.name if hw is not None else MEASURED}"
-        mb, _ = fit_micro_batch(
-            spec,
-            _device_memory(hw, spec),
-            mb,
-            lambda n: _balance(spec, plan, costs.layer_costs(n), n)[0],
-            lambda bal, n: _memory(spec, plan, list(bal), n),
-            where,
-        )
-        spec = replace(spec, train=replace(spec.train, batch_size=mb * p.M * p.replicas))
-    t = spec.train
+
+    def times(n: int) -> list[float]:
+        return [c.forward_s + c.backward_s for c in costs.layer_costs(n)]
+
+    return _device_memory(hw, spec), times, f"hardware={hw.name if hw else MEASURED}"
+
+
+def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[Any]]:
+    """Simulate one training step of the planned run; the metrics and the simulated events (trace)."""
+    spec = run.spec
+    p, t = spec.pipeline, spec.train
+    hw = _profile(spec)
+    costs = _cost_model(spec, plan, hw)
+    mb, balance, mem = run.micro_batch, run.balance, run.stages
     lc = costs.layer_costs(mb)
-    balance, part_costs = _balance(spec, plan, lc, mb)
-    mem = _memory(spec, plan, balance, mb)
     if hw is not None:
         per_layer = _layer_memory(spec, plan, mb)
         worst = max(range(len(per_layer)), key=lambda i: per_layer[i])
@@ -225,6 +199,7 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
     )
     m = base_metrics(spec, launcher="sim")
     assert m.model is not None and m.pipeline is not None
+    m.plan = plan_info(run)
     m.source = "simulated"
     m.model.param_count = sum(q.numel() for layer in plan.layers for q in layer.parameters())
     m.pipeline.balance = balance
@@ -259,8 +234,8 @@ def simulate_run(spec: RunConfig, plan: Plan, out: Path) -> tuple[RunMetrics, li
             )
         )
         start += b
-    m.layer_costs = part_costs
-    budget = _device_memory(hw, spec)
+    m.layer_costs = run.choice.costs
+    budget = run.memory.budget()
     m.hardware = {
         **(asdict(hw) if hw is not None else {"name": MEASURED, "device": spec.device}),
         "memory_bytes": budget,

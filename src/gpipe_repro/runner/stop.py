@@ -1,9 +1,9 @@
 """Stopping is stopping: SIGINT (Ctrl-C) or SIGTERM to the process that owns the runs.
 
 The first signal asks the current run to stop after the step it is in: the run's folder gets a
-``STOP`` file, which every rank looks at once per step and agrees on (``rank._StopVote``), so they all
-stop after the same step, write a save when saves are on, and report what they measured as an
-``interrupted`` run; the rest of a sweep is skipped and the finished jobs are gathered. A second signal,
+``STOP`` file, which every rank looks at once per step and agrees on (``rank.parts.StopVote``), so
+they all stop after the same step, write a save when saves are on, and report what they measured as
+an ``interrupted`` run; the rest of a sweep is skipped and the finished jobs are gathered. A second signal,
 or the run's grace period (``train.stop_grace_s``) running out, stops it at once (KeyboardInterrupt):
 the ranks are terminated and the run is still written as ``interrupted`` with the steps the last stage
 had reported. The ranks ``gpipe-run`` starts ignore SIGINT themselves: the terminal sends Ctrl-C to the

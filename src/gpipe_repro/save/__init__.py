@@ -16,7 +16,7 @@ Use (every rank, after building its ``Pipeline`` and optimiser)::
 """
 
 from .errors import SaveError
-from .folder import SaveFolder, latest, open_save, prune, resolve, save_path
+from .folder import SaveFolder, latest, open_save, prune, resolve, run_of, save_path
 from .read import LoadReport, load, load_weights
 from .record import check_model, describe_model
 from .write import save
@@ -33,6 +33,7 @@ __all__ = [
     "open_save",
     "prune",
     "resolve",
+    "run_of",
     "save",
     "save_path",
 ]

@@ -6,6 +6,11 @@ file with its size, so a save cut short (a crash, a full disk, a truncated copy)
 such instead of loading half a model. Writes go to ``<dir>/save-<step>.tmp-<uid>/`` first (see
 ``write``), so a crash mid-write leaves the previous save untouched; ``latest`` ignores both
 ``.tmp-`` folders and folders without a marker.
+
+A save records the run that wrote it (``run``: an id its run folder keeps across resumes). Given a run,
+``latest`` and ``prune`` see that run's saves only, so a folder of saves shared by several runs (or
+holding an overwritten run's) never resumes from, nor keeps, another run's save because its step
+number is higher.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ __all__ = [
     "RNG_DIR",
     "SaveFolder",
     "latest",
+    "run_of",
     "open_save",
     "resolve",
     "save_path",
@@ -77,27 +83,37 @@ def list_files(folder: Path) -> dict[str, int]:
     }
 
 
-def _complete(directory: Path) -> list[tuple[int, Path]]:
+def run_of(save: Path) -> str | None:
+    """The id of the run that wrote ``save`` (None: unreadable, or written before saves had one)."""
+    try:
+        run = json.loads((save / META).read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(run) if run is not None else None
+
+
+def _complete(directory: Path, run: str | None = None) -> list[tuple[int, Path]]:
     if not directory.is_dir():
         return []
     found = []
     for p in directory.iterdir():
         m = _NAME.match(p.name)
-        if m and (p / MARKER).is_file():
+        if m and (p / MARKER).is_file() and (run is None or run_of(p) == run):
             found.append((int(m.group(1)), p))
     return sorted(found)
 
 
-def latest(directory: Path | str) -> Path | None:
-    """The newest complete save in ``directory`` (highest step), or None."""
-    found = _complete(Path(directory))
+def latest(directory: Path | str, run: str | None = None) -> Path | None:
+    """The newest complete save in ``directory`` (highest step) — of ``run`` when given — or None."""
+    found = _complete(Path(directory), run)
     return found[-1][1] if found else None
 
 
-def resolve(value: str, directory: Path | str) -> Path | None:
-    """``train.resume``'s value: ``auto`` -> :func:`latest` (None: start fresh), else that save."""
+def resolve(value: str, directory: Path | str, run: str | None = None) -> Path | None:
+    """``train.resume``'s value: ``auto`` -> :func:`latest` of ``run`` (None: start fresh), else that
+    save."""
     if value == "auto":
-        return latest(directory)
+        return latest(directory, run)
     path = Path(value)
     if path.is_dir() and not (path / MARKER).exists() and not (path / META).exists():
         newest = latest(path)  # a folder of saves: its newest
@@ -107,12 +123,15 @@ def resolve(value: str, directory: Path | str) -> Path | None:
     return path
 
 
-def prune(directory: Path | str, keep: int, current: Path | None = None) -> list[Path]:
-    """Delete all but the ``keep`` newest complete saves, and ``.tmp-`` folders of crashed writes."""
+def prune(
+    directory: Path | str, keep: int, current: Path | None = None, run: str | None = None
+) -> list[Path]:
+    """Delete all but the ``keep`` newest complete saves — of ``run`` when given, never another
+    run's — and ``.tmp-`` folders of crashed writes."""
     if keep < 1:
         raise ValueError(f"keep={keep} is invalid; allowed: an integer >= 1")
     directory = Path(directory)
-    gone = [p for _, p in _complete(directory)[:-keep]]
+    gone = [p for _, p in _complete(directory, run)[:-keep]]
     gone += [p for p in directory.glob("save-*.tmp-*") if p.is_dir() and p != current]
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)

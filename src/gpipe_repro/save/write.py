@@ -33,6 +33,7 @@ from .folder import (
     list_files,
     prune,
     rng_file,
+    run_of,
     save_path,
     write_json_synced,
 )
@@ -79,6 +80,7 @@ def save(
     extra: Mapping[str, Any] | None = None,
     keep: int | None = None,
     timeout_s: float = 300.0,
+    run: str | None = None,
 ) -> Path:
     """Save this rank's share of the training state after ``step`` optimiser steps; collective.
 
@@ -86,7 +88,8 @@ def save(
     ``model``: :func:`record.describe_model` of the whole model; ``losses``: every step's loss so far
     (read on the last stage of replica 0); ``data_position``: where the data stream resumes (``step``
     is always added); ``extra``: any JSON state of the caller (e.g. an LR schedule); ``keep``: then
-    delete all but the ``keep`` newest saves. Returns the save's folder.
+    delete all but the ``keep`` newest saves (of ``run``: the id of the run writing it, recorded in
+    ``save.json``; another run's saves are never pruned). Returns the save's folder.
     """
     topo = topology or single_process()
     if topo.distributed and not (dist.is_available() and dist.is_initialized()):
@@ -130,6 +133,13 @@ def save(
         tensors = {}  # replicas hold the same weights and optimiser state as replica 0
 
     directory = Path(directory)
+    final = save_path(directory, step)
+    other = run_of(final) if (final / MARKER).is_file() else None
+    if other is not None and other != run:  # every rank sees it: all refuse before any collective
+        raise SaveError(
+            f"{final} is another run's save; give this run a save folder of its own "
+            "(train.save_dir)"
+        )
     tmp = directory / f"save-{step}.tmp-{_shared_uid(topo)}"
     (tmp / RNG_DIR).mkdir(parents=True, exist_ok=True)
     write_json_synced(tmp / rng_file(topo.stage, topo.replica), rng.capture(topo.device))
@@ -139,6 +149,7 @@ def save(
             "format": FORMAT,
             "version": VERSION,
             "step": step,
+            "run": run,
             "data_position": {**(data_position or {}), "step": step},
             "losses": [float(x) for x in (losses or [])],
             "model": dict(model),
@@ -152,7 +163,6 @@ def save(
         }
         write_json_synced(tmp / META, meta)
     barrier(topo, timeout_s)  # every rank's files are complete
-    final = save_path(directory, step)
     if topo.rank == 0:
         if final.exists():  # a save of the same step (e.g. re-run after a resume) is replaced
             shutil.rmtree(final)
@@ -161,6 +171,6 @@ def save(
         write_json_synced(final / MARKER, {"step": step, "files": list_files(final)})
         fsync_dir(final)
         if keep is not None:
-            prune(directory, keep, current=final)
+            prune(directory, keep, current=final, run=run)
     barrier(topo, timeout_s)  # nobody returns before the save is complete
     return final

@@ -3,7 +3,7 @@
 A *cell* is one (model, K, M, schedule, checkpoint). Each ``launch`` starts K fresh ranks (one intra-op
 thread each, the engine's host-memory setting) that run a list of cells one after the other; for each
 cell a fresh ``Pipeline`` runs ``warmup`` untimed and ``steps`` timed training steps exactly like a run's
-rank loop (``rank._train``: ``train_step``, then the optimiser step and ``zero_grad``). A step's time is
+rank loop (``rank.RankRun.train``: ``train_step``, then the optimiser step and ``zero_grad``). A step's time is
 its slowest rank's; events are kept for the trace.
 
 Robustness on a shared machine (``run.validate`` drives it): every round is a new set of processes and

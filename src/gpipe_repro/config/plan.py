@@ -1,0 +1,282 @@
+"""A run's plan: its decisions made once, before anything runs, and handed down (issue #17 item 3).
+
+The micro-batch, the partition (one chooser: the exact min-max partition of one per-layer cost, or
+the explicit ``pipeline.balance``), every stage's memory (one ``planner.stages.plan_stages`` call,
+always with the run's precision, device and token sizing), the loss the planner runs the last stage
+with, and the device memory it is held against. The memory guard, ``train.batch_mode=fit``, the
+simulated backend, ``train.predict`` and every rank read this object; none recomputes any of it.
+
+Two costs cannot be counted on the meta device, and say so:
+
+- ``balance_by=time`` on the engine is measured by the ranks on their own devices when they start
+  (``rank.balance``), because the time that matters is the GPU's, not this process's CPU's; until
+  then FLOPs stand in for it (the memory guard and the fit plan that partition), and both the plan
+  and ``metrics.json`` name the stand-in. On the simulator, time is the hardware profile's.
+- ``balance_by=memory`` is the planner's per-layer memory (each layer alone), not a measurement.
+
+Token sizing: a dataset that counts its mini-batch in target tokens (``DataSpec.batch_tokens``:
+translation) is planned at its widest shape, ``micro_batch // max_len`` sentences of ``max_len``
+tokens.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import DataInfo, get_data
+from ..engine import ArgumentError, balance_by_cost, check_balance
+from ..engine.cost import layer_costs
+from ..engine.partition import check_k
+from ..errors import UserError
+from ..models import ModelSpec, get_model
+from ..planner.stages import StagePlan, plan_stages
+from ..sim.count import classification_loss, lm_loss
+from .device import DeviceMemory
+from .schema import RunConfig
+from .validate import engine_error
+
+__all__ = [
+    "ModelPlan",
+    "BalanceChoice",
+    "RunPlan",
+    "plan_model",
+    "plan_run",
+    "planning_loss",
+    "choose_balance",
+]
+
+GiB = 2**30
+FIT_ROUNDS = (
+    4  # partition and fit alternate until they agree (a time partition depends on the batch)
+)
+
+
+@dataclass
+class ModelPlan:
+    """The model as a plan: its layers on the meta device (no memory) and the data's shapes."""
+
+    model: ModelSpec
+    info: DataInfo
+    layers: list[nn.Module]
+
+
+def plan_model(spec: RunConfig) -> ModelPlan:
+    """Build the model on ``meta`` and check K and balance against its layers (UserError)."""
+    model = get_model(spec.model.name)
+    info = spec.data.info()
+    with torch.device("meta"):
+        layers = model.layers(info, spec.model)
+    try:
+        check_k(spec.pipeline.K, len(layers))
+        if spec.pipeline.balance is not None:
+            check_balance(spec.pipeline.balance, len(layers))
+    except ArgumentError as err:
+        raise engine_error(err) from None
+    return ModelPlan(model, info, layers)
+
+
+def planning_loss(model: ModelSpec) -> Callable[[Any], torch.Tensor]:
+    """The target-free loss the planner runs the last stage with: cross-entropy over the classes of
+    a classifier's (batch, classes) output, or over the vocabulary of every position of a sequence
+    model's (batch, sequence, vocabulary) output (language and translation models alike)."""
+    return classification_loss if model.task == "classify" else lm_loss
+
+
+@dataclass(frozen=True)
+class BalanceChoice:
+    """How the partition was chosen: which per-layer cost, where it came from, what stands in."""
+
+    cost: str  # params, flops, memory, time, or explicit (pipeline.balance)
+    source: str  # how the costs were obtained, in words
+    costs: list[float] = field(default_factory=list)
+    stand_in: str | None = None  # the cost asked for, when ``cost`` stands in for it until measured
+
+    def describe(self) -> str:
+        if self.stand_in is not None:
+            return f"{self.cost} standing in for {self.stand_in} ({self.source})"
+        return f"{self.cost} ({self.source})"
+
+
+def choose_balance(costs: Sequence[float], K: int) -> list[int]:
+    """The one chooser: the exact min-max contiguous partition of per-layer ``costs`` (paper §2.1)."""
+    try:
+        return balance_by_cost(costs, K)
+    except ArgumentError as err:
+        raise engine_error(err) from None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything decided about a run before it runs (plain data: it travels to every rank)."""
+
+    spec: RunConfig  # as run: ``train.batch_mode=fit`` resolved into ``train.batch_size``
+    micro_batch: int  # per replica, in the dataset's unit (samples, or target tokens)
+    sentences: int  # the micro-batch the memory is planned at (token batches: sentences of max_len)
+    balance: list[int]
+    choice: BalanceChoice
+    stages: list[StagePlan]
+    memory: DeviceMemory
+    measure_time: bool = False  # the ranks measure per-layer time and choose the partition with it
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size
+
+    def planned_bytes(self) -> list[int]:
+        return [s.total for s in self.stages]
+
+    def with_balance(self, balance: list[int], choice: BalanceChoice) -> RunPlan:
+        """This plan with the partition the ranks chose from the time they measured."""
+        return replace(self, balance=list(balance), choice=choice, measure_time=False)
+
+
+class _Planner:
+    """The run's one way to cost layers and plan stages (every call of ``plan_stages`` is here)."""
+
+    def __init__(
+        self,
+        spec: RunConfig,
+        model: ModelPlan,
+        device_type: str,
+        time_costs: Callable[[int], list[float]] | None,
+        time_source: str,
+    ) -> None:
+        self.spec, self.model, self.device_type = spec, model, device_type
+        self.time_costs, self.time_source = time_costs, time_source
+        self.loss = planning_loss(model.model)
+        self.unit = model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1
+        self.key = f"{spec.model!r}|{model.info!r}"
+
+    def sentences(self, micro_batch: int) -> int:
+        return max(1, micro_batch // self.unit)
+
+    def stages(self, balance: Sequence[int], n: int, K: int | None = None) -> list[StagePlan]:
+        """The stages' memory at ``n`` samples (sentences) per micro-batch."""
+        s, p = self.spec, self.spec.pipeline
+        kw: dict[str, Any] = dict(
+            K=K or p.K,
+            M=p.M,
+            micro_batch=n,
+            schedule=p.schedule,
+            checkpoint=p.checkpoint,
+            optim=s.optim.name,
+            key=self.key,
+            precision=s.train.precision,
+            weight_decay=float(getattr(s.optim, "weight_decay", 0.0)),
+        )
+        m = self.model
+        try:  # planned with the kernels and autocast policy of the device the ranks run on
+            return plan_stages(
+                m.layers, m.info.example, self.loss, balance, device_type=self.device_type, **kw
+            )
+        except Exception as err:  # noqa: BLE001 - a plan is advice: fall back to CPU's kernels
+            if self.device_type == "cpu":
+                raise
+            print(
+                f"gpipe-run: planning on fake {self.device_type} tensors failed "
+                f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                "planned with CPU's kernels",
+                file=sys.stderr,
+            )
+            self.device_type = "cpu"
+            return plan_stages(
+                m.layers, m.info.example, self.loss, balance, device_type="cpu", **kw
+            )
+
+    def balance(self, n: int) -> tuple[list[int], BalanceChoice, bool]:
+        """The partition at ``n`` samples per micro-batch; True when the ranks must measure time."""
+        p, layers = self.spec.pipeline, self.model.layers
+        if p.balance is not None:
+            return list(p.balance), BalanceChoice("explicit", "pipeline.balance"), False
+        kind, measure, stand_in = p.balance_by, False, None
+        if kind == "time" and self.time_costs is not None:
+            costs = self.time_costs(n)
+            return choose_balance(costs, p.K), BalanceChoice("time", self.time_source, costs), False
+        if kind == "time" and p.K == 1:
+            return [len(layers)], BalanceChoice("time", "one stage: nothing to measure"), False
+        if kind == "time":  # the ranks measure it on their devices; FLOPs until then
+            kind, measure, stand_in = "flops", True, "time"
+        if kind == "memory":
+            each = self.stages([1] * len(layers), n, K=len(layers))
+            costs = [float(s.total) for s in each]
+            source = "planned per layer, each alone"
+        else:
+            costs = layer_costs(layers, self.model.info.example(n, "meta"), kind)
+            source = "counted on the meta device"
+        choice = BalanceChoice(kind, source, costs, stand_in)
+        return choose_balance(costs, p.K), choice, measure
+
+
+def _size(n: float) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
+
+
+def _fits(stages: Sequence[StagePlan], n: int, memory: DeviceMemory, replicas: int) -> bool:
+    if memory.shared:
+        ranks = len(stages) * replicas
+        return replicas * sum(s.at(n) for s in stages) <= memory.budget(ranks)
+    return max(s.at(n) for s in stages) <= memory.budget()
+
+
+def _largest(stages: Sequence[StagePlan], memory: DeviceMemory, spec: RunConfig) -> int:
+    """The largest micro-batch (samples) whose stages fit ``memory``; one line when none does."""
+    p = spec.pipeline
+    if not _fits(stages, 1, memory, p.replicas):
+        k = max(range(len(stages)), key=lambda i: stages[i].at(1))
+        st = stages[k]
+        room = (
+            f"{_size(memory.budget(p.K * p.replicas))} for all {p.K * p.replicas} ranks"
+            if memory.shared
+            else f"{_size(memory.budget())} per device"
+        )
+        raise UserError(
+            f"train.batch_mode=fit: no batch fits {memory.where} ({room}) at "
+            f"pipeline.K={p.K}: stage {k} needs {_size(st.state)} of weights and optimiser state "
+            f"+ {_size(st.per_sample)} per sample; raise pipeline.K or use train.batch_mode=fixed"
+        )
+    lo, hi = 1, 2
+    while hi < 2**31 and _fits(stages, hi, memory, p.replicas):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # memory grows with the micro-batch: bisect the last size that fits
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _fits(stages, mid, memory, p.replicas) else (lo, mid)
+    return lo
+
+
+def plan_run(
+    spec: RunConfig,
+    model: ModelPlan,
+    memory: DeviceMemory,
+    *,
+    device_type: str = "cpu",
+    time_costs: Callable[[int], list[float]] | None = None,
+    time_source: str = "",
+) -> RunPlan:
+    """Plan ``spec`` against ``memory``. ``device_type``: the kernels the stages are planned with;
+    ``time_costs(n)``: per-layer seconds at n samples per micro-batch where they are known before
+    the run (the simulator's hardware profile), else ``balance_by=time`` is measured by the ranks."""
+    p = spec.pipeline
+    planner = _Planner(spec, model, device_type, time_costs, time_source)
+    mb = spec.train.batch_size // p.replicas // p.M
+    if spec.train.batch_mode == "fit":
+        n, seen = planner.sentences(mb), set()
+        for _ in range(FIT_ROUNDS):
+            balance, _, _ = planner.balance(n)
+            best = _largest(planner.stages(balance, 1), memory, spec)
+            if best == n or (best, tuple(balance)) in seen:
+                break
+            seen.add((best, tuple(balance)))
+            n = best
+        n = best
+        mb = n * planner.unit
+        spec = replace(spec, train=replace(spec.train, batch_size=mb * p.M * p.replicas))
+    n = planner.sentences(mb)
+    balance, choice, measure = planner.balance(n)
+    stages = planner.stages(balance, n)
+    return RunPlan(spec, mb, n, balance, choice, stages, memory, measure)
