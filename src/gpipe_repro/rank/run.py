@@ -11,6 +11,7 @@ by all ranks together from what they measure (``rank.balance``).
 
 from __future__ import annotations
 
+import copy
 import datetime
 import signal
 import time
@@ -108,8 +109,9 @@ class RankRun:
         sl = stage_slice(self.plan.balance, topo.stage)
         self.offset = sl.start
         # Only this stage's layers get memory; each is initialised from its global index, so the
-        # weights (and the losses) are the same whatever K is.
-        mine = materialize(model.layers[sl], spec.seed, first_index=sl.start)
+        # weights (and the losses) are the same whatever K is. The plan's meta layers are copied,
+        # never allocated in place: the plan is read again after the ranks (train.predict, eval).
+        mine = materialize([copy.deepcopy(m) for m in model.layers[sl]], spec.seed, first_index=sl.start)
         self.pipe = Pipeline(
             mine,
             topo,
