@@ -12,8 +12,12 @@ Every variant runs in fresh processes, because our engine changes malloc setting
 
 The paired A/Bs run the variants of ``AB`` in the same two ranks, one step of each in turn (the order
 reversed every round), so the machine's drift hits them alike: the transfers' layouts (one process
-group for everything, as the engine had before its channels; one group per link and direction; one
-batch per action) and keyed random draws (``Pipeline(seed=...)``, issue #18) against none.
+group for everything, as the engine had before its channels; one group per link and direction) and
+keyed random draws (``Pipeline(seed=...)``, issue #18) against none. Beside them, what keying costs
+by itself: one cell call's seeding, timed in one process over many calls, times the calls of a step.
+(The other candidate for NCCL's order, each receive batched with the sends of the action before it
+in one ``batch_isend_irecv``, was measured this way at commit 056296e and removed: 1-9% slower than
+the channels at K = 2, most at M = 8, where receives posted ahead matter most.)
 
 ``--device cuda`` (``make gpu-check``): one rank per GPU over nccl, the model widened to 256 channels
 on 32x32 inputs and a batch of 256 (the CPU size is launch-bound on a GPU), every step timed after a
@@ -182,7 +186,6 @@ def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, 
 AB: dict[str, tuple[str, dict[str, Any]]] = {  # name -> (transfer layout, more Pipeline arguments)
     "one_group": ("one_group", {}),  # every transfer on one process group: the engine before
     "channels": ("channels", {}),  # one group per link and direction: the engine now
-    "batched": ("one_group", {"_p2p": "batched"}),  # each receive batched with the sends before it
     "keyed": ("channels", {"seed": 0}),  # the engine now, random draws keyed (issue #18)
 }
 
@@ -427,6 +430,7 @@ def ab(Ms: list[int], a: argparse.Namespace) -> dict:
     names = list(AB)
     out: dict = {"variants": {n: AB[n][0] + (f" {AB[n][1]}" if AB[n][1] else "") for n in names}}
     out["steps"], out["warmup"], out["repeats"], out["rows"] = 2 * a.steps, a.warmup, a.repeats, []
+    out["keying_us_per_call"], out["stage_layers"] = keying_us_per_call()
     for M in Ms:
         samples: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(a.repeats):
@@ -451,21 +455,47 @@ def _ab_lines(res: dict) -> list[str]:
         f"per repetition after {ab['warmup']} warm-up rounds, {ab['repeats']} repetitions; median; "
         "a step's time is its slowest rank's). `one_group`: every transfer on one process group, as "
         "the engine had before its channels (deadlocks under NCCL's order); `channels`: one group "
-        "per link and direction; `batched`: each receive batched with the sends before it, on one "
-        "group; `keyed`: channels with random draws keyed by (seed, step, micro-batch, layer).",
+        "per link and direction; `keyed`: channels with random draws keyed by (seed, step, "
+        "micro-batch, layer). Paired ratios: the median over steps of the ratio of the two "
+        "variants' times in the same round. Keying by itself: "
+        f"{ab['keying_us_per_call']:.1f} µs per cell call of {ab['stage_layers']} layers "
+        "(timed in one process), i.e. the share of the `channels` step below for M forward calls.",
         "",
         "| M | "
         + " | ".join(f"{n} (ms)" for n in names)
-        + " | channels / one_group | keyed / channels |",
-        "|---|" + "---|" * (len(names) + 2),
+        + " | paired channels / one_group | paired keyed / channels | keying's share |",
+        "|---|" + "---|" * (len(names) + 3),
     ]
     for r in ab["rows"]:
+        share = r["M"] * ab["keying_us_per_call"] * 1e-6 / r["channels"]
         lines.append(
             f"| {r['M']} | "
             + " | ".join(f"{r[n] * 1e3:.1f}" for n in names)
-            + f" | {r['channels'] / r['one_group']:.3f} | {r['keyed'] / r['channels']:.3f} |"
+            + f" | {_paired(r, 'channels', 'one_group'):.3f} | {_paired(r, 'keyed', 'channels'):.3f}"
+            + f" | {share * 100:.2f}% |"
         )
     return lines
+
+
+def _paired(row: dict, a: str, b: str) -> float:
+    s = row["samples"]
+    return statistics.median(x / y for x, y in zip(s[a], s[b]))
+
+
+def keying_us_per_call(calls: int = 20000) -> tuple[float, int]:
+    """Microseconds one keyed call of a stage's cell spends seeding (outer streams kept, every
+    layer seeded), and the stage's layer count; in this process, one thread."""
+    from gpipe_repro.engine.rng import Draws
+
+    torch.set_num_threads(1)
+    n = max(BALANCE)
+    draws = Draws(0, 0, torch.device(DEVICE))
+    t0 = time.perf_counter()
+    for i in range(calls):
+        with draws.kept_outside():
+            for j in range(n):
+                draws.seed_layer(0, i % 8, j)
+    return (time.perf_counter() - t0) / calls * 1e6, n
 
 
 def _cpu() -> str:

@@ -159,7 +159,6 @@ class Pipeline:
         precision: str = "fp32",
         seed: int | None = None,
         first_layer: int = 0,
-        _p2p: str = "channels",
     ) -> None:
         if M < 1:
             raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
@@ -207,14 +206,7 @@ class Pipeline:
         self.meter = ActivationMeter(self.cell.parameters()) if track_memory else None
         self.peak_activation_bytes = 0
         self.lookahead = lookahead
-        if _p2p == "batched":  # the A/B candidate (temporary)
-            from .batched import BatchedTransfers
-
-            self.transfers: Transfers = BatchedTransfers(
-                topology, self.actions, lookahead, self.recorder
-            )
-        else:
-            self.transfers = Transfers(topology, self.actions, lookahead, self.recorder)
+        self.transfers = Transfers(topology, self.actions, lookahead, self.recorder)
         self.steps_done = 0  # train_step calls: the step of the keys when none is given
 
     # ------------------------------------------------------------------ public API
