@@ -24,27 +24,33 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["INFERENCE_STEP", "Draws", "draw_seed"]
+__all__ = ["INFERENCE_STEP", "Draws", "derive_seed", "draw_seed"]
 
 INFERENCE_STEP = -1  # the step of the keys of ``Pipeline.forward`` (inference draws nothing in
 # eval mode unless a layer samples on purpose; keyed anyway, so it too is the same whatever K)
 _MASK = (1 << 64) - 1
 
 
-def _mix(z: int) -> int:
-    """splitmix64's finaliser: a bijection of 64-bit integers that scatters nearby inputs."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
+def _splitmix64(x: int) -> int:
+    # SplitMix64's finaliser (Steele, Lea & Flood 2014): decorrelates nearby integers.
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed from integers, e.g. ``(seed, epoch, index)``; different tuples give unrelated
+    seeds (a valid seed for every generator)."""
+    h = _splitmix64(len(parts))
+    for p in parts:
+        h = _splitmix64(h ^ (int(p) & _MASK))
+    return h >> 1
 
 
 def draw_seed(seed: int, step: int, mb: int, layer: int) -> int:
     """The generator seed of global layer ``layer`` for micro-batch ``mb`` of step ``step``."""
-    h = 0
-    for v in (seed, step, mb, layer):
-        h = _mix(h ^ (v & _MASK))
-    return h >> 1  # 63 bits: a valid seed for every generator
+    return derive_seed(seed, step, mb, layer)
 
 
 class Draws:
