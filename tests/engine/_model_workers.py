@@ -74,13 +74,15 @@ def train(
         seed=seed,
         first_layer=sl.start,
     )
-    opt = torch.optim.SGD(pipe.parameters(), lr=0.05, momentum=0.9)
+    params = list(pipe.parameters())  # none on MLP's first stage at K = 4 (a Flatten)
+    opt = torch.optim.SGD(params, lr=0.05, momentum=0.9) if params else None
     losses = []
     for step in range(STEPS):
         x, y = batch(model, step)
         loss = pipe.train_step(x if topo.is_first else None, y if topo.is_last else None, step)
-        opt.step()
-        opt.zero_grad(set_to_none=False)
+        if opt is not None:
+            opt.step()
+            opt.zero_grad(set_to_none=False)
         losses.append(loss)
     state = {
         f"{sl.start + i}.{k}": v.clone()

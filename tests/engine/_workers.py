@@ -87,12 +87,8 @@ def reference_step(
     with torch.no_grad():
         for p in model.parameters():
             p -= lr * p.grad
-    model.eval()
-    with torch.no_grad():
-        out = model(x)  # inference with the updated weights
-    return {
+    res = {
         "loss": loss.item(),
-        "out": out,
         "grads": grads,
         "params": [p.detach().clone() for p in model.parameters()],
         "buffers": {
@@ -100,7 +96,13 @@ def reference_step(
             for k, v in model.state_dict().items()
             if "running" in k or "num_batches" in k
         },
+        "out": None,
     }
+    if not batchnorm:  # (ChunkedBN has no eval mode: it would count the inference batch)
+        model.eval()
+        with torch.no_grad():
+            res["out"] = model(x)  # inference with the updated weights
+    return res
 
 
 def _unwrap(key: str) -> str:
