@@ -1,6 +1,7 @@
-"""Engine benchmark: ours vs torch.distributed.pipelining, K=2 speed-up, K=1 overhead.
+"""Engine benchmark: ours vs torch.distributed.pipelining, K=2 speed-up, K=1 overhead, paired A/Bs.
 
     make bench-engine            # writes reports/engine/{results.json, engine.md, engine.png}
+    python bench/engine.py --ab-only --out /tmp/ab   # only the paired A/Bs (results.json there)
 
 One rank per core (2 on this machine), one intra-op thread per rank, a compute-bound model (a stack of
 3x3 convolutions at 64 channels on 16x16 inputs: a micro-batch's compute dominates its weight
@@ -8,6 +9,15 @@ traffic). Every number below comes from one invocation; the
 machine is shared, so compare the ratios of one report rather than absolute times across reports.
 Every variant runs in fresh processes, because our engine changes malloc settings for its process
 (``engine.hostmem``); the controls give theirs and the plain step the same settings.
+
+The paired A/Bs run the variants of ``AB`` in the same two ranks, one step of each in turn (the order
+reversed every round), so the machine's drift hits them alike: the transfers' layouts (one process
+group for everything, as the engine had before its channels; one group per link and direction) and
+keyed random draws (``Pipeline(seed=...)``, issue #18) against none. Beside them, what keying costs
+by itself: one cell call's seeding, timed in one process over many calls, times the calls of a step.
+(The other candidate for NCCL's order, each receive batched with the sends of the action before it
+in one ``batch_isend_irecv``, was measured this way at commit 056296e and removed: 1-9% slower than
+the channels at K = 2, most at M = 8, where receives posted ahead matter most.)
 
 ``--device cuda`` (``make gpu-check``): one rank per GPU over nccl, the model widened to 256 channels
 on 32x32 inputs and a batch of 256 (the CPU size is launch-bound on a GPU), every step timed after a
@@ -25,6 +35,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -106,6 +117,39 @@ def overhead_pairs(K: int, steps: int, warmup: int) -> list[tuple[float, float, 
                 )
             )
     return out
+
+
+AB: dict[str, tuple[str, dict[str, Any]]] = {  # name -> (transfer layout, more Pipeline arguments)
+    "one_group": ("one_group", {}),  # every transfer on one process group: the engine before
+    "channels": ("channels", {}),  # one group per link and direction: the engine now
+    "keyed": ("channels", {"seed": 0}),  # the engine now, random draws keyed (issue #18)
+}
+
+
+def paired(K: int, M: int, names: list[str], steps: int, warmup: int) -> dict[str, list[float]]:
+    """This rank's step times of each ``AB`` variant, one step of each in turn (see the module
+    docstring). Every rank builds the same topologies in the same order."""
+    torch.set_num_threads(1)
+    topos = {
+        "one_group": init_topology(K, device=DEVICE, _one_group=True),
+        "channels": init_topology(K, device=DEVICE),
+    }
+    fns = {n: ours_step(K, M, "never", topo=topos[AB[n][0]], **AB[n][1])[0] for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(warmup + steps):
+        for n in names if i % 2 == 0 else names[::-1]:
+            t = _timed(fns[n], 1, 0)[0][0]
+            if i >= warmup:
+                times[n].append(t)
+    return times
+
+
+def paired_times(
+    K: int, M: int, names: list[str], steps: int, warmup: int
+) -> dict[str, list[float]]:
+    """Per variant, each step's time (its slowest rank's)."""
+    per_rank = launch(paired, K, (K, M, names, steps, warmup), threads=1)
+    return {n: [max(ts) for ts in zip(*(r[n] for r in per_rank))] for n in names}
 
 
 def ours(K: int, M: int, checkpoint: str, steps: int, warmup: int) -> list[tuple[float, int]]:
@@ -206,6 +250,7 @@ def main() -> None:
     ap.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one rank per GPU over nccl"
     )
+    ap.add_argument("--ab-only", action="store_true", help="only the paired A/Bs")
     a = ap.parse_args()
     if a.device != DEVICE:  # the ranks and this process read the device from the environment
         os.environ["GPIPE_BENCH_DEVICE"] = a.device
@@ -236,6 +281,11 @@ def main() -> None:
         return
     Ms = [int(m) for m in a.M.split(",")]
     S, W = a.steps, a.warmup
+    if a.ab_only:
+        res = {"machine": {"cpu": _cpu(), "torch": torch.__version__}, "ab": ab(Ms, a)}
+        (out / "results.json").write_text(json.dumps(res, indent=2))
+        print("\n".join(_ab_lines(res)))
+        return
     gpus = torch.cuda.device_count() if DEVICE == "cuda" else 0
     variants = {k: v for k, v in VARIANTS.items() if DEVICE == "cpu" or v[1] <= gpus}
     res: dict = {
@@ -303,10 +353,85 @@ def main() -> None:
             row["share_of_ideal"] = row["speedup_vs_K1_sameM"] / row["ideal_speedup"]
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
+    if gpus >= 2 or DEVICE == "cpu":
+        res["ab"] = ab(Ms, a)
     (out / "results.json").write_text(json.dumps(res, indent=2))
     write_markdown(res, out / "engine.md")
     plot(res, out / "engine.png")
     print(f"report: {out / 'engine.md'}")
+
+
+def ab(Ms: list[int], a: argparse.Namespace) -> dict:
+    """The paired A/Bs at K = 2: per M, each variant's median step time over every repetition."""
+    names = list(AB)
+    out: dict = {"variants": {n: AB[n][0] + (f" {AB[n][1]}" if AB[n][1] else "") for n in names}}
+    out["steps"], out["warmup"], out["repeats"], out["rows"] = 2 * a.steps, a.warmup, a.repeats, []
+    out["keying_us_per_call"], out["stage_layers"] = keying_us_per_call()
+    for M in Ms:
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        for _ in range(a.repeats):
+            for n, ts in paired_times(2, M, names, 2 * a.steps, a.warmup).items():
+                samples[n] += ts
+        row = {"M": M, **{n: statistics.median(samples[n]) for n in names}, "samples": samples}
+        out["rows"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)
+    return out
+
+
+def _ab_lines(res: dict) -> list[str]:
+    ab = res.get("ab")
+    if not ab:
+        return []
+    names = list(ab["variants"])
+    lines = [
+        "",
+        "## Paired A/B at K = 2: transfer layouts and keyed random draws",
+        "",
+        f"The variants run in the same two ranks, one step of each in turn ({ab['steps']} steps each "
+        f"per repetition after {ab['warmup']} warm-up rounds, {ab['repeats']} repetitions; median; "
+        "a step's time is its slowest rank's). `one_group`: every transfer on one process group, as "
+        "the engine had before its channels (deadlocks under NCCL's order); `channels`: one group "
+        "per link and direction; `keyed`: channels with random draws keyed by (seed, step, "
+        "micro-batch, layer). Paired ratios: the median over steps of the ratio of the two "
+        "variants' times in the same round. Keying by itself: "
+        f"{ab['keying_us_per_call']:.1f} µs per cell call of {ab['stage_layers']} layers "
+        "(timed in one process), i.e. the share of the `channels` step below for M forward calls.",
+        "",
+        "| M | "
+        + " | ".join(f"{n} (ms)" for n in names)
+        + " | paired channels / one_group | paired keyed / channels | keying's share |",
+        "|---|" + "---|" * (len(names) + 3),
+    ]
+    for r in ab["rows"]:
+        share = r["M"] * ab["keying_us_per_call"] * 1e-6 / r["channels"]
+        lines.append(
+            f"| {r['M']} | "
+            + " | ".join(f"{r[n] * 1e3:.1f}" for n in names)
+            + f" | {_paired(r, 'channels', 'one_group'):.3f} | {_paired(r, 'keyed', 'channels'):.3f}"
+            + f" | {share * 100:.2f}% |"
+        )
+    return lines
+
+
+def _paired(row: dict, a: str, b: str) -> float:
+    s = row["samples"]
+    return statistics.median(x / y for x, y in zip(s[a], s[b]))
+
+
+def keying_us_per_call(calls: int = 20000) -> tuple[float, int]:
+    """Microseconds one keyed call of a stage's cell spends seeding (outer streams kept, every
+    layer seeded), and the stage's layer count; in this process, one thread."""
+    from gpipe_repro.engine.rng import Draws
+
+    torch.set_num_threads(1)
+    n = max(BALANCE)
+    draws = Draws(0, 0, torch.device(DEVICE))
+    t0 = time.perf_counter()
+    for i in range(calls):
+        with draws.kept_outside():
+            for j in range(n):
+                draws.seed_layer(0, i % 8, j)
+    return (time.perf_counter() - t0) / calls * 1e6, n
 
 
 def _cpu() -> str:
@@ -424,6 +549,7 @@ def write_markdown(res: dict, path: Path) -> None:
     for r in rows:
         lines.append(f"| {r['M']} | " + " | ".join(f"{r['faults'][n]:.0f}" for n in names) + " |")
     lines += _overhead(res)
+    lines += _ab_lines(res)
     path.write_text("\n".join(lines))
 
 

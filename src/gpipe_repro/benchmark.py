@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from .engine import Pipeline, init_topology, single_process, stage_slice
+from .engine import Pipeline, Topology, init_topology, single_process, stage_slice
 
 __all__ = ["DEVICE", "CH", "HW", "DEPTH", "N", "BALANCE", "layers", "batch", "loss_fn", "ours_step"]
 
@@ -50,11 +51,18 @@ def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def ours_step(
-    K: int, M: int, checkpoint: str, host_memory: str = "retain"
+    K: int,
+    M: int,
+    checkpoint: str,
+    host_memory: str = "retain",
+    topo: Topology | None = None,
+    **extra: Any,
 ) -> tuple[Callable[[], None], Pipeline]:
-    """This rank's training step through our engine (K = 1: one process, no communication)."""
+    """This rank's training step through our engine (K = 1: one process, no communication);
+    ``topo``: a topology built by the caller; ``extra``: more ``Pipeline`` arguments."""
     torch.set_num_threads(1)
-    topo = init_topology(K, device=DEVICE) if K > 1 else single_process(DEVICE)
+    if topo is None:
+        topo = init_topology(K, device=DEVICE) if K > 1 else single_process(DEVICE)
     mine = layers()[stage_slice(BALANCE if K == 2 else [sum(BALANCE)], topo.stage)]
     pipe = Pipeline(
         mine,
@@ -64,6 +72,7 @@ def ours_step(
         loss_fn=loss_fn,
         track_memory=False,
         host_memory=host_memory,
+        **extra,
     )
     opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
     x, y = batch()

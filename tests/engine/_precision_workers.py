@@ -99,13 +99,13 @@ def _train(
     )
     opt = torch.optim.SGD(pipe.parameters(), lr=0.05, momentum=0.9)
     sent: list[tuple[str, int]] = []  # (dtype, bytes) of every tensor this rank sent
-    real_isend = comm_module.isend
+    real_isend = comm_module.Channel.isend
 
-    def isend(tensors: Any, dst: int) -> Any:
+    def isend(channel: Any, tensors: Any) -> Any:
         sent.extend((str(t.dtype), t.numel() * t.element_size()) for t in tensors)
-        return real_isend(tensors, dst)
+        return real_isend(channel, tensors)
 
-    comm_module.isend = isend
+    comm_module.Channel.isend = isend  # type: ignore[method-assign]
     losses = []
     try:
         for step in range(steps):
@@ -115,7 +115,7 @@ def _train(
             opt.zero_grad(set_to_none=False)
             losses.append(loss)
     finally:
-        comm_module.isend = real_isend
+        comm_module.Channel.isend = real_isend  # type: ignore[method-assign]
     return {
         "stage": topo.stage,
         "losses": losses,

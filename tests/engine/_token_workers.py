@@ -78,9 +78,15 @@ def pipeline_run(
     checkpoint: str = "except_last",
     replicas: int = 1,
     lr: float = 0.1,
+    nccl_order: bool = False,
 ) -> dict:
-    """The same steps through a K-stage pipeline (and D replicas, each taking a slice of the rows)."""
-    topo = init_topology(K, replicas, timeout_s=30.0) if K * replicas > 1 else single_process()
+    """The same steps through a K-stage pipeline (and D replicas, each taking a slice of the rows);
+    ``nccl_order``: the transfers in NCCL's order (``engine.fifo``)."""
+    topo = (
+        init_topology(K, replicas, timeout_s=30.0, nccl_order=nccl_order)
+        if K * replicas > 1
+        else single_process()
+    )
     layers = make_layers()
     sl = stage_slice(BALANCE[K], topo.stage)
     pipe = Pipeline(

@@ -7,8 +7,25 @@ import copy
 import torch
 from torch import nn
 
-from gpipe_repro.engine import Pipeline, init_topology, stage_slice
+from gpipe_repro.engine import Pipeline, Topology, init_topology, stage_slice
 from gpipe_repro.models.toy import tuplenet_layers
+
+_TOPOLOGIES: dict[tuple, Topology] = {}
+
+
+def topology(
+    K: int, replicas: int = 1, nccl_order: bool = False, one_group: bool = False, timeout_s=120.0
+) -> Topology:
+    """This rank's topology in a communication mode, made once per launch (every rank asks for the
+    modes in the same order, so every rank creates the same process groups in the same order).
+    ``nccl_order``: the channels run in NCCL's order (``engine.fifo``); ``one_group``: every
+    channel on the default group, as before the engine had channels."""
+    key = (K, replicas, nccl_order, one_group)
+    if key not in _TOPOLOGIES:
+        _TOPOLOGIES[key] = init_topology(
+            K, replicas, timeout_s=timeout_s, nccl_order=nccl_order, _one_group=one_group
+        )
+    return _TOPOLOGIES[key]
 
 
 def make_layers(seed: int = 0, dropout: float = 0.0, batchnorm: bool = False) -> list[nn.Module]:
@@ -70,7 +87,7 @@ def reference_step(
     with torch.no_grad():
         for p in model.parameters():
             p -= lr * p.grad
-    return {
+    res = {
         "loss": loss.item(),
         "grads": grads,
         "params": [p.detach().clone() for p in model.parameters()],
@@ -79,7 +96,13 @@ def reference_step(
             for k, v in model.state_dict().items()
             if "running" in k or "num_batches" in k
         },
+        "out": None,
     }
+    if not batchnorm:  # (ChunkedBN has no eval mode: it would count the inference batch)
+        model.eval()
+        with torch.no_grad():
+            res["out"] = model(x)  # inference with the updated weights
+    return res
 
 
 def _unwrap(key: str) -> str:
@@ -99,9 +122,16 @@ def pipeline_step(
     replicas: int = 1,
     lr: float = 0.1,
     batchnorm: bool = False,
+    nccl_order: bool = False,
+    one_group: bool = False,
+    timeout_s: float = 120.0,
+    infer: bool = False,
 ) -> dict:
-    """One pipelined SGD step; returns this rank's slice of grads/params/buffers and its loss."""
-    topo = init_topology(K, replicas)
+    """One pipelined SGD step; returns this rank's slice of grads/params/buffers and its loss
+    (``infer``: and the last stage's inference output with the updated weights, else None).
+
+    ``nccl_order``, ``one_group``: the communication mode (see :func:`topology`)."""
+    topo = topology(K, replicas, nccl_order, one_group, timeout_s)
     layers = make_layers(dropout=dropout, batchnorm=batchnorm)
     sl = stage_slice(balance, topo.stage)
     mine = copy.deepcopy(layers[sl])
@@ -125,6 +155,7 @@ def pipeline_step(
     with torch.no_grad():
         for p in pipe.parameters():
             p -= lr * p.grad
+    out = pipe.forward(x if topo.is_first else None) if infer else None
     first_layer = sl.start
     bufs = {}
     for i, layer in enumerate(pipe.cell.layers):
@@ -139,6 +170,7 @@ def pipeline_step(
         "params": [p.detach().clone() for p in pipe.parameters()],
         "buffers": bufs,
         "peak_act": pipe.peak_activation_bytes,
+        "out": out,
     }
 
 
@@ -232,3 +264,33 @@ def gather(results: list[dict], key: str, replica: int = 0) -> list[torch.Tensor
     for r in sorted((r for r in results if r["replica"] == replica), key=lambda r: r["stage"]):
         out += r[key]
     return out
+
+
+def held_sends(K: int, M: int) -> list[dict]:
+    """One 1F1B step on plain gloo, one in NCCL's order: see :func:`held_sends_step`."""
+    return [held_sends_step(K, M, "1f1b", order) for order in (False, True)]
+
+
+def held_sends_step(K: int, M: int, schedule: str, nccl_order: bool) -> dict:
+    """One step; after every action, the micro-batches whose activation sends this stage still
+    holds (the engine releases them as they complete)."""
+    topo = topology(K, nccl_order=nccl_order)
+    torch.manual_seed(0)
+    pipe = Pipeline(
+        [nn.Linear(64, 64)], topo, M=M, schedule=schedule, checkpoint="always", loss_fn=mse
+    )
+    held: list[list[int]] = []
+    release = pipe.transfers.release
+
+    def recorded() -> None:
+        release()
+        held.append(sorted(mb for kind, mb in pipe.transfers.held if kind == "F"))
+
+    pipe.transfers.release = recorded  # type: ignore[method-assign]
+    x = torch.randn(4 * M, 64)
+    pipe.train_step(x if topo.is_first else None, x if topo.is_last else None)
+    return {"stage": topo.stage, "held": held, "after": pipe.transfers.held}
+
+
+def mse(y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return (y - t).pow(2).mean()

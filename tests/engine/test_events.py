@@ -4,8 +4,73 @@ import statistics
 
 import _workers as w
 import pytest
+import torch
 
-from gpipe_repro.engine import Event, bubble_fraction, chrome_trace, launch, measured_bubble
+from gpipe_repro.engine import (
+    Event,
+    Pipeline,
+    bubble_fraction,
+    chrome_trace,
+    launch,
+    measured_bubble,
+    single_process,
+)
+from gpipe_repro.engine.events import Recorder
+
+
+class DeviceLikeClock:
+    """A clock whose marks are tickets, known as seconds only once resolved — as CUDA events are,
+    after the step's synchronisation."""
+
+    def __init__(self) -> None:
+        self.tickets = 0
+        self.resolved: list[int] = []  # how many marks each resolve call got
+
+    def mark(self) -> int:
+        self.tickets += 1
+        return self.tickets
+
+    def resolve(self, marks: list[int]) -> list[float]:
+        self.resolved.append(len(marks))
+        return [100.0 + m for m in marks]
+
+
+def test_spans_are_device_marks_resolved_once_at_the_step_end():
+    clock = DeviceLikeClock()
+    rec = Recorder(stage=1, clock=clock)
+    with rec.span("forward", 0):
+        pass
+    with rec.span("backward", 0):
+        pass
+    assert rec.events == [] and clock.resolved == []  # nothing is read from the device mid-step
+    rec.end_step()
+    assert clock.resolved == [4] and rec.step == 1
+    assert [(e.action, e.start, e.end, e.stage, e.step) for e in rec.events] == [
+        ("forward", 101.0, 102.0, 1, 0),
+        ("backward", 103.0, 104.0, 1, 0),
+    ]
+
+
+def test_a_step_records_every_action_through_its_clock():
+    torch.manual_seed(0)
+    pipe = Pipeline([torch.nn.Linear(4, 4)], single_process(), M=2, loss_fn=w.mse)
+    clock = DeviceLikeClock()
+    pipe.recorder = Recorder(clock=clock)
+    pipe.transfers.recorder = pipe.recorder
+    x = torch.randn(4, 4)
+    pipe.train_step(x, x)
+    pipe.train_step(x, x)
+    assert len(clock.resolved) == 2  # one resolution per step
+    names = [(e.action, e.mb) for e in pipe.recorder.events if e.step == 1]
+    assert names == [
+        ("forward", 0),
+        ("forward", 1),
+        ("backward", 1),  # except_last: only micro-batch 0 is rematerialised; backward in reverse
+        ("recompute", 0),
+        ("backward", 0),
+        ("send", -1),
+        ("step", -1),
+    ], names
 
 
 @pytest.mark.slow

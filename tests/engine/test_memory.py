@@ -21,3 +21,26 @@ def test_remat_activation_memory_follows_the_papers_formula():
         predicted = M * boundary_mb + per_mb
         assert a_always == pytest.approx(predicted, rel=0.10), (st, a_always, predicted)
         assert a_always < 0.35 * a_never
+
+
+def test_peak_memory_resets_after_warm_up():
+    """A run resets the peaks after its warm-up steps, so a large first step does not stay its peak;
+    a CPU has no allocator counter (None), the accounted peak is the measure."""
+    import torch
+
+    from gpipe_repro.engine import Pipeline, single_process
+
+    torch.manual_seed(0)
+    pipe = Pipeline(
+        [torch.nn.Linear(32, 32), torch.nn.ReLU()], single_process(), M=2, loss_fn=w.mse
+    )
+    big, small = torch.randn(64, 32), torch.randn(8, 32)
+    pipe.train_step(big, big)
+    warm = pipe.peak_activation_bytes
+    pipe.train_step(small, small)
+    assert pipe.peak_activation_bytes == warm  # the peak of all steps so far
+    pipe.reset_peak_memory()
+    assert pipe.peak_activation_bytes == 0
+    pipe.train_step(small, small)
+    assert 0 < pipe.peak_activation_bytes < warm / 4
+    assert pipe.allocator_peak_bytes is None

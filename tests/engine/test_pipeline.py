@@ -11,6 +11,9 @@ MS = [1, 2, 4, 8]
 MODES = ["never", "except_last", "always"]
 SCHEDS = ["gpipe", "1f1b"]
 BALANCE = {1: [8], 2: [3, 5], 4: [2, 2, 2, 2]}
+# Communication modes: plain gloo, and NCCL's order on gloo (``engine.fifo``: each channel's
+# operations one at a time, as on a GPU); each runs on its own topology inside one launch.
+COMM = {"gloo": dict(), "nccl_order": dict(nccl_order=True)}
 
 
 gather, rel_err = w.gather, w.rel_err
@@ -23,22 +26,37 @@ def run_grid(K, configs, replicas=1):
     return [[rank[i] for rank in per_rank] for i in range(len(configs))]
 
 
-def test_two_stages_four_micro_batches_with_remat_equal_single_process():
-    """The fast-set exactness case (K=2, M=4, remat): the whole grid below is marked slow."""
+def last(res: list[dict]) -> dict:
+    return max(res, key=lambda r: r["stage"])
+
+
+@pytest.mark.parametrize("comm", COMM)
+def test_two_stages_four_micro_batches_with_remat_equal_single_process(comm):
+    """The fast-set exactness case (K=2, M=4, remat, both schedules, then inference): the whole
+    grid below is marked slow. On plain gloo also with every channel on the default group (the
+    engine before channels), which completes there and deadlocks in NCCL's order (``test_fifo``)."""
     ref = w.reference_step()
-    configs = [dict(M=4, checkpoint="always", schedule="gpipe", balance=BALANCE[2])]
-    (res,) = run_grid(2, configs)
-    assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5
-    assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5
+    layouts = [COMM[comm]] + ([dict(one_group=True)] if comm == "gloo" else [])
+    configs = [
+        dict(M=4, checkpoint="always", schedule=s, balance=BALANCE[2], infer=True, **layout)
+        for layout in layouts
+        for s in SCHEDS
+    ]
+    for cfg, res in zip(configs, run_grid(2, configs)):
+        assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
+        assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5, cfg
+        assert rel_err([last(res)["out"]], [ref["out"]]) <= 1e-5, cfg
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("K", [1, 2, 4])
 def test_gradients_and_update_equal_single_process(K):
+    """Every M from 1 to 2K, remat mode and schedule; at K >= 2 in both communication modes."""
     ref = w.reference_step()
+    comms = COMM.values() if K > 1 else [{}]
     configs = [
-        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[K])
-        for M, c, s in itertools.product(MS, MODES, SCHEDS)
+        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[K], **comm)
+        for M, c, s, comm in itertools.product(MS, MODES, SCHEDS, comms)
     ]
     for cfg, res in zip(configs, run_grid(K, configs)):
         assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
@@ -65,10 +83,13 @@ def test_dropout_remat_repeats_the_same_masks():
 
 @pytest.mark.slow
 def test_two_replicas_of_two_stages_equal_single_process_on_global_batch():
+    """DDP's all-reduce runs on the stage's data-parallel group, beside the channels: in NCCL's
+    order too."""
     ref = w.reference_step(N=16)
     configs = [
-        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[2])
+        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[2], **comm)
         for M, c, s in [(2, "never", "gpipe"), (4, "always", "1f1b"), (1, "except_last", "gpipe")]
+        for comm in COMM.values()
     ]
     for cfg, res in zip(configs, run_grid(2, configs, replicas=2)):
         for rep in (0, 1):

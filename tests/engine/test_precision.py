@@ -1,4 +1,5 @@
-"""bf16 through the engine: identical losses across K, close to fp32, bf16 on the wire, fp32 state.
+"""bf16 through the engine: identical losses across K (fp32's too), close to fp32, bf16 on the wire,
+fp32 state.
 
 The casts sit at layer boundaries (``Cell``), so a stage boundary adds none: the same casts happen
 in the same places whatever K, and bf16 losses are bit-identical across K = 1, 2, 4 at the same M
@@ -45,6 +46,14 @@ def _run(by_k: dict, K: int, model: str, precision: str) -> list[dict]:
 def test_bf16_losses_are_identical_across_K(by_k, model):
     per_k = {K: _losses(_run(by_k, K, model, "bf16")) for K in (1, 2, 4)}
     assert len(per_k[1]) == STEPS and len(set(per_k[1])) == STEPS  # it trains: the losses move
+    assert per_k[2] == per_k[1], per_k
+    assert per_k[4] == per_k[1], per_k
+
+
+@pytest.mark.parametrize("model", pw.MODELS)
+def test_fp32_losses_are_identical_across_K(by_k, model):
+    per_k = {K: _losses(_run(by_k, K, model, "fp32")) for K in (1, 2, 4)}
+    assert len(set(per_k[1])) == STEPS  # it trains: the losses move
     assert per_k[2] == per_k[1], per_k
     assert per_k[4] == per_k[1], per_k
 

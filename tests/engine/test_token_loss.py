@@ -70,11 +70,19 @@ def test_unknown_loss_reduction_is_one_line():
 @pytest.mark.slow
 def test_k2_any_m_and_shapes_varying_per_step_equal_single_process():
     """One launch of 2 ranks: M in {1, 2, 4} on one step, then three steps of changing shapes
-    (gpipe and 1f1b, with and without remat): no hang, same losses, gradients and updates."""
-    configs = [dict(M=M, steps=ONE_STEP) for M in MS] + [
-        dict(M=2, steps=tw.SHAPES, schedule="gpipe", checkpoint="never"),
-        dict(M=4, steps=tw.SHAPES, schedule="1f1b", checkpoint="always"),
-    ]
+    (gpipe and 1f1b, with and without remat, on plain gloo and in NCCL's order): no hang, same
+    losses, gradients and updates."""
+    configs = (
+        [dict(M=M, steps=ONE_STEP) for M in MS]
+        + [
+            dict(M=2, steps=tw.SHAPES, schedule="gpipe", checkpoint="never", nccl_order=order)
+            for order in (False, True)
+        ]
+        + [
+            dict(M=4, steps=tw.SHAPES, schedule="1f1b", checkpoint="always", nccl_order=order)
+            for order in (False, True)
+        ]
+    )
     per_rank = launch(tw.grid, 2, (2, configs), threads=1)
     one, many = tw.reference(ONE_STEP), tw.reference(tw.SHAPES)
     for i, cfg in enumerate(configs):

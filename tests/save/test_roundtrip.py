@@ -49,9 +49,8 @@ def test_save_at_k2_loads_at_k1_and_k4_bit_equal(tmp_path):
         assert_bit_equal(merged(loaded, "state"), saved, f"{what} loaded")
         assert last_loss(loaded) == last_loss(written), what
     assert_bit_equal(merged(one, "after"), after, "K=1 after a step")
-    # At K=4 the stem's output pair (h, h) crosses a stage boundary as two tensors, so the two
-    # gradients of h are summed in another order: the update agrees to rounding, not to the bit.
-    for k, t in merged(four, "after").items():
-        assert torch.allclose(t.double(), after[k].double(), rtol=1e-5, atol=1e-7), k
+    # At K=4 the stem's output pair (h, h) crosses a stage boundary: it crosses once, as one
+    # tensor, so h's gradients accumulate in one process's order and the update is bit-equal too.
+    assert_bit_equal(merged(four, "after"), after, "K=4 after a step")
     assert [res["rng"] for res in four] == ["reseeded"] * 4  # another K: no rank's own stream
     assert len(one[0]["losses"]) == steps

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..engine.rng import derive_seed
 from ._torchvision import import_torchvision
 
 import_torchvision()
@@ -32,24 +33,6 @@ __all__ = [
     "eval_transform",
     "train_transform",
 ]
-
-_MASK = (1 << 64) - 1
-
-
-def _splitmix64(x: int) -> int:
-    # SplitMix64's finaliser (Steele, Lea & Flood 2014): decorrelates nearby integers.
-    x = (x + 0x9E3779B97F4A7C15) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from integers, e.g. ``(seed, epoch, index)``; different tuples give unrelated seeds."""
-    h = _splitmix64(len(parts))
-    for p in parts:
-        h = _splitmix64(h ^ (int(p) & _MASK))
-    return h >> 1
 
 
 def apply_seeded(transform: Any, image: Any, seed: int) -> torch.Tensor:

@@ -1,17 +1,20 @@
 """What each stage did and when: the measured version of the paper's Fig. 2(c).
 
 Every stage records ``(action, micro-batch, start, end)`` for forward, backward, recompute, send,
-receive and wait. Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, shared by the
-processes of one machine), so the events of all stages of one host line up without correction. From
-them: step time, per-stage busy time, the measured bubble fraction, and a Chrome trace.
+receive and wait. Spans take marks from the device's clock (``device``: CUDA events on a GPU, the
+host clock on a CPU), resolved to seconds once per step, at its end; the seconds lie on the host's
+``time.perf_counter`` timeline (CLOCK_MONOTONIC on Linux, shared by the processes of one machine),
+so the events of all stages of one host line up without correction. From them: step time, per-stage
+busy time, the measured bubble fraction, and a Chrome trace.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .device import Clock, HostClock
 
 __all__ = ["Event", "Recorder", "COMPUTE", "busy_time", "measured_bubble", "chrome_trace"]
 
@@ -33,18 +36,34 @@ class Event:
 
 
 class Recorder:
-    """Collects events on one rank; cheap enough to stay on during timed steps."""
+    """Collects events on one rank; cheap enough to stay on during timed steps.
 
-    def __init__(self, stage: int = 0, replica: int = 0) -> None:
+    A step's spans hold the clock's marks until :meth:`end_step` resolves them (on CUDA after one
+    synchronisation); ``events`` holds the steps that ended."""
+
+    def __init__(self, stage: int = 0, replica: int = 0, clock: Clock | None = None) -> None:
         self.stage, self.replica = stage, replica
+        self.clock: Clock = clock if clock is not None else HostClock()
+        self.mark = self.clock.mark
         self.events: list[Event] = []
         self.step = 0
+        self._open: list[tuple[str, int, Any, Any]] = []
 
-    def add(self, action: str, mb: int, start: float, end: float) -> None:
-        self.events.append(Event(action, mb, start, end, self.stage, self.replica, self.step))
+    def add(self, action: str, mb: int, start: Any, end: Any) -> None:
+        """A span of this step between two of the clock's marks."""
+        self._open.append((action, mb, start, end))
 
     def span(self, action: str, mb: int = -1) -> _Span:
         return _Span(self, action, mb)
+
+    def end_step(self) -> None:
+        """Resolve this step's marks into events and count the step."""
+        secs = self.clock.resolve([m for _, _, s, e in self._open for m in (s, e)])
+        for i, (action, mb, _, _) in enumerate(self._open):
+            start, end = secs[2 * i], secs[2 * i + 1]
+            self.events.append(Event(action, mb, start, end, self.stage, self.replica, self.step))
+        self._open = []
+        self.step += 1
 
 
 class _Span:
@@ -54,11 +73,11 @@ class _Span:
         self.rec, self.action, self.mb = rec, action, mb
 
     def __enter__(self) -> _Span:
-        self.t0 = time.perf_counter()
+        self.t0 = self.rec.mark()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.rec.add(self.action, self.mb, self.t0, time.perf_counter())
+        self.rec.add(self.action, self.mb, self.t0, self.rec.mark())
 
 
 def busy_time(events: Iterable[Event]) -> float:

@@ -20,7 +20,17 @@ output. The loss function runs on the last stage; ``loss_reduction`` says what i
   backward by D (DDP averages) and all-reduces the reported loss, so it is the global loss.
 
 Boundary shapes may change from step to step (bucketed sentences): each stage describes its outputs
-once per step (see ``comm``).
+once per step (see ``comm``). Each direction of each link has a channel of its own, posted in the
+order its peer posts (see ``transfers``), which is what NCCL needs (see ``fifo``).
+
+Randomness: with ``seed`` given, every layer draws from generators seeded by (seed, step,
+micro-batch, global layer index) — ``first_layer`` is this cell's first global index, ``train_step``
+takes the step — so losses and updates are bit-identical whatever K, balance, schedule and remat, at
+a fixed M (see ``rng``). Without ``seed`` layers draw from the process's own streams, as in plain
+PyTorch (then the draws depend on which rank runs a layer).
+
+Timing: spans are measured on the device (CUDA events on a GPU), resolved at each step's end (see
+``device``).
 
 ``precision="bf16"``: every forward and recompute runs under autocast, each layer's float outputs are
 cast to bf16 at the layer boundary (so boundary activations and their gradients cross in bf16, and
@@ -31,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -40,18 +49,21 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from . import comm
+from . import device as devices
 from .batchnorm import commit as commit_batchnorm
 from .batchnorm import convert_batchnorm, recomputing
 from .checkpoint import DEFAULT_CHECKPOINT, restored_rng, save_rng, uses_remat
+from .comm import describe, rebuild, wire
 from .errors import ArgumentError
 from .events import Recorder
 from .hostmem import DEFAULT_HOST_MEMORY, apply_host_memory, check_host_memory
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
 from .precision import autocast, cast_floats, check_precision, compute_dtype, fp32_loss
+from .rng import INFERENCE_STEP, Draws
 from .schedule import DEFAULT_SCHEDULE, Action, stage_actions
 from .topology import Topology
+from .transfers import Transfers
 
 __all__ = ["Cell", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
 
@@ -70,16 +82,41 @@ class Cell(nn.Module):
     """A contiguous run of layers; each takes the previous one's output (tensor or tuple).
 
     ``dtype``: each layer's float outputs are cast to it (mixed precision: the casts sit at layer
-    boundaries, so a stage boundary adds none); None leaves them as the layer returns them."""
+    boundaries, so a stage boundary adds none); None leaves them as the layer returns them.
+    ``draws``: key each layer's random draws (see ``rng``); a call inside :meth:`keyed` uses that
+    (step, micro-batch), a call outside draws from the process's streams."""
 
-    def __init__(self, layers: Sequence[nn.Module], dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        dtype: torch.dtype | None = None,
+        draws: Draws | None = None,
+    ) -> None:
         super().__init__()
         self.layers: nn.ModuleList = nn.ModuleList(layers)
         self.dtype = dtype
+        self.draws = draws
+        self._key: tuple[int, int] | None = None
+
+    @contextlib.contextmanager
+    def keyed(self, step: int, mb: int) -> Iterator[None]:
+        """Calls inside draw with the keys of ``step`` and micro-batch ``mb`` (if keyed at all)."""
+        self._key = (step, mb) if self.draws is not None else None
+        try:
+            yield
+        finally:
+            self._key = None
 
     def forward(self, x: Batch) -> Batch:
-        for layer in self.layers:
-            x = cast_floats(layer(x), self.dtype)
+        draws, key = self.draws, self._key
+        if draws is None or key is None:
+            for layer in self.layers:
+                x = cast_floats(layer(x), self.dtype)
+            return x
+        with draws.kept_outside():
+            for j, layer in enumerate(self.layers):
+                draws.seed_layer(key[0], key[1], j)
+                x = cast_floats(layer(x), self.dtype)
         return x
 
 
@@ -100,7 +137,9 @@ class Pipeline:
     actions ahead receives are posted; ``host_memory``: ``retain`` (default) makes a CPU rank's malloc
     keep freed memory between steps, process-wide (see ``hostmem``), ``system`` leaves it alone;
     ``loss_reduction``: ``mean`` | ``sum``, what ``loss_fn`` returns (see the module docstring);
-    ``precision``: ``fp32`` | ``bf16`` (autocast, fp32 master weights; see ``precision``).
+    ``precision``: ``fp32`` | ``bf16`` (autocast, fp32 master weights; see ``precision``);
+    ``seed``: key every random draw by (seed, step, micro-batch, global layer), None: the process's
+    own streams; ``first_layer``: the global index of ``layers[0]`` (see ``rng``).
     """
 
     def __init__(
@@ -118,6 +157,8 @@ class Pipeline:
         host_memory: str = DEFAULT_HOST_MEMORY,
         loss_reduction: str = "mean",
         precision: str = "fp32",
+        seed: int | None = None,
+        first_layer: int = 0,
     ) -> None:
         if M < 1:
             raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
@@ -141,8 +182,12 @@ class Pipeline:
             if self.device.type == "cpu"
             else "system (not a CPU rank)"
         )
+        if first_layer < 0:
+            raise ArgumentError("first_layer", first_layer, "is invalid; allowed: an integer >= 0")
         dtype = compute_dtype(precision) if precision != "fp32" else None
-        self.cell: Cell = convert_batchnorm(Cell(layers, dtype)).to(self.device)  # type: ignore[assignment]
+        draws = Draws(seed, first_layer, self.device) if seed is not None else None
+        self.seed, self.first_layer = seed, first_layer
+        self.cell: Cell = convert_batchnorm(Cell(layers, dtype, draws)).to(self.device)  # type: ignore[assignment]
         self.module: nn.Module = self.cell
         self.ddp: DistributedDataParallel | None = None
         if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
@@ -157,36 +202,41 @@ class Pipeline:
         if topology.is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn")
         self.loss_fn = loss_fn
-        self.recorder = Recorder(topology.stage, topology.replica)
+        self.recorder = Recorder(topology.stage, topology.replica, devices.clock_for(self.device))
         self.meter = ActivationMeter(self.cell.parameters()) if track_memory else None
         self.peak_activation_bytes = 0
         self.lookahead = lookahead
-        self._in_meta: tuple[list[comm.TensorMeta], bool] | None = None
-        self._out_meta: list[comm.TensorMeta] | None = None
+        self.transfers = Transfers(topology, self.actions, lookahead, self.recorder)
+        self.steps_done = 0  # train_step calls: the step of the keys when none is given
 
     # ------------------------------------------------------------------ public API
     def parameters(self) -> Iterator[nn.Parameter]:
         return self.cell.parameters()
 
-    @property
-    def _prev(self) -> int:
-        """The previous stage's rank (only asked for where there is one)."""
-        rank = self.topo.prev_rank
-        assert rank is not None, "the first stage has no previous stage"
-        return rank
+    def reset_peak_memory(self) -> None:
+        """Start both peak counters afresh — the accounted activation peak and, on CUDA, the
+        allocator's — e.g. after warm-up steps, so a run reports its own steps' peak."""
+        self.peak_activation_bytes = 0
+        if self.meter is not None:
+            self.meter.reset_peak()
+        devices.reset_peak(self.device)
 
     @property
-    def _next(self) -> int:
-        rank = self.topo.next_rank
-        assert rank is not None, "the last stage has no next stage"
-        return rank
+    def allocator_peak_bytes(self) -> int | None:
+        """The device allocator's peak since the last reset (None on a CPU: see ``memory``)."""
+        return devices.peak_bytes(self.device)
 
-    def train_step(self, inputs: Batch | None = None, targets: Any = None) -> float | None:
+    def train_step(
+        self, inputs: Batch | None = None, targets: Any = None, step: int | None = None
+    ) -> float | None:
         """Forward and backward one mini-batch; returns its mean loss on the last stage, else None.
 
-        ``inputs`` is needed on the first stage only, ``targets`` on the last only.
+        ``inputs`` is needed on the first stage only, ``targets`` on the last only. ``step`` keys
+        the random draws (with ``seed``): pass the run's step number, so a resumed run draws what an
+        uninterrupted one would; None counts this Pipeline's calls from 0.
         """
         topo, M = self.topo, self.M
+        self._step = self.steps_done if step is None else step
         self.cell.train()
         self._xs = (
             split(_to(inputs, self.device), M) if topo.is_first and inputs is not None else None
@@ -198,30 +248,28 @@ class Pipeline:
                 else [targets] * M
             )
         self._state: dict[int, tuple[Any, ...]] = {}
-        self._posted: dict[tuple[str, int], tuple[list[torch.Tensor], list[dist.Work]]] = {}
-        self._sends: list[dist.Work] = []
         self._loss = torch.zeros((), device=self.device)
-        self._in_meta = self._out_meta = None  # shapes may change per step: describe them again
+        self.transfers.start()
         if self.meter is not None:
             self.meter.reset_peak()
-        t0 = time.perf_counter()
+        rec = self.recorder
+        t0 = rec.mark()
         ctx = self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
         with ctx:
             for i, a in enumerate(self.actions):
-                self._prepost(i)
+                self.transfers.prepost(i)
                 if a.kind == "F":
                     self._forward(a.mb)
                 else:
                     self._backward(a.mb, i == self.last_backward)
-        with self.recorder.span("send"):
-            for w in self._sends:
-                w.wait()
-        self._sends = []
+                self.transfers.release()
+        self.transfers.drain()
         if self.loss_reduction == "sum" and topo.is_last and topo.dp_group is not None:
             dist.all_reduce(self._loss, group=topo.dp_group)  # the replicas' shares of one loss
         commit_batchnorm(self.cell, topo.dp_group)
-        self.recorder.add("step", -1, t0, time.perf_counter())
-        self.recorder.step += 1
+        rec.add("step", -1, t0, rec.mark())
+        rec.end_step()  # on CUDA: waits for the device, then the spans become device times
+        self.steps_done += 1
         if self.meter is not None:
             self.peak_activation_bytes = max(self.peak_activation_bytes, self.meter.peak)
         return float(self._loss.item()) if topo.is_last else None
@@ -241,32 +289,32 @@ class Pipeline:
             else [None] * self.M
         )
         outs: list[Batch] = []
-        sends: list[dist.Work | None] = []
+        sends: list[Any] = []
         try:
             for m in range(self.M):
-                if topo.is_first:
-                    x = xs[m]
-                else:
-                    metas, tup = comm.recv_meta(self._prev, self.device)
-                    bufs, works = comm.irecv(metas, self._prev, self.device)
+                if topo.act_in is not None:
+                    metas, tup = topo.act_in.recv_meta(self.device)
+                    bufs, works = topo.act_in.irecv([t for t in metas if t.crosses], self.device)
                     for w in works:
                         w.wait()
-                    x = from_tuple(bufs, tup)
-                with autocast(self.device.type, self.precision):
-                    y = self.cell(x)
-                if topo.is_last:
-                    outs.append(y)
+                    x = rebuild(bufs, metas, tup)
                 else:
+                    given = xs[m]
+                    assert given is not None, "the first stage needs inputs"
+                    x = given
+                with autocast(self.device.type, self.precision), self.cell.keyed(INFERENCE_STEP, m):
+                    y = self.cell(x)
+                if topo.act_out is not None:
                     ys = as_tuple(y)
-                    sends.append(
-                        comm.send_meta(
-                            comm.describe(ys), isinstance(y, tuple), self._next, self.device
-                        )
-                    )
-                    sends += comm.isend(ys, self._next)
+                    out_metas = describe(ys, aliases=True)
+                    sent = topo.act_out.send_meta(out_metas, isinstance(y, tuple), self.device)
+                    sends += [sent] if sent is not None else []
+                    sends += topo.act_out.isend(wire(ys, out_metas))
+                    sends = [w for w in sends if not w.is_completed()]
+                else:
+                    outs.append(y)
             for sent in sends:
-                if sent is not None:
-                    sent.wait()
+                sent.wait()
         finally:
             self.cell.train(was_training)
         return join(outs) if topo.is_last else None
@@ -278,61 +326,19 @@ class Pipeline:
         loss = fp32_loss(self.loss_fn, y, self._ts[m], self.device.type)
         return loss / self.M if self.loss_reduction == "mean" else loss
 
-    def _recv_key(self, a: Action) -> tuple[str, int] | None:
-        if a.kind == "F" and not self.topo.is_first:
-            return ("F", a.mb)
-        if a.kind == "B" and not self.topo.is_last:
-            return ("B", a.mb)
-        return None
-
-    def _post(self, key: tuple[str, int]) -> bool:
-        if key in self._posted:
-            return True
-        if key[0] == "F":
-            if self._in_meta is None:
-                return False
-            self._posted[key] = comm.irecv(self._in_meta[0], self._prev, self.device)
-        else:
-            if self._out_meta is None:
-                return False
-            metas = [m for m in self._out_meta if m.is_float]
-            self._posted[key] = comm.irecv(metas, self._next, self.device)
-        return True
-
-    def _prepost(self, i: int) -> None:
-        for a in self.actions[i : i + self.lookahead]:
-            key = self._recv_key(a)
-            if key is not None:
-                self._post(key)
-
-    def _take(self, key: tuple[str, int]) -> list[torch.Tensor]:
-        with self.recorder.span("wait", key[1]):
-            if key not in self._posted:
-                if key[0] == "F" and self._in_meta is None:
-                    self._in_meta = comm.recv_meta(self._prev, self.device)
-                self._post(key)
-            bufs, works = self._posted.pop(key)
-            for w in works:
-                w.wait()
-        return bufs
-
     def _forward(self, m: int) -> None:
         topo, rec, meter = self.topo, self.recorder, self.meter
         if topo.is_first:
             assert self._xs is not None, "the first stage needs inputs"
             x = self._xs[m]
         else:
-            bufs = self._take(("F", m))
-            for b in bufs:
-                if b.is_floating_point():
-                    b.requires_grad_(True)
-            assert self._in_meta is not None
-            x = from_tuple(bufs, self._in_meta[1])
+            x = self.transfers.activations(m)
         remat = uses_remat(self.checkpoint, m, self.M)
-        rng = save_rng(self.device) if remat else None
+        # keyed draws replay by themselves; the process's streams are saved for the recompute
+        rng = save_rng(self.device) if remat and self.seed is None else None
         record = meter.record(m) if meter is not None and not remat else contextlib.nullcontext()
         with rec.span("forward", m), torch.set_grad_enabled(not remat), record:
-            with autocast(self.device.type, self.precision):
+            with autocast(self.device.type, self.precision), self.cell.keyed(self._step, m):
                 y = self.module(x)
             loss = None
             if topo.is_last:  # the loss's saved tensors (log-softmax of the logits) count too
@@ -342,23 +348,17 @@ class Pipeline:
         if meter is not None:
             meter.hold(m, as_tuple(x) if remat else (*as_tuple(x), *as_tuple(y)))
         if not topo.is_last:
-            ys = as_tuple(y)
-            if self._out_meta is None:
-                self._out_meta = comm.describe(ys)
-                w = comm.send_meta(self._out_meta, isinstance(y, tuple), self._next, self.device)
-                if w is not None:
-                    self._sends.append(w)
-            with rec.span("send", m):
-                self._sends += comm.isend(ys, self._next)
-        self._state[m] = (x, rng, None if remat else y, None if remat else loss)
+            self.transfers.send_activations(m, y)
+        self._state[m] = (x, remat, rng, None if remat else y, None if remat else loss)
 
     def _backward(self, m: int, last_backward: bool) -> None:
         topo, rec, meter = self.topo, self.recorder, self.meter
-        x, rng, y, loss = self._state.pop(m)
-        if rng is not None:  # rematerialise before the gradient arrives (§2.3)
+        x, remat, rng, y, loss = self._state.pop(m)
+        if remat:  # rematerialise before the gradient arrives (§2.3), replaying the same draws
             record = meter.record(m) if meter is not None else contextlib.nullcontext()
-            with rec.span("recompute", m), restored_rng(rng), recomputing(), record:
-                with autocast(self.device.type, self.precision):
+            replay = restored_rng(rng) if rng is not None else contextlib.nullcontext()
+            with rec.span("recompute", m), replay, recomputing(), record:
+                with autocast(self.device.type, self.precision), self.cell.keyed(self._step, m):
                     y = self.module(x)
                 if topo.is_last:
                     loss = self._micro_loss(y, m)
@@ -367,10 +367,12 @@ class Pipeline:
             scale = self.topo.replicas if self.loss_reduction == "sum" and self.ddp else 1
             outs, grads = [loss * scale if scale != 1 else loss], None
         else:
-            g = self._take(("B", m))
+            g = self.transfers.gradients(m)
+            assert self.transfers.out_meta is not None
+            crossing = wire(as_tuple(y), self.transfers.out_meta)
             pairs = [
                 (o, gi)
-                for o, gi in zip([t for t in as_tuple(y) if t.is_floating_point()], g)
+                for o, gi in zip([t for t in crossing if t.is_floating_point()], g)
                 if o.requires_grad
             ]
             outs, grads = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -382,12 +384,12 @@ class Pipeline:
             if outs:
                 torch.autograd.backward(outs, grads)
         if not topo.is_first:
+            assert self.transfers.in_meta is not None
             gx = [
                 t.grad if t.grad is not None else torch.zeros_like(t)
-                for t in as_tuple(x)
+                for t in wire(as_tuple(x), self.transfers.in_meta[0])
                 if t.is_floating_point()
             ]
-            with rec.span("send", m):
-                self._sends += comm.isend(gx, self._prev)
+            self.transfers.send_gradients(m, gx)
         if meter is not None:
             meter.release(m)

@@ -1,8 +1,11 @@
 """Who is who in a run of K stages x D replicas, and the process groups they talk through.
 
 Ranks are laid out replica-major: rank = replica * K + stage. The pipeline of replica d is ranks
-d*K .. d*K+K-1 (point-to-point over the default group); the data-parallel group of stage k is ranks
-k, K+k, 2K+k, ... (gradient all-reduce, BatchNorm statistics). Backend: gloo on CPU, nccl on CUDA.
+d*K .. d*K+K-1; each of its links has two process groups of two ranks, one per direction
+(activations forward, gradients back: ``comm.Channel``), so that on NCCL, where a group is one
+communicator running its operations in order, neither direction waits behind the other (see
+``fifo``). The data-parallel group of stage k is ranks k, K+k, 2K+k, ... (gradient all-reduce,
+BatchNorm statistics). Backend: gloo on CPU, nccl on CUDA.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .comm import Channel
 from .errors import ArgumentError
+from .fifo import Fifo, nccl_order_from_env
 
 __all__ = ["Topology", "init_topology", "single_process", "backend_for"]
 
@@ -26,6 +31,12 @@ class Topology:
     rank: int
     device: torch.device
     dp_group: dist.ProcessGroup | None = None
+    # point-to-point channels to the neighbours (None where there is no neighbour)
+    act_in: Channel | None = None  # activations from the previous stage
+    act_out: Channel | None = None  # activations to the next stage
+    grad_in: Channel | None = None  # gradients from the next stage
+    grad_out: Channel | None = None  # gradients to the previous stage
+    nccl_order: bool = False  # the channels run in NCCL's order on gloo (see ``fifo``)
 
     @property
     def world_size(self) -> int:
@@ -70,12 +81,22 @@ def single_process(device: torch.device | str = "cpu") -> Topology:
 
 
 def init_topology(
-    K: int, replicas: int = 1, device: str = "cpu", timeout_s: float = 120.0
+    K: int,
+    replicas: int = 1,
+    device: str = "cpu",
+    timeout_s: float = 120.0,
+    *,
+    nccl_order: bool | None = None,
+    _one_group: bool = False,
 ) -> Topology:
     """Join the process group described by the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...).
 
     Works the same under ``gpipe_repro.engine.launch``, ``torchrun`` and SLURM (the caller exports
-    the variables). ``world_size`` must equal K * replicas.
+    the variables). ``world_size`` must equal K * replicas. ``nccl_order``: run the point-to-point
+    channels in NCCL's order on gloo, a mode for tests (see ``fifo``); None reads
+    ``GPIPE_NCCL_ORDER``; ignored on CUDA, where NCCL keeps that order itself. Every rank calls
+    this in the same order (it creates process groups). ``_one_group`` puts every channel on the default group, as the engine did before it had
+    channels: only the test that shows why that deadlocks under NCCL's order uses it.
     """
     if K < 1:
         raise ArgumentError("K", K, "is invalid; allowed: an integer >= 1")
@@ -92,7 +113,9 @@ def init_topology(
         local = int(os.environ.get("LOCAL_RANK", "0"))
         dev = torch.device("cuda", local % max(1, torch.cuda.device_count()))
         torch.cuda.set_device(dev)
-    topo = Topology(K=K, replicas=replicas, rank=rank, device=dev)
+    order = nccl_order_from_env() if nccl_order is None else nccl_order
+    order = order and dev.type != "cuda"  # on CUDA, NCCL itself keeps that order
+    topo = Topology(K=K, replicas=replicas, rank=rank, device=dev, nccl_order=order)
     if world == 1:
         return topo
     if not dist.is_initialized():
@@ -106,4 +129,36 @@ def init_topology(
         g = dist.new_group([d * K + k for d in range(replicas)]) if replicas > 1 else None
         if k == topo.stage:
             topo.dp_group = g
+    _connect(topo, timeout_s, _one_group)
     return topo
+
+
+def _connect(topo: Topology, timeout_s: float, one_group: bool) -> None:
+    """Give ``topo`` its four channels: one group per link and direction (``one_group``: all on
+    the default group, sharing one queue under NCCL's order, as one eager NCCL communicator)."""
+    K = topo.K
+    groups: dict[tuple[int, str], dist.ProcessGroup | None] = {}
+    for d in range(topo.replicas):
+        for k in range(K - 1):
+            for direction in ("act", "grad"):
+                ranks = [d * K + k, d * K + k + 1]
+                groups[(d * K + k, direction)] = None if one_group else dist.new_group(ranks)
+    fifos: dict[tuple[int, str], Fifo] = {}
+
+    def channel(peer: int, key: tuple[int, str]) -> Channel:
+        fifo = None
+        if topo.nccl_order:
+            shared = (-1, "default") if one_group else key
+            name = "default group" if one_group else f"{key[1]} {key[0]}-{key[0] + 1}"
+            if shared not in fifos:
+                fifos[shared] = Fifo(name, timeout_s)
+            fifo = fifos[shared]
+        return Channel(peer, groups[key], fifo)
+
+    prev, nxt = topo.prev_rank, topo.next_rank
+    if prev is not None:
+        topo.act_in = channel(prev, (prev, "act"))
+        topo.grad_out = channel(prev, (prev, "grad"))
+    if nxt is not None:
+        topo.act_out = channel(nxt, (topo.rank, "act"))
+        topo.grad_in = channel(nxt, (topo.rank, "grad"))

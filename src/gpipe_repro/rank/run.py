@@ -28,6 +28,7 @@ from ..config.plan import ModelPlan, RunPlan, plan_model
 from ..data import DataInfo, Dataset, get_data
 from ..engine import Pipeline, Topology, init_topology, stage_slice
 from ..engine.memory import grad_bytes, optimizer_bytes, param_bytes
+from ..engine.rng import derive_seed
 from ..metrics.contract import EvalMetrics
 from ..metrics.summary import RankResult, timed_from
 from ..models import materialize
@@ -111,7 +112,9 @@ class RankRun:
         # Only this stage's layers get memory; each is initialised from its global index, so the
         # weights (and the losses) are the same whatever K is. The plan's meta layers are copied,
         # never allocated in place: the plan is read again after the ranks (train.predict, eval).
-        mine = materialize([copy.deepcopy(m) for m in model.layers[sl]], spec.seed, first_index=sl.start)
+        mine = materialize(
+            [copy.deepcopy(m) for m in model.layers[sl]], spec.seed, first_index=sl.start
+        )
         self.pipe = Pipeline(
             mine,
             topo,
@@ -122,11 +125,14 @@ class RankRun:
             loss_reduction=model.model.loss_reduction,
             host_memory=spec.pipeline.host_memory,
             precision=spec.train.precision,
+            # every draw keyed by (seed, step, micro-batch, global layer): the same at any K; each
+            # replica keys its own (its micro-batches hold other samples, so they get other masks)
+            seed=derive_seed(spec.seed, topo.replica) if topo.replicas > 1 else spec.seed,
+            first_layer=sl.start,
         )
         self.opt = build_optimizer(self.pipe.parameters(), spec.optim)
         needs_data = topo.is_first or topo.is_last
         self.data = get_data(spec.data.name).build(spec.data) if needs_data else None
-        torch.manual_seed(spec.seed)  # the dropout streams
         options = {k: v for k, v in asdict(spec.model).items() if k != "name"}
         record = describe_model(spec.model.name, options, model.layers)
         self.saver = Saver(spec, topo, self.ctx.out_dir, self.ctx.run, record)
@@ -187,6 +193,7 @@ class RankRun:
         loss = self.pipe.train_step(
             _shard(x, topo.replica, R) if topo.is_first else None,
             _shard(y, topo.replica, R) if topo.is_last else None,
+            step=step,  # a resumed run draws what an uninterrupted one would
         )
         set_lr(self.opt, spec.optim.lr * lr_factor(t.lr_schedule, step, t.steps, t.lr_warmup))
         self.opt.step()
