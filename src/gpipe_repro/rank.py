@@ -155,6 +155,7 @@ class _Stage:
     record: dict[str, Any]  # the model as a save describes it
     samples: list[int] = field(default_factory=list)  # per step run (last stage)
     tokens: list[int] = field(default_factory=list)
+    curve: list[dict[str, Any]] = field(default_factory=list)  # train.eval_every (reporter rank)
 
 
 def _balance(spec: RunConfig, topo: Topology, plan: Plan) -> tuple[list[int], list[float]]:
@@ -385,6 +386,8 @@ def _train(
             _save(spec, topo, st, ctx, step + 1, losses)
         if stopped:
             break
+        if t.eval_every and ((step + 1) % t.eval_every == 0 or step + 1 == t.steps):
+            _curve_point(spec, topo, st, step + 1, resumed=start > 0)  # collective
     if bar is not None:
         bar.close()
     return losses, step_times, stopped
@@ -459,6 +462,7 @@ def _report(
         stopped=stopped,
         events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from],
         eval=ev,
+        curve=st.curve,
         threads=torch.get_num_threads(),
         host_memory=pipe.host_memory,
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
@@ -476,13 +480,49 @@ def cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
+def _curve_point(spec: RunConfig, topo: Topology, st: _Stage, step: int, resumed: bool) -> None:
+    """One learning-curve point (``train.eval_every``): the model after ``step`` updates scored on the
+    held-out split — translation: the dev split (the test split stays for the end); others: their
+    evaluation split. Every rank takes part; the reporter appends the point to ``st.curve``. The
+    training's random streams are restored afterwards, so the curve never changes the run, and the
+    ranks meet before the next step, so no stage's step time counts the reporter's decoding."""
+    with torch.random.fork_rng(devices=[]):
+        pairs = _has_pairs(spec)
+        ev = (
+            _evaluate_translation(spec, topo, st, split="dev")
+            if pairs
+            else _evaluate(spec, topo, st)
+        )
+    if topo.distributed:
+        dist.barrier()  # bounded by the process group's timeout (pipeline.timeout_s)
+    if ev is None or not (topo.is_last and topo.replica == 0):
+        return
+    langs = ev.get("by_language")
+    st.curve.append(
+        {
+            "step": step,
+            "samples": None if resumed else sum(st.samples),
+            "tokens": None if resumed or not st.tokens else sum(st.tokens),
+            "split": "dev" if pairs else "eval",
+            "loss": ev.get("loss"),
+            "accuracy": ev.get("accuracy"),
+            "bleu": ev.get("bleu"),
+            "by_language": {k: {"nll": v["nll"], "bleu": v["bleu"]} for k, v in langs.items()}
+            if langs
+            else None,
+        }
+    )
+
+
 def _has_pairs(spec: RunConfig) -> bool:
     """Whether the run's dataset is real parallel text (decoded and scored with BLEU)."""
     return spec.data.name == "translation"
 
 
-def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[str, Any] | None:
-    """BLEU (greedy decoding) and NLL per target token on the test split. Decoding runs step by step
+def _evaluate_translation(
+    spec: RunConfig, topo: Topology, st: _Stage, split: str = "test"
+) -> dict[str, Any] | None:
+    """BLEU (greedy decoding) and NLL per target token on ``split``. Decoding runs step by step
     with the whole model, so the stages' trained layers are gathered on the last stage of replica 0
     (by global index, as a save would hold them) and the model is evaluated there in one process."""
     from .translate import evaluate_translation
@@ -506,7 +546,7 @@ def _evaluate_translation(spec: RunConfig, topo: Topology, st: _Stage) -> dict[s
         out = evaluate_translation(
             [m.eval() for m in layers],
             st.data,  # type: ignore[arg-type]  # data=translation: a TranslationDataset
-            split="test",
+            split=split,
             limit=spec.train.eval_limit,
         )
     return {

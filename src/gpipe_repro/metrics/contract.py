@@ -22,6 +22,7 @@ __all__ = [
     "SOURCES",
     "StageMetrics",
     "EvalMetrics",
+    "CurvePoint",
     "EnvInfo",
     "ModelInfo",
     "PipelineInfo",
@@ -72,6 +73,27 @@ class EvalMetrics:
         None,
         "many->English (data.corpora): per source language its bleu, nll, sentences and labels "
         "(corpus, synthetic, resource high|low, train_pairs, copies)",
+    )
+
+
+@dataclass
+class CurvePoint:
+    """One point of a learning curve (``train.eval_every``): the model after ``step`` updates, scored
+    on a held-out split while training goes on."""
+
+    step: int = opt(0, "optimiser steps done")
+    samples: int | None = opt(
+        None, "training samples (sentences) seen so far; null in a resumed run"
+    )
+    tokens: int | None = opt(
+        None, "target tokens seen so far (sequence models); null in a resumed run or without tokens"
+    )
+    split: str = opt("dev", "the split scored: dev (translation) or eval (the evaluation split)")
+    loss: float | None = opt(None, "mean loss (translation: NLL per target token)")
+    accuracy: float | None = opt(None, "share of correct predictions (classifiers)")
+    bleu: float | None = opt(None, "corpus BLEU of train.eval_limit sentences (translation)")
+    by_language: dict[str, dict[str, Any]] | None = opt(
+        None, "many->English (data.corpora): per source language its nll and bleu"
     )
 
 
@@ -170,6 +192,9 @@ class RunMetrics:
     stages: list[StageMetrics] = opt([], "one per stage")
     layer_costs: list[float] = opt([], "the per-layer costs the partition used")
     eval: EvalMetrics | None = opt(None, "evaluation after training, when it ran")
+    curve: list[CurvePoint] = opt(
+        [], "learning curve: a held-out score every train.eval_every steps (empty when 0)"
+    )
     hardware: dict[str, Any] | None = opt(None, "the hardware profile of a simulated run")
     env: EnvInfo = opt(EnvInfo(), "the environment")
 
@@ -197,6 +222,7 @@ def _build(cls: Any, d: Any) -> Any:
         sub = {
             "StageMetrics": StageMetrics,
             "EvalMetrics": EvalMetrics,
+            "CurvePoint": CurvePoint,
             "EnvInfo": EnvInfo,
             "ModelInfo": ModelInfo,
             "PipelineInfo": PipelineInfo,

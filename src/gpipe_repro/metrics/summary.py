@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine.events import Event, measured_bubble
-from .contract import EnvInfo, EvalMetrics, ModelInfo, PipelineInfo, RunMetrics, StageMetrics
+from .contract import (
+    CurvePoint,
+    EnvInfo,
+    EvalMetrics,
+    ModelInfo,
+    PipelineInfo,
+    RunMetrics,
+    StageMetrics,
+)
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -51,6 +59,7 @@ class RankResult:
     device_name: str
     host_memory: str
     extra: dict[str, Any] = field(default_factory=dict)
+    curve: list[dict[str, Any]] = field(default_factory=list)  # train.eval_every (reporter rank)
 
 
 def timed_from(spec: RunConfig, start: int) -> int:
@@ -201,6 +210,7 @@ def summarize(
     m.stages = stages
     m.layer_costs = results[0].costs
     m.eval = EvalMetrics(**ev) if ev is not None else None
+    m.curve = [CurvePoint(**c) for c in rep.curve]
     m.env = env_info(results, launcher)
     keep = set(steps[-spec.train.trace_steps :])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]
