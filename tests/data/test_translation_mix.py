@@ -114,6 +114,18 @@ def roots(tmp_path, monkeypatch):
     return [write_root(tmp_path / src, corpus(src, n)) for src, n in (("es", 300), ("ca", 60))]
 
 
+def test_train_offsets_take_disjoint_slices_of_each_corpus(roots):
+    full = [load_mix([r]).train for r in roots]
+    mixed = load_mix(roots, [20, 15], train_offsets=[0, 30])
+    es, ca = mixed.parts
+    assert (es.train_pairs, ca.train_pairs) == (20, 15)
+    assert mixed.train == full[0][:20] + full[1][30:45]  # temperature 1: one copy each
+    with pytest.raises(UserError, match=r"train_offset=300 is invalid for 300 training pairs"):
+        load_mix(roots, train_offsets=[300, 0])
+    with pytest.raises(UserError, match=r"train_offsets=\[0\] has 1 entries but corpora has 2"):
+        load_mix(roots, train_offsets=[0])
+
+
 def test_mixed_batches_are_deterministic_resumable_and_hold_both_languages(roots):
     opts = {
         "corpora": roots,
@@ -181,6 +193,11 @@ def test_synthetic_labels_reach_the_per_language_results(tmp_path, monkeypatch):
             "data.train_sizes=[5] is invalid for 2 corpora",
         ),
         (["data.train_sizes=[5]"], "data.train_sizes=[5] needs data.corpora"),
+        (["data.train_offsets=[5]"], "data.train_offsets=[5] needs data.corpora"),
+        (
+            ["data.corpora=[es-en,de-en]", "data.train_offsets=[0,-3]"],
+            "data.train_offsets=[0, -3] is invalid for 2 corpora; allowed: one integer >= 0",
+        ),
         (
             ["data.corpora=[es-en]", "data.train_size=5"],
             "data.corpora excludes data.root and data.train_size",

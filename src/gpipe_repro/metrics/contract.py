@@ -78,8 +78,7 @@ class EvalMetrics:
 
 @dataclass
 class CurvePoint:
-    """One point of a learning curve (``train.eval_every``): the model after ``step`` updates, scored
-    on a held-out split while training goes on."""
+    """A learning-curve point (``train.eval_every``): the model after ``step`` updates, held-out scores."""
 
     step: int = opt(0, "optimiser steps done")
     samples: int | None = opt(
