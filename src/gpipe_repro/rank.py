@@ -435,7 +435,9 @@ def _report(
     ev = None
     if spec.train.eval and not stopped:
         ev = (
-            _evaluate_translation(spec, topo, st) if _has_pairs(spec) else _evaluate(spec, topo, st)
+            _evaluate_translation(spec, topo, st, "test", spec.train.eval_limit)
+            if _has_pairs(spec)
+            else _evaluate(spec, topo, st)
         )
     ran = len(step_times)  # the recorder counts this process's steps from 0
     keep_from = max(timed_from(spec, start), ran - max(spec.train.trace_steps, BUBBLE_STEPS))
@@ -489,7 +491,7 @@ def _curve_point(spec: RunConfig, topo: Topology, st: _Stage, step: int, resumed
     with torch.random.fork_rng(devices=[]):
         pairs = _has_pairs(spec)
         ev = (
-            _evaluate_translation(spec, topo, st, split="dev")
+            _evaluate_translation(spec, topo, st, "dev", spec.train.curve_limit)
             if pairs
             else _evaluate(spec, topo, st)
         )
@@ -520,11 +522,12 @@ def _has_pairs(spec: RunConfig) -> bool:
 
 
 def _evaluate_translation(
-    spec: RunConfig, topo: Topology, st: _Stage, split: str = "test"
+    spec: RunConfig, topo: Topology, st: _Stage, split: str, limit: int | None
 ) -> dict[str, Any] | None:
-    """BLEU (greedy decoding) and NLL per target token on ``split``. Decoding runs step by step
-    with the whole model, so the stages' trained layers are gathered on the last stage of replica 0
-    (by global index, as a save would hold them) and the model is evaluated there in one process."""
+    """BLEU (greedy decoding of the first ``limit`` sentences; None: all) and NLL per target token on
+    ``split``. Decoding runs step by step with the whole model, so the stages' trained layers are
+    gathered on the last stage of replica 0 (by global index, as a save would hold them) and the
+    model is evaluated there in one process."""
     from .translate import evaluate_translation
 
     reporter = topo.is_last and topo.replica == 0
@@ -547,7 +550,7 @@ def _evaluate_translation(
             [m.eval() for m in layers],
             st.data,  # type: ignore[arg-type]  # data=translation: a TranslationDataset
             split=split,
-            limit=spec.train.eval_limit,
+            limit=limit,
         )
     return {
         "accuracy": None,

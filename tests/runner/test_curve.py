@@ -23,6 +23,7 @@ def _translation(root, *extra):
         "train.warmup_steps=1",
         "train.progress=false",
         "train.eval_limit=8",
+        "train.curve_limit=8",
         "logger=none",
         "optim=adam",
         *extra,

@@ -122,9 +122,15 @@ class TrainConfig:
     eval_every: int = opt(
         0,
         "learning curves: every N steps (and after the last) score the model on the held-out "
-        "split — translation: dev NLL and BLEU of eval_limit sentences, per language for a mix; "
+        "split — translation: dev NLL and BLEU of curve_limit sentences, per language for a mix; "
         "others: the evaluation split — into metrics.json's curve; 0 = never",
         min=0,
+    )
+    curve_limit: int | None = opt(
+        100,
+        "translation: dev sentences decoded for each curve point's BLEU (per language for a mix); "
+        "null = all",
+        min=1,
     )
     progress: bool = opt(True, "a progress bar on the last stage")
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)

@@ -90,7 +90,7 @@ class CurvePoint:
     split: str = opt("dev", "the split scored: dev (translation) or eval (the evaluation split)")
     loss: float | None = opt(None, "mean loss (translation: NLL per target token)")
     accuracy: float | None = opt(None, "share of correct predictions (classifiers)")
-    bleu: float | None = opt(None, "corpus BLEU of train.eval_limit sentences (translation)")
+    bleu: float | None = opt(None, "corpus BLEU of train.curve_limit sentences (translation)")
     by_language: dict[str, dict[str, Any]] | None = opt(
         None, "many->English (data.corpora): per source language its nll and bleu"
     )
