@@ -491,7 +491,9 @@ def _curve_point(spec: RunConfig, topo: Topology, st: _Stage, step: int, resumed
     with torch.random.fork_rng(devices=[]):
         pairs = _has_pairs(spec)
         ev = (
-            _evaluate_translation(spec, topo, st, "dev", spec.train.curve_limit)
+            _evaluate_translation(
+                spec, topo, st, "dev", spec.train.curve_limit, spec.train.curve_limit
+            )
             if pairs
             else _evaluate(spec, topo, st)
         )
@@ -522,10 +524,15 @@ def _has_pairs(spec: RunConfig) -> bool:
 
 
 def _evaluate_translation(
-    spec: RunConfig, topo: Topology, st: _Stage, split: str, limit: int | None
+    spec: RunConfig,
+    topo: Topology,
+    st: _Stage,
+    split: str,
+    limit: int | None,
+    nll_limit: int | None = None,
 ) -> dict[str, Any] | None:
-    """BLEU (greedy decoding of the first ``limit`` sentences; None: all) and NLL per target token on
-    ``split``. Decoding runs step by step with the whole model, so the stages' trained layers are
+    """BLEU (greedy decoding of the first ``limit`` sentences; None: all) and NLL per target token (of
+    the first ``nll_limit``; None: all) on ``split``. Decoding runs step by step with the whole model, so the stages' trained layers are
     gathered on the last stage of replica 0 (by global index, as a save would hold them) and the
     model is evaluated there in one process."""
     from .translate import evaluate_translation
@@ -551,6 +558,7 @@ def _evaluate_translation(
             st.data,  # type: ignore[arg-type]  # data=translation: a TranslationDataset
             split=split,
             limit=limit,
+            nll_limit=nll_limit,
         )
     return {
         "accuracy": None,

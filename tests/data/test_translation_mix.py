@@ -174,6 +174,18 @@ def test_per_language_evaluation_scores_each_language_on_its_own_test_rows(roots
     assert res["nll"] == pytest.approx(whole, rel=1e-5)  # the languages' rows cover the split
 
 
+def test_a_learning_curve_point_scores_the_first_sentences_of_each_language(roots):
+    data = build_dataset("translation", {"corpora": roots, "vocab_size": 60, "max_len": 32})
+    torch.manual_seed(0)
+    layers = transformer_mt_layers(1, 32, 1, d=16, V=data.info.classes)
+    res = evaluate_translation(layers, data, "dev", limit=3, nll_limit=4)
+    for part in data.corpus.parts:
+        nll, _ = nll_per_token(layers, data, "dev", rows=list(part.rows("dev"))[:4])
+        assert res["by_language"][part.src]["nll"] == pytest.approx(nll)
+    whole = evaluate_translation(layers, data, "dev", limit=3)["by_language"]
+    assert whole["es"]["nll"] != pytest.approx(res["by_language"]["es"]["nll"])  # a subset
+
+
 def test_synthetic_labels_reach_the_per_language_results(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path))
     mix = mix_corpora([corpus("es", 80), corpus("gl", 15, synthetic=True)], temperature=2.0)

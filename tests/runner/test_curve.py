@@ -22,8 +22,8 @@ def _translation(root, *extra):
         "train.batch_size=256",
         "train.warmup_steps=1",
         "train.progress=false",
-        "train.eval_limit=8",
-        "train.curve_limit=8",
+        "train.eval_limit=null",  # all 20 sentences, at the end and at every curve point
+        "train.curve_limit=null",
         "logger=none",
         "optim=adam",
         *extra,

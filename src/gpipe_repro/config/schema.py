@@ -122,14 +122,14 @@ class TrainConfig:
     eval_every: int = opt(
         0,
         "learning curves: every N steps (and after the last) score the model on the held-out "
-        "split — translation: dev NLL and BLEU of curve_limit sentences, per language for a mix; "
+        "split — translation: NLL and BLEU of curve_limit dev sentences (per language for a mix); "
         "others: the evaluation split — into metrics.json's curve; 0 = never",
         min=0,
     )
     curve_limit: int | None = opt(
         100,
-        "translation: dev sentences decoded for each curve point's BLEU (per language for a mix); "
-        "null = all",
+        "translation: the first N dev sentences (of each language for a mix) a curve point scores, "
+        "NLL and BLEU; null = all",
         min=1,
     )
     progress: bool = opt(True, "a progress bar on the last stage")

@@ -88,7 +88,9 @@ class CurvePoint:
         None, "target tokens seen so far (sequence models); null in a resumed run or without tokens"
     )
     split: str = opt("dev", "the split scored: dev (translation) or eval (the evaluation split)")
-    loss: float | None = opt(None, "mean loss (translation: NLL per target token)")
+    loss: float | None = opt(
+        None, "mean loss (translation: NLL per target token of train.curve_limit sentences)"
+    )
     accuracy: float | None = opt(None, "share of correct predictions (classifiers)")
     bleu: float | None = opt(None, "corpus BLEU of train.curve_limit sentences (translation)")
     by_language: dict[str, dict[str, Any]] | None = opt(
