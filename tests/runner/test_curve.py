@@ -7,27 +7,15 @@ from test_translation_run import corpus
 from gpipe_repro.config.compose import compose
 from gpipe_repro.runner import run
 
+MODEL = ["model=transformer_mt", "model.L=1", "model.H=64", "model.A=2", "model.d=32", "optim=adam"]
+DATA = ["data=translation", "data.vocab_size=40", "data.max_len=24", "train.batch_size=256"]
+QUIET = ["train.warmup_steps=1", "train.progress=false", "logger=none"]
+# all 20 sentences, at the end and at every curve point
+SCORED = ["train.eval_limit=null", "train.curve_limit=null"]
+
 
 def _translation(root, *extra):
-    return [
-        "model=transformer_mt",
-        "model.L=1",
-        "model.H=64",
-        "model.A=2",
-        "model.d=32",
-        "data=translation",
-        f"data.root={root}",
-        "data.vocab_size=40",
-        "data.max_len=24",
-        "train.batch_size=256",
-        "train.warmup_steps=1",
-        "train.progress=false",
-        "train.eval_limit=null",  # all 20 sentences, at the end and at every curve point
-        "train.curve_limit=null",
-        "logger=none",
-        "optim=adam",
-        *extra,
-    ]
+    return [*MODEL, *DATA, f"data.root={root}", *QUIET, *SCORED, *extra]
 
 
 @pytest.fixture
