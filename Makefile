@@ -68,20 +68,24 @@ table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; K=1 vs K=
 table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)
 	$(BIN)/python -m gpipe_repro.paper table4 --quick
 
-TABLE5_QUICK := train.steps=20 train.eval_limit=30 seed=0,1
-FIG3_QUICK := train.steps=10 train.eval_limit=20 mt_size=T1-512-4,T2-512-4 seed=0,1
+TABLE5_QUICK := table5_run=M1-quick,M2-quick,M4-quick seed=0,1
+FIG3_QUICK := train.steps=12 train.eval_every=6 train.curve_limit=10 train.eval_limit=10 seed=0,1
+# the tricks' smoke test at 4 layers (34 would take minutes per run)
+FIG3_TRICKS_QUICK := mt_size=T4-512-4,T4-512-4-notricks train.steps=6 train.eval_every=3 train.curve_limit=10 train.eval_limit=10 seed=0,1
 
-table5: $(STAMP) ## Table 5: BLEU/NLL vs batch tokens (batch grown through M), es->en, 3 seeds -> reports/table5/ (~30 min)
+table5: $(STAMP) ## Table 5: BLEU/NLL vs batch (grown through M), token-matched and same-updates, es->en, 5 seeds -> reports/table5/ (~55 min)
 	$(BIN)/gpipe-run -m experiment=table5
 
-table5-quick: $(STAMP) ## Table 5 in a few minutes (20 updates, 2 seeds); report beside the sweep in multirun/
+table5-quick: $(STAMP) ## Table 5 in a few minutes (U = 8 updates, 2 seeds); report beside the sweep in multirun/
 	$(BIN)/gpipe-run -m experiment=table5 $(TABLE5_QUICK)
 
-fig3: $(STAMP) ## Fig. 3: many->English BLEU per language vs depth/width/tricks, 3 seeds -> reports/fig3/ (~75 min)
+fig3: $(STAMP) ## Fig. 3: many->English BLEU per language: smallest vs deep/wide pair, 5 seeds; tricks at 34 layers -> reports/fig3/ (~85 min)
 	$(BIN)/gpipe-run -m experiment=fig3
+	$(BIN)/gpipe-run -m experiment=fig3_tricks
 
-fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (2 models, 10 updates, 2 seeds); report beside the sweep in multirun/
+fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a few updates, 2 seeds); report beside the sweep in multirun/
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK)
+	$(BIN)/gpipe-run -m experiment=fig3_tricks $(FIG3_TRICKS_QUICK)
 
 validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish

@@ -35,3 +35,16 @@ def test_learning_rate_schedules():
     assert cos[0] == 1.0 and cos[10] == pytest.approx(0.0) and cos[5] == pytest.approx(0.5)
     assert all(a >= b for a, b in zip(cos, cos[1:]))
     assert lr_factor("cosine", 2, 10, warmup=2) == 1.0  # the decay starts after the warm-up
+
+
+def test_rsqrt_schedule_decays_as_the_inverse_square_root_and_ignores_the_length():
+    from gpipe_repro.optim import lr_factor
+
+    warm = [lr_factor("rsqrt", s, 100, warmup=4) for s in range(4)]
+    assert warm == [0.25, 0.5, 0.75, 1.0]  # the same linear warm-up as the others
+    assert lr_factor("rsqrt", 15, 100, warmup=4) == pytest.approx(0.5)  # sqrt(4 / 16)
+    assert lr_factor("rsqrt", 63, 100, warmup=4) == pytest.approx(0.25)  # sqrt(4 / 64)
+    # A function of the step alone: a 50-step run follows the first 50 steps of a 200-step one.
+    assert [lr_factor("rsqrt", s, 50, warmup=4) for s in range(50)] == [
+        lr_factor("rsqrt", s, 200, warmup=4) for s in range(50)
+    ]

@@ -28,7 +28,7 @@ __all__ = [
     "set_lr",
 ]
 
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "rsqrt")
 
 
 @dataclass
@@ -112,12 +112,17 @@ def build_optimizer(params: Iterable[Any], cfg: Any) -> torch.optim.Optimizer:
 
 def lr_factor(schedule: str, step: int, steps: int, warmup: int = 0) -> float:
     """The learning rate of ``step`` (0-based) as a fraction of the configured one: a linear warm-up over
-    ``warmup`` steps, then constant or a cosine decay reaching 0 after ``steps``. A function of the step
-    alone, so a resumed run follows the same schedule with no state to save."""
+    ``warmup`` steps, then constant, a cosine decay reaching 0 after ``steps``, or the Transformer's
+    inverse square root decay ``sqrt(warmup / (step + 1))`` (Vaswani et al. 2017, §5.3; the schedule
+    of the paper's §5 models). A function of the step alone, so a resumed run follows the same
+    schedule with no state to save; ``constant`` and ``rsqrt`` ignore ``steps``, so the first U steps
+    of a longer run are a U-step run."""
     if warmup and step < warmup:
         return (step + 1) / warmup
     if schedule == "constant":
         return 1.0
+    if schedule == "rsqrt":
+        return math.sqrt(max(warmup, 1) / (step + 1))
     span = max(steps - warmup, 1)
     return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, span) / span))
 

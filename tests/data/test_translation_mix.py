@@ -114,6 +114,18 @@ def roots(tmp_path, monkeypatch):
     return [write_root(tmp_path / src, corpus(src, n)) for src, n in (("es", 300), ("ca", 60))]
 
 
+def test_train_offsets_take_disjoint_slices_of_each_corpus(roots):
+    full = [load_mix([r]).train for r in roots]
+    mixed = load_mix(roots, [20, 15], train_offsets=[0, 30])
+    es, ca = mixed.parts
+    assert (es.train_pairs, ca.train_pairs) == (20, 15)
+    assert mixed.train == full[0][:20] + full[1][30:45]  # temperature 1: one copy each
+    with pytest.raises(UserError, match=r"train_offset=300 is invalid for 300 training pairs"):
+        load_mix(roots, train_offsets=[300, 0])
+    with pytest.raises(UserError, match=r"train_offsets=\[0\] has 1 entries but corpora has 2"):
+        load_mix(roots, train_offsets=[0])
+
+
 def test_mixed_batches_are_deterministic_resumable_and_hold_both_languages(roots):
     opts = {
         "corpora": roots,
@@ -162,6 +174,18 @@ def test_per_language_evaluation_scores_each_language_on_its_own_test_rows(roots
     assert res["nll"] == pytest.approx(whole, rel=1e-5)  # the languages' rows cover the split
 
 
+def test_a_learning_curve_point_scores_the_first_sentences_of_each_language(roots):
+    data = build_dataset("translation", {"corpora": roots, "vocab_size": 60, "max_len": 32})
+    torch.manual_seed(0)
+    layers = transformer_mt_layers(1, 32, 1, d=16, V=data.info.classes)
+    res = evaluate_translation(layers, data, "dev", limit=3, nll_limit=4)
+    for part in data.corpus.parts:
+        nll, _ = nll_per_token(layers, data, "dev", rows=list(part.rows("dev"))[:4])
+        assert res["by_language"][part.src]["nll"] == pytest.approx(nll)
+    whole = evaluate_translation(layers, data, "dev", limit=3)["by_language"]
+    assert whole["es"]["nll"] != pytest.approx(res["by_language"]["es"]["nll"])  # a subset
+
+
 def test_synthetic_labels_reach_the_per_language_results(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path))
     mix = mix_corpora([corpus("es", 80), corpus("gl", 15, synthetic=True)], temperature=2.0)
@@ -181,6 +205,11 @@ def test_synthetic_labels_reach_the_per_language_results(tmp_path, monkeypatch):
             "data.train_sizes=[5] is invalid for 2 corpora",
         ),
         (["data.train_sizes=[5]"], "data.train_sizes=[5] needs data.corpora"),
+        (["data.train_offsets=[5]"], "data.train_offsets=[5] needs data.corpora"),
+        (
+            ["data.corpora=[es-en,de-en]", "data.train_offsets=[0,-3]"],
+            "data.train_offsets=[0, -3] is invalid for 2 corpora; allowed: one integer >= 0",
+        ),
         (
             ["data.corpora=[es-en]", "data.train_size=5"],
             "data.corpora excludes data.root and data.train_size",

@@ -124,12 +124,26 @@ class TrainConfig:
     eval_limit: int | None = opt(
         None, "translation: test sentences decoded for BLEU (NLL uses all); null = all", min=1
     )
+    eval_every: int = opt(
+        0,
+        "learning curves: every N steps (and after the last) score the model on the held-out "
+        "split — translation: NLL and BLEU of curve_limit dev sentences (per language for a mix); "
+        "others: the evaluation split — into metrics.json's curve; 0 = never",
+        min=0,
+    )
+    curve_limit: int | None = opt(
+        100,
+        "translation: the first N dev sentences (of each language for a mix) a curve point scores, "
+        "NLL and BLEU; null = all",
+        min=1,
+    )
     progress: bool = opt(True, "a progress bar on the last stage")
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)
     lr_schedule: str = opt(
         "constant",
-        "the learning rate over the steps: constant, or cosine decay to 0 "
-        "(after lr_warmup linear warm-up steps in both)",
+        "the learning rate over the steps: constant, cosine decay to 0, or rsqrt "
+        "(the Transformer's inverse square root decay; a function of the step alone) — "
+        "each after lr_warmup linear warm-up steps",
         choices=LR_SCHEDULES,
     )
     lr_warmup: int = opt(0, "linear learning-rate warm-up steps", min=0)

@@ -19,7 +19,17 @@ from .schema import LOGGERS, LoggerConfig, PipelineConfig, RunConfig
 
 __all__ = ["register", "group_options", "GROUPS"]
 
-GROUPS = ("model", "data", "optim", "pipeline", "logger", "hardware", "experiment", "mt_size")
+GROUPS = (
+    "model",
+    "data",
+    "optim",
+    "pipeline",
+    "logger",
+    "hardware",
+    "experiment",
+    "mt_size",  # conf/mt_size/: Fig. 3's model sizes
+    "table5_run",  # conf/table5_run/: Table 5's batch and length pairs
+)
 _done = False
 
 

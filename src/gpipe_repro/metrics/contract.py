@@ -22,6 +22,7 @@ __all__ = [
     "SOURCES",
     "StageMetrics",
     "EvalMetrics",
+    "CurvePoint",
     "EnvInfo",
     "ModelInfo",
     "PipelineInfo",
@@ -73,6 +74,28 @@ class EvalMetrics:
         None,
         "many->English (data.corpora): per source language its bleu, nll, sentences and labels "
         "(corpus, synthetic, resource high|low, train_pairs, copies)",
+    )
+
+
+@dataclass
+class CurvePoint:
+    """A learning-curve point (``train.eval_every``): the model after ``step`` updates, held-out scores."""
+
+    step: int = opt(0, "optimiser steps done")
+    samples: int | None = opt(
+        None, "training samples (sentences) seen so far; null in a resumed run"
+    )
+    tokens: int | None = opt(
+        None, "target tokens seen so far (sequence models); null in a resumed run or without tokens"
+    )
+    split: str = opt("dev", "the split scored: dev (translation) or eval (the evaluation split)")
+    loss: float | None = opt(
+        None, "mean loss (translation: NLL per target token of train.curve_limit sentences)"
+    )
+    accuracy: float | None = opt(None, "share of correct predictions (classifiers)")
+    bleu: float | None = opt(None, "corpus BLEU of train.curve_limit sentences (translation)")
+    by_language: dict[str, dict[str, Any]] | None = opt(
+        None, "many->English (data.corpora): per source language its nll and bleu"
     )
 
 
@@ -209,6 +232,9 @@ class RunMetrics:
     stages: list[StageMetrics] = opt([], "one per stage")
     layer_costs: list[float] = opt([], "the per-layer costs the partition used")
     eval: EvalMetrics | None = opt(None, "evaluation after training, when it ran")
+    curve: list[CurvePoint] = opt(
+        [], "learning curve: a held-out score every train.eval_every steps (empty when 0)"
+    )
     hardware: dict[str, Any] | None = opt(None, "the hardware profile of a simulated run")
     plan: PlanInfo | None = opt(None, "the run's plan (null when the run failed before it)")
     env: EnvInfo = opt(EnvInfo(), "the environment")
@@ -237,6 +263,7 @@ def _build(cls: Any, d: Any) -> Any:
         sub = {
             "StageMetrics": StageMetrics,
             "EvalMetrics": EvalMetrics,
+            "CurvePoint": CurvePoint,
             "EnvInfo": EnvInfo,
             "ModelInfo": ModelInfo,
             "PipelineInfo": PipelineInfo,

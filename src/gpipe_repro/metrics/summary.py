@@ -7,7 +7,7 @@ import platform
 import statistics
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ import torch
 from ..engine.events import Event, measured_bubble
 from ..engine.schedule import bubble_fraction
 from .contract import (
+    CurvePoint,
     EnvInfo,
     EvalMetrics,
     ModelInfo,
@@ -68,6 +69,7 @@ class RankResult:
     threads: int
     device_name: str
     host_memory: str
+    curve: list[CurvePoint] = field(default_factory=list)  # train.eval_every (reporter rank)
 
 
 def timed_from(spec: RunConfig, start: int) -> int:
@@ -247,6 +249,7 @@ def summarize(
     m.stages = stages
     m.layer_costs = results[0].costs
     m.eval = ev
+    m.curve = list(rep.curve)
     m.env = env_info(results, launcher)
     keep = set(steps[-spec.train.trace_steps :])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]

@@ -7,7 +7,9 @@
   trained layers are gathered on the reporting rank and evaluated there in one process.
 
 Every rank calls its evaluation (both are collective); the reporting rank (last stage, replica 0)
-returns the metrics, the others None.
+returns the metrics, the others None. ``curve=True``: a learning-curve point (``train.eval_every``):
+a translation model scores the dev split (``train.curve_limit`` sentences, NLL and BLEU; the test
+split stays for the end), the others their evaluation split as at the end.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Trained:
     offset: int  # the global index of this stage's first layer
 
 
-Evaluation = Callable[[Trained], "EvalMetrics | None"]
+Evaluation = Callable[[Trained, bool], "EvalMetrics | None"]
 
 
 def evaluation_for(spec: RunConfig, model: ModelPlan) -> Evaluation:
@@ -54,7 +56,7 @@ def evaluation_for(spec: RunConfig, model: ModelPlan) -> Evaluation:
 
 
 @torch.no_grad()
-def through_pipeline(t: Trained) -> EvalMetrics | None:
+def through_pipeline(t: Trained, curve: bool = False) -> EvalMetrics | None:
     """Accuracy and loss on the evaluation split, through the pipeline (running BN statistics).
 
     The split streams batch by batch (``Dataset.eval_batches``) on the first stage (inputs) and the
@@ -86,9 +88,10 @@ def through_pipeline(t: Trained) -> EvalMetrics | None:
     return EvalMetrics(accuracy=correct / max(total, 1), loss=loss_sum / samples, samples=samples)
 
 
-def by_decoding(t: Trained) -> EvalMetrics | None:
-    """BLEU (greedy decoding) and NLL per target token on the test split, the whole model on the
-    reporting rank (its layers gathered from the stages by global index, as a save holds them)."""
+def by_decoding(t: Trained, curve: bool = False) -> EvalMetrics | None:
+    """BLEU (greedy decoding) and NLL per target token on the test split (``curve``: the first
+    ``train.curve_limit`` dev sentences), the whole model on the reporting rank (its layers gathered
+    from the stages by global index, as a save holds them)."""
     from ..data.translation import TranslationDataset
     from ..translate import evaluate_translation
 
@@ -109,8 +112,13 @@ def by_decoding(t: Trained) -> EvalMetrics | None:
     for i, layer in enumerate(layers):
         layer.load_state_dict(states[i])
     with torch.no_grad():
+        tr = t.spec.train
         out = evaluate_translation(
-            [m.eval() for m in layers], t.data, split="test", limit=t.spec.train.eval_limit
+            [m.eval() for m in layers],
+            t.data,
+            split="dev" if curve else "test",
+            limit=tr.curve_limit if curve else tr.eval_limit,
+            nll_limit=tr.curve_limit if curve else None,
         )
     return EvalMetrics(
         accuracy=None,

@@ -29,7 +29,7 @@ from ..data import DataInfo, Dataset, get_data
 from ..engine import Pipeline, Topology, init_topology, stage_slice
 from ..engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from ..engine.rng import derive_seed
-from ..metrics.contract import EvalMetrics
+from ..metrics.contract import CurvePoint, EvalMetrics
 from ..metrics.summary import RankResult, timed_from
 from ..models import materialize
 from ..optim import build_optimizer, lr_factor, set_lr
@@ -146,6 +146,7 @@ class RankRun:
         self.evaluation = evaluation_for(spec, model)
         self.step_times, self.samples, self.tokens = [], [], []
         self.stopped, self.peak_bytes = False, None
+        self.curve: list[CurvePoint] = []  # train.eval_every (reporter rank)
 
     # -------------------------------------------------------------------------------- train
     def train(self) -> None:
@@ -181,6 +182,8 @@ class RankRun:
                 )
             if self.stopped:
                 break
+            if t.eval_every and ((step + 1) % t.eval_every == 0 or step + 1 == t.steps):
+                self._curve_point(step + 1)  # collective
         self.peak_bytes = self.device.peak_bytes()  # before evaluation allocates its own
         if self.progress is not None:
             self.progress.close()
@@ -213,13 +216,43 @@ class RankRun:
             self.progress.step(step, loss, dt, n, tok)
         self.diverged(step, self.losses)
 
+    def _curve_point(self, step: int) -> None:
+        """One learning-curve point (``train.eval_every``): the model after ``step`` updates scored
+        on the held-out split. Every rank takes part; the reporter keeps the point. The training's
+        random streams are restored afterwards, so the curve never changes the run, and the ranks
+        meet before the next step, so no stage's step time counts the reporter's decoding."""
+        with torch.random.fork_rng(devices=[]):
+            ev = self.evaluation(self._trained(), True)
+        if self.topo.distributed:
+            dist.barrier()  # bounded by the process group's timeout (pipeline.timeout_s)
+        if ev is None or not (self.topo.is_last and self.topo.replica == 0):
+            return
+        resumed = self.start > 0
+        self.curve.append(
+            CurvePoint(
+                step=step,
+                samples=None if resumed else sum(self.samples),
+                tokens=None if resumed or not self.tokens else sum(self.tokens),
+                split="dev" if ev.bleu is not None else "eval",
+                loss=ev.loss,
+                accuracy=ev.accuracy,
+                bleu=ev.bleu,
+                by_language={
+                    k: {"nll": v["nll"], "bleu": v["bleu"]} for k, v in ev.by_language.items()
+                }
+                if ev.by_language
+                else None,
+            )
+        )
+
     # -------------------------------------------------------------------------------- report
+    def _trained(self) -> Trained:
+        return Trained(self.plan.spec, self.topo, self.model, self.pipe, self.data, self.offset)
+
     def evaluate(self) -> EvalMetrics | None:
         if not self.plan.spec.train.eval or self.stopped:
             return None
-        return self.evaluation(
-            Trained(self.plan.spec, self.topo, self.model, self.pipe, self.data, self.offset)
-        )
+        return self.evaluation(self._trained(), False)
 
     def result(self, ev: EvalMetrics | None) -> RankResult:
         spec, topo, pipe = self.plan.spec, self.topo, self.pipe
@@ -249,6 +282,7 @@ class RankRun:
             stopped=self.stopped,
             events=[e.to_dict() for e in pipe.recorder.events if e.step >= keep_from],
             eval=ev,
+            curve=self.curve,
             threads=torch.get_num_threads(),
             host_memory=pipe.host_memory,
             device_name=self.device.name(),

@@ -83,8 +83,10 @@ def evaluate_translation(
     split: str = "dev",
     limit: int | None = None,
     batch_sentences: int = 64,
+    nll_limit: int | None = None,
 ) -> dict:
-    """BLEU (greedy decoding of the first ``limit`` sentences, all by default) and NLL of a split.
+    """BLEU (greedy decoding of the first ``limit`` sentences, all by default) and NLL of a split
+    (of its first ``nll_limit`` sentences, all by default: learning curves score a subset often).
 
     A many->English mix (``data.corpus.parts``) is scored per language as well: ``by_language`` maps
     each source language to its own BLEU and NLL on its own rows of the split (``limit`` sentences
@@ -98,8 +100,10 @@ def evaluate_translation(
     by_language: dict[str, dict] = {}
     sources_all, refs_split = data.source_ids(split), data.references(split)
     for part, rows in groups:
-        nll, tokens = nll_per_token(layers, data, split, rows=rows)
-        chosen = list(rows if rows is not None else range(len(sources_all)))[:limit]
+        pool = list(rows if rows is not None else range(len(sources_all)))
+        scored = pool[:nll_limit] if nll_limit is not None else rows
+        nll, tokens = nll_per_token(layers, data, split, rows=scored)
+        chosen = pool[:limit]
         refs = [refs_split[i] for i in chosen]
         ids = translate_ids(
             layers, [sources_all[i] for i in chosen], batch_sentences=batch_sentences

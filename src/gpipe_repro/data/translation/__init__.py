@@ -76,6 +76,12 @@ class TranslationConfig:
         "with corpora: keep the first N training pairs of each (null entries: all); null = all",
         allowed="null or one integer >= 1 (or null) per corpora entry",
     )
+    train_offsets: list[int] | None = opt(
+        None,
+        "with corpora: skip the first N training pairs of each before train_sizes (disjoint "
+        "slices of the same verses for the synthetic corpora); null = none skipped",
+        allowed="null or one integer >= 0 per corpora entry",
+    )
     temperature: float = opt(
         1.0,
         "with corpora: draw languages ~ pairs^(1/T) (1 = as the data come; 5 = the multilingual "
@@ -90,9 +96,14 @@ class TranslationConfig:
         """At the edge, before any rank starts: a given root holds the files (nothing is read)."""
         if self.corpora is not None:
             self._check_mix(self.corpora)
-        elif self.train_sizes is not None:
+        elif self.train_sizes is not None or self.train_offsets is not None:
+            field, value = (
+                ("train_sizes", self.train_sizes)
+                if self.train_sizes is not None
+                else ("train_offsets", self.train_offsets)
+            )
             raise UserError(
-                f"data.train_sizes={self.train_sizes} needs data.corpora; allowed: null, "
+                f"data.{field}={value} needs data.corpora; allowed: null, "
                 f"or data.train_size for the one corpus"
             )
         elif self.root is not None:
@@ -123,13 +134,21 @@ class TranslationConfig:
                 f"data.train_sizes={list(sizes)} is invalid for {len(corpora)} corpora; allowed: "
                 f"one integer >= 1 (or null) per data.corpora entry"
             )
+        offsets = self.train_offsets
+        if offsets is not None and (len(offsets) != len(corpora) or any(k < 0 for k in offsets)):
+            raise UserError(
+                f"data.train_offsets={list(offsets)} is invalid for {len(corpora)} corpora; "
+                f"allowed: one integer >= 0 per data.corpora entry"
+            )
 
 
 def translation(c: TranslationConfig) -> TranslationDataset:
     """The dataset of ``data=translation``: the corpus (or the many->English mix of corpora) fetched
     and parsed and its vocabulary trained on first use, both cached."""
     if c.corpora is not None:
-        corpus = load_mix(c.corpora, c.train_sizes, c.temperature, tgt=c.tgt)
+        corpus = load_mix(
+            c.corpora, c.train_sizes, c.temperature, tgt=c.tgt, train_offsets=c.train_offsets
+        )
     else:
         corpus = load_corpus(c.corpus, root=c.root, src=c.src, tgt=c.tgt, train_size=c.train_size)
     return TranslationDataset(

@@ -10,7 +10,9 @@
 
 Splits are drawn once with a fixed seed (never the run's), after dropping duplicate pairs: dev and
 test hold ``EVAL_SIZE`` pairs each, train the rest. ``train_size`` keeps the first pairs of the
-(already shuffled) training split: a random low-resource subset, the same for every run.
+(already shuffled) training split: a random low-resource subset, the same for every run;
+``train_offset`` skips that many pairs first, so corpora made from the same verses (the synthetic
+ones) can take disjoint slices of them.
 Files: ``$GPIPE_DATA_CACHE/translation/<name>/{train,dev,test}.tsv`` (``source<TAB>target``).
 """
 
@@ -182,14 +184,23 @@ SYNTHETIC: dict[str, tuple[str, str]] = {
 }
 
 
-def _subset(splits: dict[str, list[Pair]], train_size: int | None) -> dict[str, list[Pair]]:
-    if train_size is None:
-        return splits
-    if train_size < 1:
+def _subset(
+    splits: dict[str, list[Pair]], train_size: int | None, offset: int = 0
+) -> dict[str, list[Pair]]:
+    """Training pairs ``offset`` to ``offset + train_size`` (all after ``offset`` when null)."""
+    if train_size is not None and train_size < 1:
         raise UserError(
             f"train_size={train_size} is invalid; allowed: an integer >= 1 (or null: all)"
         )
-    return {**splits, "train": splits["train"][:train_size]}
+    n = len(splits["train"])
+    if not 0 <= offset < n:
+        raise UserError(
+            f"train_offset={offset} is invalid for {n} training pairs; allowed: 0 to {n - 1}"
+        )
+    if train_size is None and offset == 0:
+        return splits
+    end = None if train_size is None else offset + train_size
+    return {**splits, "train": splits["train"][offset:end]}
 
 
 def _digest(pairs: list[Pair]) -> str:
@@ -203,11 +214,13 @@ def load_corpus(
     src: str | None = None,
     tgt: str = "en",
     train_size: int | None = None,
+    train_offset: int = 0,
 ) -> Corpus:
-    """A corpus by name (fetched and parsed on first use), or a user's from ``root``."""
+    """A corpus by name (fetched and parsed on first use), or a user's from ``root``; its training
+    split cut to ``train_size`` pairs after skipping ``train_offset``."""
     if root is not None:
         splits, src = read_root(Path(root), src, tgt)
-        splits = _subset(splits, train_size)
+        splits = _subset(splits, train_size, train_offset)
         label = f"root:{Path(root).name}"
         return Corpus(
             label,
@@ -221,20 +234,20 @@ def load_corpus(
         )
     if name in CORPORA:
         s, t, build, note = CORPORA[name]
-        splits = _subset(_cached_splits(name, build), train_size)
+        splits = _subset(_cached_splits(name, build), train_size, train_offset)
         return Corpus(
             name, s, t, splits["train"], splits["dev"], splits["test"], note=note, key=name
         )
     if name in SYNTHETIC:
-        return _synthetic(name, train_size)
+        return _synthetic(name, train_size, train_offset)
     allowed = ", ".join([*CORPORA, *SYNTHETIC])
     raise UserError(f"corpus={name!r} is unknown; allowed: {allowed}, or root=DIR for your own")
 
 
-def _synthetic(name: str, train_size: int | None) -> Corpus:
+def _synthetic(name: str, train_size: int | None, train_offset: int = 0) -> Corpus:
     """Sources made by apertium from the ``es-en`` English side; only the lines used are translated."""
     lang, pair = SYNTHETIC[name]
-    base = _subset(_cached_splits("es-en", CORPORA["es-en"][2]), train_size)
+    base = _subset(_cached_splits("es-en", CORPORA["es-en"][2]), train_size, train_offset)
     cache = translation_cache(name) / "apertium"
     splits = {
         s: list(

@@ -120,17 +120,23 @@ def load_mix(
     train_sizes: Sequence[int | None] | None = None,
     temperature: float = 1.0,
     tgt: str = "en",
+    train_offsets: Sequence[int] | None = None,
 ) -> Corpus:
     """The corpora named by ``entries`` (corpus names, or folders as for ``root``), each cut to its
-    ``train_sizes`` entry (null: all), mixed with ``mix_corpora``."""
+    ``train_sizes`` entry (null: all) after skipping its ``train_offsets`` entry (default 0), mixed
+    with ``mix_corpora``."""
     sizes = list(train_sizes) if train_sizes is not None else [None] * len(entries)
-    if len(sizes) != len(entries):
-        raise UserError(
-            f"train_sizes={sizes} has {len(sizes)} entries but corpora has {len(entries)}; "
-            f"allowed: one size (or null) per corpus"
-        )
+    offsets = list(train_offsets) if train_offsets is not None else [0] * len(entries)
+    for name, given in (("train_sizes", sizes), ("train_offsets", offsets)):
+        if len(given) != len(entries):
+            raise UserError(
+                f"{name}={given} has {len(given)} entries but corpora has {len(entries)}; "
+                f"allowed: one entry per corpus"
+            )
     corpora = [
-        load_corpus(root=e, tgt=tgt, train_size=n) if is_root(e) else load_corpus(e, train_size=n)
-        for e, n in zip(entries, sizes)
+        load_corpus(root=e, tgt=tgt, train_size=n, train_offset=k)
+        if is_root(e)
+        else load_corpus(e, train_size=n, train_offset=k)
+        for e, n, k in zip(entries, sizes, offsets)
     ]
     return mix_corpora(corpora, temperature)
