@@ -14,5 +14,4 @@ def test_activation_sends_are_released_per_micro_batch():
     for mode, first in zip(("gloo", "nccl_order"), stage0):
         assert first["stage"] == 0 and len(first["held"]) == 2 * M, mode  # one entry per action
         assert max(len(h) for h in first["held"]) <= K, (mode, first["held"])
-        assert max(max(h, default=-1) for h in first["held"]) == M - 1, mode  # all were sent
         assert first["after"] == [], mode

@@ -7,7 +7,7 @@ import pytest
 from _runs import pipeline, write_run
 
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.sweep import Sweep, SweepRow, sweep_rows
+from gpipe_repro.paper.sweep import Sweep, SweepRow, checks, sweep_rows
 
 
 def test_rows_keep_failed_and_unreadable_jobs_and_normalise_to_the_smallest_cell(tmp_path):
@@ -68,3 +68,36 @@ def test_the_table_is_regenerated_from_its_csv(tmp_path):
     assert SweepRow.__dataclass_fields__.keys() == set(
         csv.DictReader((tmp_path / "b" / "results.csv").open()).fieldnames
     )
+
+
+def test_the_claims_read_off_a_k_by_m_sweep(tmp_path):
+    """The demo's headline: K = 2 at its largest M against the fastest K = 1 row of any M, whether
+    its speed-up over K = 1 rises with M, and whether the losses are bit-equal across K."""
+    k1 = {1: 200.0, 2: 180.0, 4: 150.0}
+    k2 = {1: 190.0, 2: 230.0, 4: 260.0}
+    for M in (1, 2, 4):
+        write_run(tmp_path / f"a{M}", pipeline=pipeline(1, M), throughput=k1[M], losses=[0.5])
+        other = [0.5] if M != 2 else [0.5000001]  # M = 2: K = 2 drifted by one rounding
+        write_run(tmp_path / f"b{M}", pipeline=pipeline(2, M), throughput=k2[M], losses=other)
+    rows, _ = sweep_rows(tmp_path)
+    lines = checks(rows)
+    top = next(r for r in rows if (r.K, r.M) == (2, 4))
+    assert top.speedup_vs_best_k1 == pytest.approx(260.0 / 200.0)
+    assert lines[0].startswith("- K = 2, M = 4: 1.30x the fastest K = 1 row (K = 1, M = 1")
+    assert "rises with M: yes" in lines[1]
+    assert lines[2].endswith("no (they differ at M = 2)")
+    # a speed-up that falls back at some M is not "rising"
+    write_run(tmp_path / "b4", pipeline=pipeline(2, 4), throughput=170.0, losses=[0.5])
+    assert "rises with M: no" in checks(sweep_rows(tmp_path)[0])[1]
+
+
+def test_the_prediction_error_is_the_predicted_step_against_the_measured_one(tmp_path):
+    write_run(
+        tmp_path / "0",
+        pipeline=pipeline(1, 1),
+        throughput=100.0,
+        step_time_s=0.2,
+        predicted_step_time_s=0.25,
+    )
+    (row,) = sweep_rows(tmp_path)[0]
+    assert row.prediction_error == pytest.approx(0.25)

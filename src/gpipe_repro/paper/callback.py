@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from .artefact import Artefact, make, publish
 from .registry import ARTEFACTS
 from .rows import columns
-from .sweep import Sweep, SweepRow, console_table
+from .sweep import Sweep, SweepRow, checks, console_table
 
 
 def canonical(task_overrides: list[str], experiment: str) -> bool:
@@ -43,7 +43,7 @@ class GatherCallback(Callback):
         table = Sweep(str(experiment or "sweep"))
         report, written = make(table, sweep, sweep, argparse.Namespace(), command)
         rows: list[SweepRow] = report.rows
-        lines = [console_table(rows), "", f"table: {sweep}/results.md (.csv, .png)"]
+        lines = [console_table(rows), *checks(rows), "", f"table: {sweep}/results.md (.csv, .png)"]
         lines.append(f"runs:  {sweep}/<job>/ (metrics.json, trace.json, timeline.png)")
         art: Artefact[Any] | None = table
         own = ARTEFACTS.get(str(experiment))

@@ -43,11 +43,13 @@ class SweepRow:
     throughput: float | None = None
     normalized_throughput: float | None = None
     speedup_vs_k1: float | None = None
+    speedup_vs_best_k1: float | None = None
     speedup_ideal: float | None = None
     tokens_per_s: float | None = None
     step_time_s: float | None = None
     predicted_step_time_s: float | None = None
     predicted_throughput: float | None = None
+    prediction_error: float | None = None
     bubble_fraction: float | None = None
     bubble_ideal: float | None = None
     stage_busy_s: str | None = None
@@ -115,12 +117,20 @@ def sweep_rows(sweep: Path) -> tuple[list[SweepRow], Provenance]:
         if same and r.K is not None and r.M is not None:
             r.speedup_vs_k1 = r.throughput / same[0].throughput  # type: ignore[operator]
             r.speedup_ideal = r.K * (1 - bubble_fraction(r.K, r.M))
+        k1 = [q.throughput for q in ok if q.K == 1 and series(q) == series(r)]
+        if k1:  # against the fastest K = 1 row of any M: what pipelining buys over not pipelining
+            r.speedup_vs_best_k1 = r.throughput / max(k1)  # type: ignore[operator, type-var]
+        if r.predicted_step_time_s and r.step_time_s:
+            r.prediction_error = r.predicted_step_time_s / r.step_time_s - 1
     return rows, Provenance.of_jobs([j.metrics.env for j in jobs], sweep)
 
 
 FORMATS = {"throughput": "{:.1f}", "predicted_throughput": "{:.1f}", "final_loss": "{:.6f}"}
 FORMATS |= dict.fromkeys(("bubble_fraction", "bubble_ideal", "eval_accuracy"), "{:.3f}")
-FORMATS |= dict.fromkeys(("normalized_throughput", "speedup_vs_k1", "speedup_ideal"), "{:.3f}")
+FORMATS |= dict.fromkeys(
+    ("normalized_throughput", "speedup_vs_k1", "speedup_vs_best_k1", "speedup_ideal"), "{:.3f}"
+)
+FORMATS["prediction_error"] = "{:+.1%}"
 
 
 def _fmt(v: Any, col: str) -> str:
@@ -144,8 +154,10 @@ TABLE_COLS = [
     ("status", "status"),
     ("throughput", "samples/s"),
     ("predicted_throughput", "predicted samples/s"),
+    ("prediction_error", "predicted step error"),
     ("normalized_throughput", "normalised"),
     ("speedup_vs_k1", "speed-up vs K=1"),
+    ("speedup_vs_best_k1", "vs fastest K=1"),
     ("speedup_ideal", "K·M/(M+K-1)"),
     ("bubble_fraction", "bubble"),
     ("bubble_ideal", "(K-1)/(M+K-1)"),
@@ -166,7 +178,13 @@ def _shown(rows: Sequence[SweepRow]) -> list[tuple[str, str]]:
         "batch_mode": any(r.batch_mode not in (None, "fixed") for r in rows),
         **{
             c: any(getattr(r, c) is not None for r in rows)
-            for c in ("predicted_throughput", "speedup_vs_k1", "speedup_ideal")
+            for c in (
+                "predicted_throughput",
+                "prediction_error",
+                "speedup_vs_k1",
+                "speedup_vs_best_k1",
+                "speedup_ideal",
+            )
         },
     }
     return [c for c in TABLE_COLS if optional.get(c[0], True)]
@@ -180,6 +198,46 @@ def markdown_table(rows: Sequence[SweepRow]) -> str:
         for r in rows
     ]
     return "\n".join([head, "|" + "---|" * len(cols), *body])
+
+
+def checks(rows: Sequence[SweepRow]) -> list[str]:
+    """GPipe's two claims read off a K x M sweep, per series with K = 1 and K > 1 rows: the deepest
+    pipeline at its largest M against the fastest K = 1 row of any M; whether its speed-up over K = 1
+    at the same M rises with M; and whether the final losses are bit-equal across K at each M (the
+    update is synchronous, §2.2)."""
+    ok = [r for r in rows if r.status == "ok" and r.throughput and r.K and r.M]
+    out: list[str] = []
+    for key in sorted({series(r) for r in ok}):
+        group = [r for r in ok if series(r) == key]
+        k1 = [r for r in group if r.K == 1]
+        deep = [r for r in group if r.K != 1]
+        if not k1 or not deep:
+            continue
+        best = max(k1, key=lambda r: r.throughput or 0.0)
+        K = max(r.K for r in deep)  # type: ignore[type-var]
+        line = sorted((r for r in deep if r.K == K), key=lambda r: r.M or 0)
+        top = line[-1]
+        out.append(
+            f"- K = {K}, M = {top.M}: {top.speedup_vs_best_k1:.2f}x the fastest K = 1 row "
+            f"(K = 1, M = {best.M}: {best.throughput:.1f} samples/s)"
+        )
+        ups = [r.speedup_vs_k1 for r in line if r.speedup_vs_k1 is not None]
+        rising = all(b > a for a, b in zip(ups, ups[1:]))
+        out.append(
+            f"- K = {K} over K = 1 at the same M rises with M: {'yes' if rising else 'no'} ("
+            + ", ".join(f"M = {r.M}: {r.speedup_vs_k1:.2f}" for r in line if r.speedup_vs_k1)
+            + ")"
+        )
+        differ = [
+            M
+            for M in sorted({r.M for r in group})  # type: ignore[type-var]
+            if len({r.final_loss for r in group if r.M == M}) > 1
+        ]
+        out.append(
+            "- final losses bit-equal across K at every M: "
+            + ("yes" if not differ else f"no (they differ at M = {', '.join(map(str, differ))})")
+        )
+    return out
 
 
 def console_table(rows: Sequence[SweepRow]) -> str:
@@ -243,7 +301,9 @@ class Sweep(Artefact[SweepRow]):
 
     def markdown(self, report: Report[SweepRow]) -> str:
         head = "\n".join(report.provenance.page(self.name))
-        return f"{head}\n\n{markdown_table(report.rows)}\n"
+        found = checks(report.rows)
+        tail = "\n\n## GPipe's claims in this sweep\n\n" + "\n".join(found) if found else ""
+        return f"{head}\n\n{markdown_table(report.rows)}\n{tail}\n"
 
     def plot(self, report: Report[SweepRow], path: Path) -> None:
         plot(report.rows, path, self.name)
