@@ -1,7 +1,7 @@
 """Reading runs: every job's ``metrics.json`` through the typed contract (``metrics.contract``).
 
 A job whose file is missing, unreadable or breaks the contract is kept as a failed run that says why,
-so a report lists every job a sweep started.
+so a report lists every job a sweep started. A job's start and end times are those of its files.
 """
 
 from __future__ import annotations
@@ -32,3 +32,13 @@ def read_run(folder: Path) -> RunMetrics:
 def read_sweep(sweep: Path) -> list[Job]:
     """Every job of a sweep folder (one sub-folder with a ``metrics.json`` per job), by folder name."""
     return [Job(p.parent.name, read_run(p.parent)) for p in sorted(sweep.glob("*/metrics.json"))]
+
+
+def job_times(folder: Path) -> tuple[float | None, float | None]:
+    """When a job started and ended (unix seconds): Hydra writes ``.hydra/config.yaml`` as the job
+    starts, the run its ``metrics.json`` as it ends; None for a file that is not there."""
+
+    def mtime(path: Path) -> float | None:
+        return round(path.stat().st_mtime, 3) if path.exists() else None
+
+    return mtime(folder / ".hydra" / "config.yaml"), mtime(folder / "metrics.json")
