@@ -24,6 +24,7 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         table4.ARTEFACT,
         table5.ARTEFACT,
         fig3.ARTEFACT,
+        fig3.TRICKS,
         validate_sim.ARTEFACT,
         Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
     )
