@@ -75,12 +75,13 @@ def _rows_of(j: Job, sweep: Path) -> list[Table5Row]:
     if m.status != "ok" or ev is None:
         return [Table5Row(**base)]  # type: ignore[arg-type]
     steps = m.steps or len(m.losses)
+    last = [p.tokens for p in m.curve if p.step == steps]  # target tokens seen, counted
     out = [
         Table5Row(
             **base,  # type: ignore[arg-type]
             split=END,
             step=steps,
-            tokens=m.batch_size * steps if m.batch_size else None,
+            tokens=last[0] if last else None,
             nll=ev.loss,
             bleu=ev.bleu,
             bleu_signature=ev.bleu_signature,
@@ -164,7 +165,7 @@ def _paper_step(a: str, b: str, column: str) -> float:
 
 def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
     lines = [
-        "| batch (tokens) | M | updates | tokens seen | seeds | BLEU | NLL / token | paper row "
+        "| batch (tokens) | M | updates | target tokens seen | seeds | BLEU | NLL / token | paper row "
         "| paper BLEU | paper NLL |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -174,7 +175,7 @@ def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
             (row, quote(5, row, "BLEU").value, quote(5, row, "NLL").value) if row else ("—",) * 3
         )
         lines.append(
-            f"| {p.batch_tokens:,} | {r.M} | {r.step} | {r.tokens or 0:,} | {len(p.rows)} | "
+            f"| {p.batch_tokens:,} | {r.M} | {r.step} | {p.of('tokens').text(0)} | {len(p.rows)} | "
             f"{p.of('bleu').text(digits[0])} | {p.of('nll').text(digits[1])} | "
             + " | ".join(map(str, paper))
             + " |"
@@ -220,7 +221,9 @@ def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
             "",
             *_table(matched, (2, 3)),
             "",
-            "BLEU of the test split by greedy decoding; NLL per target token over the whole split.",
+            "BLEU of the test split by greedy decoding; NLL per target token over the whole split. "
+            "Batch: the target-token budget of an update (sentences fill it up to that); tokens seen: "
+            "counted (metrics.json `curve`).",
             "",
             f"## Same updates (the paper's design): every run at update {updates(rows)} (dev split)",
             "",
@@ -249,16 +252,15 @@ def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
     )
 
 
-def curves(rows: Sequence[Table5Row]) -> dict[int, list[tuple[int, int, float]]]:
-    """Per batch size: (update, tokens, dev NLL mean over seeds) at each update."""
-    out: dict[int, list[tuple[int, int, float]]] = {}
+def curves(rows: Sequence[Table5Row]) -> dict[int, list[tuple[int, float, float]]]:
+    """Per batch size: (update, tokens seen, dev NLL), each a mean over seeds, at each update."""
+    out: dict[int, list[tuple[int, float, float]]] = {}
     dev = [r for r in rows if r.status == "ok" and r.split == DEV and r.nll is not None]
     for b in sorted({r.batch_tokens for r in dev if r.batch_tokens}):
         for s in sorted({r.step for r in dev if r.batch_tokens == b and r.step is not None}):
             at = [r for r in dev if r.batch_tokens == b and r.step == s]
-            out.setdefault(b, []).append(
-                (s, at[0].tokens or b * s, sample([r.nll for r in at]).mean)
-            )
+            tokens = sample([r.tokens for r in at]).mean
+            out.setdefault(b, []).append((s, tokens, sample([r.nll for r in at]).mean))
     return out
 
 
