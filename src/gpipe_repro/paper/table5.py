@@ -165,7 +165,7 @@ def _paper_step(a: str, b: str, column: str) -> float:
 
 def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
     lines = [
-        "| batch (tokens) | M | updates | target tokens seen | seeds | BLEU | NLL / token | paper row "
+        "| batch (tokens) | M | updates | target tokens seen (mean) | seeds | BLEU | NLL / token | paper row "
         "| paper BLEU | paper NLL |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -175,7 +175,7 @@ def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
             (row, quote(5, row, "BLEU").value, quote(5, row, "NLL").value) if row else ("—",) * 3
         )
         lines.append(
-            f"| {p.batch_tokens:,} | {r.M} | {r.step} | {p.of('tokens').text(0)} | {len(p.rows)} | "
+            f"| {p.batch_tokens:,} | {r.M} | {r.step} | {p.of('tokens').mean:,.0f} | {len(p.rows)} | "
             f"{p.of('bleu').text(digits[0])} | {p.of('nll').text(digits[1])} | "
             + " | ".join(map(str, paper))
             + " |"
@@ -278,9 +278,9 @@ def plot(rows: Sequence[Table5Row], path: Path) -> None:
                 xs = [p.batch_tokens for p in pts]
                 ax.errorbar(xs, [s.mean for s in st], yerr=[s.sd for s in st], fmt="o-",
                             capsize=4, label=what)  # fmt: skip
-                ax.set_xticks(xs, [f"{x:,}" for x in xs])
             ax.set(xscale="log", xlabel="batch (target tokens), grown through M", ylabel=name,
                    title=f"{name}, mean ± sd over seeds")  # fmt: skip
+            ax.set_xticks(xs, [f"{x:,}" for x in xs])
             ax.minorticks_off()
         for ax in axes.flat:
             ax.grid(alpha=0.3)
