@@ -25,6 +25,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
@@ -78,7 +79,7 @@ def _rows_of(job: str, m: RunMetrics, folder: Path) -> list[Fig3Row]:
         status, error = "failed", "no eval.by_language in metrics.json (not a data.corpora run?)"
     late = [x for x in m.losses[SKIP:]]
     started, ended = job_times(folder)
-    base = dict(
+    base: dict[str, Any] = dict(
         job=job,
         status=status,
         L=cfg.get("L"),
@@ -94,21 +95,21 @@ def _rows_of(job: str, m: RunMetrics, folder: Path) -> list[Fig3Row]:
         error=error,
     )
     if not langs:
-        return [Fig3Row(**base)]  # type: ignore[arg-type]
+        return [Fig3Row(**base)]
     out = []
     for lang, v in langs.items():
-        meta = dict(language=lang, resource=v.get("resource"), train_pairs=v.get("train_pairs"),
+        meta: dict[str, Any] = dict(language=lang, resource=v.get("resource"), train_pairs=v.get("train_pairs"),
                     synthetic=v.get("synthetic"))  # fmt: skip
         out.append(
             Fig3Row(**base, **meta, split=END, step=m.steps, bleu=v.get("bleu"), nll=v.get("nll"))
-        )  # type: ignore[arg-type]
+        )
         for p in m.curve:
             at = (p.by_language or {}).get(lang, {})
             out.append(
                 Fig3Row(
                     **base, **meta, split=DEV, step=p.step, bleu=at.get("bleu"), nll=at.get("nll")
                 )
-            )  # type: ignore[arg-type]
+            )
     return out
 
 

@@ -22,6 +22,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .artefact import Artefact, Report
 from .numbers import quote, rows
@@ -59,7 +60,7 @@ class Table5Row:
 def _rows_of(j: Job, sweep: Path) -> list[Table5Row]:
     m, ev = j.metrics, j.metrics.eval
     cfg = m.model.config if m.model else {}
-    base = dict(
+    base: dict[str, Any] = dict(
         job=j.name,
         status=m.status,
         M=m.pipeline.M if m.pipeline else None,
@@ -73,12 +74,12 @@ def _rows_of(j: Job, sweep: Path) -> list[Table5Row]:
     )
     base["started"], base["ended"] = job_times(sweep / j.name)
     if m.status != "ok" or ev is None:
-        return [Table5Row(**base)]  # type: ignore[arg-type]
+        return [Table5Row(**base)]
     steps = m.steps or len(m.losses)
     last = [p.tokens for p in m.curve if p.step == steps]  # target tokens seen, counted
     out = [
         Table5Row(
-            **base,  # type: ignore[arg-type]
+            **base,
             split=END,
             step=steps,
             tokens=last[0] if last else None,
@@ -90,7 +91,7 @@ def _rows_of(j: Job, sweep: Path) -> list[Table5Row]:
     for p in m.curve:
         out.append(
             Table5Row(**base, split=DEV, step=p.step, tokens=p.tokens, nll=p.loss, bleu=p.bleu)
-        )  # type: ignore[arg-type]
+        )
     return out
 
 
@@ -273,9 +274,9 @@ def plot(rows: Sequence[Table5Row], path: Path) -> None:
         axes[0][1].set(xlabel="updates", title="dev NLL against updates")
         for ax, (key, name) in zip(axes[1], (("bleu", "BLEU"), ("nll", "NLL per target token"))):
             for same, what in ((False, "token-matched (test)"), (True, "same updates (dev)")):
-                pts = series(rows, same)
-                st = [p.of(key) for p in pts]
-                xs = [p.batch_tokens for p in pts]
+                ser = series(rows, same)
+                st = [p.of(key) for p in ser]
+                xs = [p.batch_tokens for p in ser]
                 ax.errorbar(xs, [s.mean for s in st], yerr=[s.sd for s in st], fmt="o-",
                             capsize=4, label=what)  # fmt: skip
             ax.set(xscale="log", xlabel="batch (target tokens), grown through M", ylabel=name,
