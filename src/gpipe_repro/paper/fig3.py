@@ -1,22 +1,15 @@
-"""Fig. 3 (GPipe §5): many->English BLEU per language against capacity, and the trainability tricks.
+"""Fig. 3 (GPipe §5): many->English BLEU per language against model capacity.
 
-Two sweeps, two artefacts of one row type (both published by ``make fig3``):
-
-- ``fig3`` (``gpipe-run -m experiment=fig3``): the smallest model T(1, 512, 4) and the
-  parameter-matched deep / wide pair T(4, 512, 4) / T(2, 1024, 8), one model for all languages
-  (es high-resource; ca, gl low-resource), 5 seeds. Claims, each judged by ``paper.stats`` (the paper
-  prints no number for them: the effect in question is 10% of the baseline's BLEU): (1) the capacity
-  gain of deep and of wide over T1 per language; (2) whether it is largest for low-resource languages
-  (per seed, low minus high BLEU of the bigger model against the smallest's); (3) deep against wide on
-  low-resource languages. Render: ``fig3.md``, ``fig3.png`` (test BLEU per language and model; dev
-  BLEU curves per language).
-- ``fig3_tricks`` (``gpipe-run -m experiment=fig3_tricks``): the deepest model trained here,
-  T(16, 512, 4), with and without the tricks (§5: scaled feed-forward initialisation, clipped logits).
-  Judged on the largest training loss after update 5, the test NLL and BLEU at the end, and how many
-  runs diverged. Render: ``fig3_tricks.md``, ``fig3_tricks.png`` (dev NLL against updates).
-
-Collect: every job's ``metrics.json``; rows per job and language: its end (test split) and its
-learning curve (dev split).
+Experiment: ``gpipe-run -m experiment=fig3``: the smallest model T(1, 512, 4) and the
+parameter-matched deep / wide pair T(4, 512, 4) / T(2, 1024, 8), one model for all languages (es
+high-resource; ca, gl low-resource), 5 seeds. Collect: every job's ``metrics.json``; rows per job and
+language: its end (test split) and its learning curve (dev split). Claims, each judged by
+``paper.stats`` (the paper prints no number for them: the effect in question is 10% of the
+baseline's BLEU): (1) the capacity gain of deep and of wide over T1 per language; (2) whether it is
+largest for low-resource languages (per seed, low minus high BLEU of the bigger model against the
+smallest's); (3) deep against wide on low-resource languages. Render: ``fig3.md``, ``fig3.png``
+(test BLEU per language and model; dev BLEU curves per language). The tricks' sweep, the second of
+``make fig3``, has its own artefact of these rows (``paper.fig3_tricks``).
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
 from .plot import figure
 from .provenance import Provenance
-from .runs import job_times, read_sweep
+from .runs import failures, job_times, read_sweep, wall_time
 from .stats import RELATIVE_EFFECT, RULE, Comparison, Sample, compare, sample
 
 Model = tuple[int, int, int, bool]  # L, H, A, tricks
@@ -199,30 +192,8 @@ def claims(rows: Sequence[Fig3Row]) -> list[str]:
     return out
 
 
-def wall_time(rows: Sequence[Fig3Row]) -> str:
-    jobs = {r.job: r for r in rows}.values()
-    starts = [r.started for r in jobs if r.started is not None]
-    ends = [r.ended for r in jobs if r.ended is not None]
-    if not starts or not ends:
-        return "Wall time of the sweep: not recorded (the jobs' folders are gone)."
-    return (
-        f"Wall time of the sweep (measured): {(max(ends) - min(starts)) / 60:.1f} min from the first "
-        "job's start to the last job's end (the jobs' files: `.hydra/` at the start, `metrics.json` "
-        "at the end)."
-    )
-
-
 def _models(rows: Sequence[Fig3Row]) -> list[Model]:
     return sorted({_key(r) for r in _ends(rows)}, key=lambda m: (not m[3], m[0] * m[1], m[0]))
-
-
-def _failed(rows: Sequence[Fig3Row]) -> list[str]:
-    bad = sorted({(r.job, r.status, r.error or "") for r in rows if r.status != "ok"})
-    return (
-        ["## Jobs that did not finish", "", *(f"- {j}: {s}: {e}" for j, s, e in bad), ""]
-        if bad
-        else []
-    )
 
 
 def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
@@ -234,7 +205,7 @@ def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
     lines = [
         *prov.page("Fig. 3 — many->English BLEU per language vs model capacity"),
         "",
-        wall_time(rows),
+        wall_time((r.started, r.ended) for r in rows) + ".",
         "",
         "Test BLEU (measured, greedy decoding) of each language, mean ± sd over seeds; `high` / `low` "
         "average the group's languages within a seed first.",
@@ -260,7 +231,7 @@ def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
             "",
             RULE,
             "",
-            *_failed(rows),
+            *failures((r.job, r.status, r.error) for r in rows),
             *(
                 [f"Synthetic sources (apertium from the English side): {', '.join(synth)}.", ""]
                 if synth
@@ -311,75 +282,6 @@ def plot(rows: Sequence[Fig3Row], path: Path) -> None:
         fig.suptitle("many->English, one model for all languages (in the manner of GPipe Fig. 3)")
 
 
-def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
-    """The tricks' page: with against without, on the loss spike, the test NLL and BLEU."""
-    on = next((m for m in _models(rows) if m[3]), None)
-    off = next((m for m in _models(rows) if not m[3]), None)
-    jobs = {r.job: r for r in rows}.values()
-    lines = [*prov.page("The trainability tricks at depth (GPipe §5)"), "", wall_time(rows), ""]
-    if on is None or off is None or on[:3] != off[:3]:
-        return "\n".join([*lines, "Needs one model with and without the tricks.", ""])
-    lines += [
-        f"{label(on)} with both tricks (scaled feed-forward init, logits clipped) against without; "
-        "mean ± sd over seeds; NLL and BLEU of the test split averaged over the languages.",
-        "",
-        "| | seeds | diverged | largest training loss after update 5 | test NLL | test BLEU |",
-        "|---|---|---|---|---|---|",
-    ]
-    for m in (on, off):
-        mine = [r for r in jobs if _key(r) == m]
-        spike = sample([r.max_train_loss for r in mine if r.status == "ok"])
-        lines.append(
-            f"| {'with' if m[3] else 'without'} | {len(mine)} | "
-            f"{sum(r.status == 'diverged' for r in mine)} | {spike.text()} | "
-            f"{of(rows, m, 'all', 'nll').text(3)} | {of(rows, m, 'all').text()} |"
-        )
-    spikes = [
-        sample([r.max_train_loss for r in jobs if _key(r) == m and r.status == "ok"])
-        for m in (on, off)
-    ]
-    judged = [
-        ("largest training loss after update 5 (without - with)", spikes[0], spikes[1]),
-        ("test NLL (without - with)", of(rows, on, "all", "nll"), of(rows, off, "all", "nll")),
-        ("test BLEU (with - without)", of(rows, off, "all"), of(rows, on, "all")),
-    ]
-    results = [(what, compare(a, b)) for what, a, b in judged]
-    needed = any(c.beyond and c.delta > 0 for _, c in results) or any(
-        r.status == "diverged" and not r.tricks for r in jobs
-    )
-    verdict = (
-        "needed here: without them training is worse beyond the noise (or diverged)"
-        if needed
-        else "not shown needed at this depth (no difference beyond the noise)"
-    )
-    return "\n".join(
-        [
-            *lines,
-            "",
-            "## Are the tricks needed at depth? (computed by `gpipe_repro.paper.stats`)",
-            "",
-            *(f"- {what}: {c.text(3)}." for what, c in results),
-            f"- **The tricks: {verdict}.**",
-            "",
-            RULE,
-            "",
-            *_failed(rows),
-        ]
-    )
-
-
-def tricks_plot(rows: Sequence[Fig3Row], path: Path) -> None:
-    with figure(path, 1, 1, figsize=(6, 4)) as (fig, ax):
-        for i, m in enumerate(_models(rows)):
-            pts = _curve(rows, m, None, "nll")
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=f"C{i}", label=label(m))
-        ax.set(xlabel="updates", ylabel="dev NLL (mean over languages and seeds)",
-               title="the tricks at depth: dev NLL against updates")  # fmt: skip
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-
-
 class Fig3(Artefact[Fig3Row]):
     """Fig. 3: many->English BLEU per language against model capacity (GPipe §5)."""
 
@@ -399,17 +301,4 @@ class Fig3(Artefact[Fig3Row]):
         plot(report.rows, path)
 
 
-class Fig3Tricks(Fig3):
-    """Fig. 3's tricks: the deepest model here with and without the trainability tricks (GPipe §5)."""
-
-    name = folder = page = "fig3_tricks"
-    command = "gpipe-run -m experiment=fig3_tricks"
-
-    def markdown(self, report: Report[Fig3Row]) -> str:
-        return tricks_markdown(report.rows, report.provenance)
-
-    def plot(self, report: Report[Fig3Row], path: Path) -> None:
-        tricks_plot(report.rows, path)
-
-
-ARTEFACT, TRICKS = Fig3(), Fig3Tricks()
+ARTEFACT = Fig3()

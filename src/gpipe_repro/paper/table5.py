@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import runs
 from .artefact import Artefact, Report
 from .numbers import quote, rows
 from .plot import figure
 from .provenance import Provenance
-from .runs import Job, job_times, read_sweep
+from .runs import Job, failures, job_times, read_sweep
 from .stats import RULE, Sample, sample, trend
 
 PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
@@ -185,18 +186,11 @@ def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
 
 
 def wall_time(rows: Sequence[Table5Row]) -> str:
-    """The sweep's measured wall time, from its jobs' start and end times, and their training steps."""
+    """The sweep's measured wall time, and its jobs' training steps alone."""
     jobs = {r.job: r for r in rows}.values()
-    starts = [r.started for r in jobs if r.started is not None]
-    ends = [r.ended for r in jobs if r.ended is not None]
     steps = sum(r.train_s or 0.0 for r in jobs)
-    span = (
-        f"{(max(ends) - min(starts)) / 60:.1f} min from the first job's start to the last job's end "
-        "(the jobs' files: `.hydra/` at the start, `metrics.json` at the end)"
-        if starts and ends
-        else "not recorded (the jobs' folders are gone)"
-    )
-    return f"Wall time of the sweep (measured): {span}; its training steps alone: {steps / 60:.1f} min."
+    span = runs.wall_time((r.started, r.ended) for r in jobs)
+    return f"{span}; its training steps alone: {steps / 60:.1f} min."
 
 
 def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
@@ -207,7 +201,6 @@ def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
         for c in ("model", "corpus", "lr")
     )
     sigs = sorted({r.bleu_signature for r in ok if r.bleu_signature})
-    failed = sorted({(r.job, r.status, r.error) for r in rows if r.status != "ok"})
     return "\n".join(
         [
             *prov.page("Table 5 — batch size (tokens) vs BLEU and NLL"),
@@ -244,9 +237,7 @@ def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
             "",
             RULE,
             "",
-            *(["## Jobs that did not finish", ""] if failed else []),
-            *(f"- {j}: {s}: {(e or '').replace('|', '/')[:200]}" for j, s, e in failed),
-            "",
+            *failures((r.job, r.status, r.error) for r in rows),
             f"sacrebleu signature: `{'`, `'.join(sigs) or '—'}`",
             "",
         ]
