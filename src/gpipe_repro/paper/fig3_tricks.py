@@ -60,7 +60,7 @@ def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
     verdict = (
         "needed here: without them training is worse beyond the noise (or diverged)"
         if needed
-        else "not shown needed at this depth (no difference beyond the noise)"
+        else "not shown needed at this depth (no measure worse without them beyond the noise)"
     )
     return "\n".join(
         [
