@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpipe_repro.metrics.contract import (
+    CurvePoint,
     EnvInfo,
     EvalMetrics,
     ModelInfo,
@@ -31,11 +32,14 @@ def pipeline(K: int = 1, M: int = 1, **kw: Any) -> PipelineInfo:
 
 
 def write_run(folder: Path, **fields: Any) -> RunMetrics:
-    """``folder/metrics.json`` of a run with ``fields`` (dicts for model and eval are typed here)."""
+    """``folder/metrics.json`` of a run with ``fields`` (dicts for model, eval and curve points are typed here)."""
     if isinstance(fields.get("model"), dict):
         fields["model"] = ModelInfo(**fields["model"])
     if isinstance(fields.get("eval"), dict):
         fields["eval"] = EvalMetrics(**fields["eval"])
+    fields["curve"] = [
+        CurvePoint(**p) if isinstance(p, dict) else p for p in fields.get("curve", [])
+    ]
     m = RunMetrics(**{"env": ENV, **fields})
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.json").write_text(to_json(m))

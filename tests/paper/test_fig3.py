@@ -1,100 +1,145 @@
-"""Fig. 3 on fixture runs: rows per language, and the paper's claims judged by the noise rule."""
+"""Fig. 3 and its tricks on fixture runs: rows per language, the claims judged by the noise rule."""
 
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 from _runs import pipeline, write_run
 
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.fig3 import ARTEFACT
+from gpipe_repro.paper.fig3 import ARTEFACT, Fig3Row, _curve
+from gpipe_repro.paper.fig3_tricks import ARTEFACT as TRICKS
+from gpipe_repro.paper.registry import ARTEFACTS
+from gpipe_repro.paper.rows import read_csv
 
 LANGS = {
-    "es": ("es-en", False, "high", 28_000),
-    "ca": ("ca-en-synthetic", True, "low", 2_000),
-    "gl": ("gl-en-synthetic", True, "low", 2_000),
+    "es": ("es-en", False, "high", 4_000),
+    "ca": ("ca-en-synthetic", True, "low", 300),
+    "gl": ("gl-en-synthetic", True, "low", 300),
 }
+T1, DEEP, WIDE = (1, 512, 4, True), (4, 512, 4, True), (2, 1024, 8, True)
 
 
-def fig3_sweep(root: Path, bleu: dict[tuple[int, int, int, bool], dict[str, list[float]]]) -> Path:
+def fig3_sweep(
+    root: Path,
+    bleu: dict[tuple[int, int, int, bool], dict[str, list[float]]],
+    losses: dict[tuple[int, int, int, bool], list[float]] | None = None,
+) -> Path:
+    """One run per model and seed: test BLEU per language from ``bleu`` (NLL 8 - BLEU / 2), dev curve
+    points at updates 10 and 20 (BLEU half and all of the test BLEU), training ``losses``."""
     job = 0
     for (L, H, A, tricks), per_lang in bleu.items():
         for seed in range(len(next(iter(per_lang.values())))):
             by = {
                 lang: dict(
-                    bleu=v[seed], nll=5.0, sentences=100, corpus=LANGS[lang][0],
+                    bleu=v[seed], nll=8.0 - v[seed] / 2, sentences=100, corpus=LANGS[lang][0],
                     synthetic=LANGS[lang][1], resource=LANGS[lang][2], train_pairs=LANGS[lang][3],
                 )
                 for lang, v in per_lang.items()
             }  # fmt: skip
+            curve = [
+                dict(step=s, by_language={k: {"nll": 9.0 - s / 10, "bleu": v[seed] * s / 20}
+                                          for k, v in per_lang.items()})
+                for s in (10, 20)
+            ]  # fmt: skip
             config = dict(
                 L=L, H=H, A=A, d=128, ffn_init_scale=tricks, logit_clip=20.0 if tricks else None
             )
             write_run(
-                root / f"{job}_K1-M1",
+                root / f"{job}_T{L}-{H}-{A}-seed{seed}",
                 seed=seed,
-                steps=150,
+                steps=20,
                 batch_size=2048,
                 pipeline=pipeline(),
-                model={
-                    "name": "transformer_mt",
-                    "param_count": 1_000_000 * L + 1000 * H,
-                    "config": config,
-                },
+                losses=(losses or {}).get((L, H, A, tricks), [9.0] * 20),
+                model={"name": "transformer_mt", "param_count": 1_000 * L * H, "config": config},
                 eval={"bleu": 1.0, "by_language": by},
+                curve=curve,
             )
             job += 1
     return root
 
 
-def write(sweep: Path, out: Path) -> Path:
-    make(ARTEFACT, sweep, out, argparse.Namespace(), "gpipe-run -m experiment=fig3")
-    return out
+def plus(d: dict[str, list[float]], x: float, low: float = 0.0) -> dict[str, list[float]]:
+    return {k: [v + x + (low if k != "es" else 0.0) for v in vs] for k, vs in d.items()}
 
 
-def test_fig3_rows_per_language_and_claims_from_the_numbers(tmp_path):
-    up = {"es": [3.0, 3.1, 2.9], "ca": [1.0, 1.1, 0.9], "gl": [1.0, 1.2, 0.8]}
+BASE = {
+    "es": [6.0, 6.1, 5.9, 6.05, 5.95],
+    "ca": [2.0, 2.1, 1.9, 2.05, 1.95],
+    "gl": [2.0, 2.2, 1.8, 2.1, 1.9],
+}
 
-    def plus(d: dict[str, list[float]], x: float, low_extra: float = 0.0) -> dict[str, list[float]]:
-        return {k: [v + x + (low_extra if k != "es" else 0.0) for v in vs] for k, vs in d.items()}
 
+def lines(md: str, start: str) -> list[str]:
+    return [x for x in md.splitlines() if x.startswith(start)]
+
+
+def test_fig3_claims_per_language_and_resource_judged_by_the_rule(tmp_path):
+    # deep: +1 everywhere, +1 more on low-resource; wide: +1 everywhere; the same in every seed
     sweep = fig3_sweep(
-        tmp_path / "s",
-        {
-            (1, 512, 4, True): up,
-            (2, 512, 4, True): plus(up, 1.0, 1.0),
-            (4, 512, 4, True): plus(up, 2.0, 2.0),
-            (2, 256, 2, True): plus(up, 0.5),
-            (2, 1024, 8, True): plus(up, 1.5),
-            (4, 512, 4, False): {
-                k: [v + (0.5, -0.5, 0.0)[i] for i, v in enumerate(vs)]
-                for k, vs in plus(up, 2.0, 2.0).items()
-            },
-        },
+        tmp_path / "s", {T1: BASE, DEEP: plus(BASE, 1.0, 1.0), WIDE: plus(BASE, 1.0)}
     )
-    out = write(sweep, tmp_path / "out")
-    rows = list(csv.DictReader((out / "results.csv").open()))
-    for col in ("model", "L", "H", "A", "params", "language", "resource", "seed", "bleu"):
-        assert col in rows[0]
-    assert len(rows) == 6 * 3 * 3 and {r["resource"] for r in rows} == {"high", "low"}
-    assert {r["synthetic"] for r in rows if r["language"] in ("ca", "gl")} == {"True"}
+    out = tmp_path / "out"
+    make(ARTEFACT, sweep, out, argparse.Namespace(), "gpipe-run -m experiment=fig3")
+    rows = read_csv(out / "results.csv", Fig3Row)
+    assert len(rows) == 3 * 5 * 3 * (1 + 2)  # models x seeds x languages x (end + 2 curve points)
+    assert {r.resource for r in rows if r.language in ("ca", "gl")} == {"low"}
     md = (out / "fig3.md").read_text()
-    assert "depth ladder, low-resource BLEU rises at every step, each beyond the noise" in md
-    # the depth gain is 4 on low vs 2 on high, the same in every seed
-    gain = next(x for x in md.splitlines() if x.startswith("- depth ladder, smallest -> largest"))
-    assert "larger on **low**-resource" in gain and gain.endswith(": beyond the noise).")
-    assert "deep - wide" in md and "**deep** ahead" in md
-    tricks = next(x for x in md.splitlines() if x.startswith("- all languages: with - without"))
-    assert "+0.00 (t = 0.00" in tricks  # equal means, seed spread 0.5
-    assert tricks.endswith(": not testable with these seeds).")  # 3 seeds cannot see 10% here
-    assert "Synthetic sources" in md and (out / "fig3.png").stat().st_size > 0
-    # the page again from its own CSV: the same but for the provenance line
+    assert lines(md, "- es: T(4,512,4) - T(1,512,4) = +1.00")[0].endswith(": beyond the noise).")
+    assert lines(md, "- ca: T(4,512,4) - T(1,512,4) = +2.00")
+    deep_gain, wide_gain = lines(md, "- T(1,512,4) -> ")
+    assert deep_gain.endswith(": beyond the noise): **larger on low-resource, beyond the noise**.")
+    # wide gains the same on both groups: a difference of 0 that these seeds could have seen
+    assert "+1.00 on high-resource" in wide_gain
+    assert wide_gain.endswith(": inside the noise): **no difference beyond the noise**.")
+    (low,) = lines(md, "- low-resource: T(4,512,4)")
+    assert "deep - wide = +1.00" in low and low.endswith("**deep ahead, beyond the noise**.")
+    assert "| T(2,1024,8) | 2,048,000 | 5 | 7.00 ± 0.08 |" in md
+    # the per-language dev curves: mean over seeds at each update
+    assert _curve(rows, DEEP, "ca", "bleu") == [(10, 2.0), (20, 4.0)]
+    assert (out / "fig3.png").stat().st_size > 0
     make(ARTEFACT, out / "results.csv", tmp_path / "again", argparse.Namespace(), "x")
     body = lambda p: [x for x in p.read_text().splitlines() if not x.startswith("Generated by")]  # noqa: E731
     assert body(tmp_path / "again" / "fig3.md") == body(out / "fig3.md")
-    assert (tmp_path / "again" / "fig3.png").read_bytes() == (out / "fig3.png").read_bytes()
+    for name in ("results.csv", "fig3.png"):
+        assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes()
+
+
+def test_fig3_says_when_five_seeds_cannot_decide(tmp_path):
+    noisy = {
+        k: [v + (2.0, -2.0, 1.0, -1.0, 0.0)[i] for i, v in enumerate(vs)] for k, vs in BASE.items()
+    }
+    sweep = fig3_sweep(tmp_path / "s", {T1: BASE, DEEP: noisy, WIDE: plus(BASE, 0.01)})
+    out = tmp_path / "out"
+    make(ARTEFACT, sweep, out, argparse.Namespace(), "gpipe-run -m experiment=fig3")
+    md = (out / "fig3.md").read_text()
+    assert lines(md, "- es: T(4,512,4) - T(1,512,4) = +0.00")[0].endswith(
+        ": not testable with these seeds)."
+    )
+
+
+def test_the_tricks_have_their_own_report_and_are_judged_on_spike_nll_and_bleu(tmp_path):
+    on, off = (16, 512, 4, True), (16, 512, 4, False)
+    spike = [5.0] * 10 + [14.0] + [5.0] * 9
+    sweep = fig3_sweep(
+        tmp_path / "s",
+        {on: plus(BASE, 0.0), off: plus(BASE, -1.0)},
+        losses={on: [5.0] * 20, off: spike},
+    )
+    assert ARTEFACTS["fig3_tricks"] is TRICKS and TRICKS.folder == "fig3_tricks"
+    out = tmp_path / "out"
+    make(TRICKS, sweep, out, argparse.Namespace(), "gpipe-run -m experiment=fig3_tricks")
+    md = (out / "fig3_tricks.md").read_text()
+    assert "| without | 5 | 0 | 14.00 ± 0.00 |" in md  # the same spike in every seed
+    (nll,) = lines(md, "- test NLL (without - with): +0.500")
+    assert nll.endswith("beyond the noise).")
+    assert "**The tricks: needed here" in md and (out / "fig3_tricks.png").stat().st_size > 0
+    # the same runs, no difference: not shown needed
+    sweep = fig3_sweep(tmp_path / "t", {on: BASE, off: BASE})
+    make(TRICKS, sweep, tmp_path / "b", argparse.Namespace(), "x")
+    assert "**The tricks: not shown needed" in (tmp_path / "b" / "fig3_tricks.md").read_text()
 
 
 def test_fig3_names_a_job_without_per_language_results(tmp_path):
@@ -108,5 +153,5 @@ def test_fig3_names_a_job_without_per_language_results(tmp_path):
         },
         eval={"bleu": 3.0},
     )
-    md = (write(tmp_path / "s", tmp_path / "out") / "fig3.md").read_text()
-    assert "no eval.by_language" in md
+    make(ARTEFACT, tmp_path / "s", tmp_path / "out", argparse.Namespace(), "x")
+    assert "no eval.by_language" in (tmp_path / "out" / "fig3.md").read_text()

@@ -1,14 +1,15 @@
-"""Fig. 3 (GPipe §5): many->English BLEU per language against model capacity, high- vs low-resource.
+"""Fig. 3 (GPipe §5): many->English BLEU per language against model capacity.
 
-Experiment: ``gpipe-run -m experiment=fig3`` (one job per model size and seed; each job one model
-trained on all languages at once, scored per language in ``eval.by_language``). The comparisons are
-declared here: a depth ladder T(1|2|4, 512, 4), a width ladder T(2, 256|512|1024, 2|4|8), the
-parameter-matched deep/wide pair T(4, 512, 4) / T(2, 1024, 8), and T(4, 512, 4) with and without the
-trainability tricks; a model the sweep did not run is reported as missing. Collect: every job's
-``metrics.json``. Rows: one per job and language. Summary: BLEU per model and language, mean ± sd over
-seeds, grouped high/low resource; the paper's four claims, each judged by ``paper.stats`` (the paper
-prints no number for them: the effect in question is the observed scale). Render: ``fig3.md``,
-``fig3.png`` (languages from most to least data, as in the paper's Fig. 3).
+Experiment: ``gpipe-run -m experiment=fig3``: the smallest model T(1, 512, 4) and the
+parameter-matched deep / wide pair T(4, 512, 4) / T(2, 1024, 8), one model for all languages (es
+high-resource; ca, gl low-resource), 5 seeds. Collect: every job's ``metrics.json``; rows per job and
+language: its end (test split) and its learning curve (dev split). Claims, each judged by
+``paper.stats`` (the paper prints no number for them: the effect in question is 10% of the
+baseline's BLEU): (1) the capacity gain of deep and of wide over T1 per language; (2) whether it is
+largest for low-resource languages (per seed, low minus high BLEU of the bigger model against the
+smallest's); (3) deep against wide on low-resource languages. Render: ``fig3.md``, ``fig3.png``
+(test BLEU per language and model; dev BLEU curves per language). The tricks' sweep, the second of
+``make fig3``, has its own artefact of these rows (``paper.fig3_tricks``).
 """
 
 from __future__ import annotations
@@ -17,46 +18,45 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..metrics.contract import RunMetrics
 from .artefact import Artefact, Report
 from .plot import figure
 from .provenance import Provenance
-from .runs import read_sweep
-from .stats import RELATIVE_EFFECT, RULE, Sample, compare, sample, trend
+from .runs import failures, job_times, read_sweep, wall_time
+from .stats import RELATIVE_EFFECT, RULE, Comparison, Sample, compare, sample
 
 Model = tuple[int, int, int, bool]  # L, H, A, tricks
-DEPTH: list[Model] = [(1, 512, 4, True), (2, 512, 4, True), (4, 512, 4, True)]
-WIDTH: list[Model] = [(2, 256, 2, True), (2, 512, 4, True), (2, 1024, 8, True)]
-PAIR: tuple[Model, Model] = ((4, 512, 4, True), (2, 1024, 8, True))  # deep, wide: same parameters
-TRICKS: tuple[Model, Model] = ((4, 512, 4, False), (4, 512, 4, True))  # without, with
+SMALL: Model = (1, 512, 4, True)
+DEEP: Model = (4, 512, 4, True)  # the deep / wide pair: the same parameters
+WIDE: Model = (2, 1024, 8, True)
 GROUPS = ("high", "low")
+END, DEV = "test", "dev"
+SKIP = 5  # the tricks' sweep: the largest training loss after this update
 
 
 @dataclass
 class Fig3Row:
     job: str
     status: str
-    source: str | None
-    model: str | None
-    L: int | None
-    H: int | None
-    A: int | None
-    d: int | None
-    tricks: bool
-    params: int | None
+    L: int | None = None
+    H: int | None = None
+    A: int | None = None
+    tricks: bool = False
+    params: int | None = None
+    seed: int | None = None
+    split: str | None = None  # test: the run's end; dev: a learning-curve point
+    step: int | None = None
     language: str | None = None
-    corpus: str | None = None
-    synthetic: bool | None = None
     resource: str | None = None
     train_pairs: int | None = None
-    seed: int | None = None
+    synthetic: bool | None = None
     bleu: float | None = None
     nll: float | None = None
-    sentences: int | None = None
-    overall_bleu: float | None = None
-    steps: int | None = None
-    batch_tokens: int | None = None
+    max_train_loss: float | None = None  # the largest training loss after update SKIP
+    started: float | None = None  # unix seconds (``runs.job_times``)
+    ended: float | None = None
     error: str | None = None
 
 
@@ -64,210 +64,221 @@ def label(m: Model) -> str:
     return f"T({m[0]},{m[1]},{m[2]})" + ("" if m[3] else " no tricks")
 
 
-def _rows_of(job: str, m: RunMetrics) -> list[Fig3Row]:
+def _rows_of(job: str, m: RunMetrics, folder: Path) -> list[Fig3Row]:
     cfg = m.model.config if m.model else {}
-    tricks = bool(cfg.get("ffn_init_scale")) and cfg.get("logit_clip") is not None
-    L, H, A = cfg.get("L"), cfg.get("H"), cfg.get("A")
     langs = (m.eval.by_language if m.eval else None) or {}
     status, error = m.status, m.error
     if status == "ok" and not langs:
         status, error = "failed", "no eval.by_language in metrics.json (not a data.corpora run?)"
-
-    def row(**per_language: object) -> Fig3Row:
-        return Fig3Row(
-            job,
-            status,
-            m.source,
-            label((L, H, A, tricks)) if L and H and A else None,
-            L,
-            H,
-            A,
-            cfg.get("d"),
-            tricks,
-            m.model.param_count if m.model else None,
-            seed=m.seed,
-            overall_bleu=m.eval.bleu if m.eval else None,
-            steps=m.steps,
-            batch_tokens=m.batch_size,
-            error=error,
-            **per_language,  # type: ignore[arg-type]
-        )
-
+    late = [x for x in m.losses[SKIP:]]
+    started, ended = job_times(folder)
+    base: dict[str, Any] = dict(
+        job=job,
+        status=status,
+        L=cfg.get("L"),
+        H=cfg.get("H"),
+        A=cfg.get("A"),
+        tricks=bool(cfg.get("ffn_init_scale")) and cfg.get("logit_clip") is not None,
+        params=m.model.param_count if m.model else None,
+        seed=m.seed,
+        # a non-finite loss counts as infinitely large
+        max_train_loss=max(float("inf") if x is None else x for x in late) if late else None,
+        started=started,
+        ended=ended,
+        error=error,
+    )
     if not langs:
-        return [row()]
-    keys = ("corpus", "synthetic", "resource", "train_pairs", "bleu", "nll", "sentences")
-    return [row(language=lang, **{k: v.get(k) for k in keys}) for lang, v in langs.items()]
+        return [Fig3Row(**base)]
+    out = []
+    for lang, v in langs.items():
+        meta: dict[str, Any] = dict(language=lang, resource=v.get("resource"), train_pairs=v.get("train_pairs"),
+                    synthetic=v.get("synthetic"))  # fmt: skip
+        out.append(
+            Fig3Row(**base, **meta, split=END, step=m.steps, bleu=v.get("bleu"), nll=v.get("nll"))
+        )
+        for p in m.curve:
+            at = (p.by_language or {}).get(lang, {})
+            out.append(
+                Fig3Row(
+                    **base, **meta, split=DEV, step=p.step, bleu=at.get("bleu"), nll=at.get("nll")
+                )
+            )
+    return out
 
 
-def _ok(rows: Sequence[Fig3Row]) -> list[Fig3Row]:
-    return [r for r in rows if r.status == "ok" and r.bleu is not None]
+def collect(sweep: Path) -> Report[Fig3Row]:
+    jobs = read_sweep(sweep)
+    rows = [r for j in jobs for r in _rows_of(j.name, j.metrics, sweep / j.name)]
+    return Report(rows, Provenance.of_jobs([j.metrics.env for j in jobs], sweep))
 
 
 def _key(r: Fig3Row) -> Model:
     return (r.L, r.H, r.A, r.tricks)  # type: ignore[return-value]
 
 
+def _ends(rows: Sequence[Fig3Row]) -> list[Fig3Row]:
+    return [r for r in rows if r.status == "ok" and r.split == END and r.bleu is not None]
+
+
 def languages(rows: Sequence[Fig3Row]) -> list[Fig3Row]:
     """Each language once, from most to least training data (the order of the paper's Fig. 3)."""
     seen: dict[str, Fig3Row] = {}
-    for r in _ok(rows):
+    for r in _ends(rows):
         seen.setdefault(str(r.language), r)
     return sorted(seen.values(), key=lambda r: (-(r.train_pairs or 0), str(r.language)))
 
 
-def per_language(rows: Sequence[Fig3Row], m: Model, lang: str | None) -> Sample:
-    return sample([r.bleu for r in _ok(rows) if _key(r) == m and r.language == lang])
-
-
-def _by_seed(rows: Sequence[Fig3Row], m: Model, group: str | None) -> dict[int, float]:
-    """BLEU averaged over a resource group's languages (all if None), per seed."""
+def _by_seed(
+    rows: Sequence[Fig3Row], m: Model, pick: str, metric: str = "bleu"
+) -> dict[int, float]:
+    """Per seed, ``metric`` at the end averaged over the languages that ``pick`` names: a language,
+    a resource group, or "all"."""
     by: dict[int, list[float]] = {}
-    for r in _ok(rows):
-        if _key(r) == m and (group is None or r.resource == group):
-            by.setdefault(int(r.seed or 0), []).append(float(r.bleu or 0))
+    for r in _ends(rows):
+        if _key(r) == m and pick in (r.language, r.resource, "all"):
+            by.setdefault(int(r.seed or 0), []).append(float(getattr(r, metric)))
     return {s: sum(v) / len(v) for s, v in by.items()}
 
 
-def per_group(rows: Sequence[Fig3Row], m: Model, group: str | None) -> Sample:
-    """BLEU averaged over a group's languages within each seed, over seeds."""
-    return sample(list(_by_seed(rows, m, group).values()))
+def of(rows: Sequence[Fig3Row], m: Model, pick: str, metric: str = "bleu") -> Sample:
+    return sample(list(_by_seed(rows, m, pick, metric).values()))
 
 
 def _low_minus_high(rows: Sequence[Fig3Row], m: Model) -> Sample:
-    """Per seed, low-resource minus high-resource BLEU (the same run)."""
     lo, hi = _by_seed(rows, m, "low"), _by_seed(rows, m, "high")
     return sample([lo[s] - hi[s] for s in sorted(lo.keys() & hi.keys())])
 
 
+def _lead(c: Comparison, what: str) -> str:
+    return f"**{what}, beyond the noise**" if c.beyond else "**no difference beyond the noise**"
+
+
 def claims(rows: Sequence[Fig3Row]) -> list[str]:
-    """The paper's Fig. 3 claims, each judged from the numbers."""
-    ran = {_key(r) for r in _ok(rows)}
-    groups = [g for g in GROUPS if any(r.resource == g for r in _ok(rows))]
-    out = ["### 1. BLEU rises with capacity", ""]
-    ends: dict[str, tuple[Model, Model]] = {}
-    for name, ladder in (("depth", DEPTH), ("width", WIDTH)):
-        present = [m for m in ladder if m in ran]
-        if len(present) < 2:
-            out.append(f"- {name} ladder: fewer than two of {', '.join(map(label, ladder))} ran.")
-            continue
-        ends[name] = (present[0], present[-1])
-        for g in groups:
-            samples = [per_group(rows, m, g) for m in present]
-            what = f"{name} ladder, {g}-resource BLEU"
-            out.append(f"- {trend(samples, [label(m) for m in present], what, True)[0]}")
+    """The paper's Fig. 3 claims on capacity, each judged from the numbers."""
+    ran = {_key(r) for r in _ends(rows)}
+    picks = [str(r.language) for r in languages(rows)]
+    both = all(any(r.resource == g for r in _ends(rows)) for g in GROUPS)
+    out = ["### 1. BLEU rises with capacity (each language; bigger model against T1)", ""]
+    bigs = [m for m in (DEEP, WIDE) if m in ran]
+    if SMALL not in ran or not bigs:
+        return [*out, f"- {label(SMALL)} and {label(DEEP)} or {label(WIDE)} did not all run."]
+    for big in bigs:
+        for lang in picks:
+            c = compare(of(rows, SMALL, lang), of(rows, big, lang))
+            out.append(f"- {lang}: {label(big)} - {label(SMALL)} = {c.text()}.")
     out += ["", "### 2. ... most for low-resource languages", ""]
-    if not ends:
-        out.append("- no ladder with two models ran.")
-    for name, (small, big) in ends.items():
-        if set(groups) != set(GROUPS):
-            out.append(f"- {name} ladder: needs both a high- and a low-resource language.")
-            continue
-        gain = {g: per_group(rows, big, g).mean - per_group(rows, small, g).mean for g in GROUPS}
-        effect = RELATIVE_EFFECT * per_group(rows, small, None).mean
-        c = compare(_low_minus_high(rows, small), _low_minus_high(rows, big), effect)
-        more = "low" if gain["low"] > gain["high"] else "high"
+    for big in bigs if both else []:
+        gain = {g: of(rows, big, g).mean - of(rows, SMALL, g).mean for g in GROUPS}
+        effect = RELATIVE_EFFECT * of(rows, SMALL, "all").mean
+        c = compare(_low_minus_high(rows, SMALL), _low_minus_high(rows, big), effect)
+        more = "low" if c.delta > 0 else "high"
         out.append(
-            f"- {name} ladder, smallest -> largest: gain {gain['low']:+.2f} BLEU on low-resource vs "
-            f"{gain['high']:+.2f} on high-resource; larger on **{more}**-resource; the difference "
-            f"{c.text()}."
+            f"- {label(SMALL)} -> {label(big)}: gain {gain['low']:+.2f} BLEU on low-resource vs "
+            f"{gain['high']:+.2f} on high-resource; the difference (low minus high, per seed) "
+            f"{c.text()}: {_lead(c, f'larger on {more}-resource')}."
         )
-    out += ["", "### 3. Deep beats wide on low-resource languages (same parameters)", ""]
-    deep, wide = PAIR
-    if deep in ran and wide in ran:
-        for g in groups:
-            d = compare(per_group(rows, wide, g), per_group(rows, deep, g))
-            who = "deep" if d.delta > 0 else "wide"
-            out.append(
-                f"- {g}-resource: {label(deep)} {per_group(rows, deep, g).text()} vs {label(wide)} "
-                f"{per_group(rows, wide, g).text()}: deep - wide = {d.text()}; **{who}** ahead."
-            )
-    else:
-        out.append(f"- {label(deep)} or {label(wide)} did not run.")
-    out += ["", "### 4. The trainability tricks (scaled feed-forward init, logit clipping)", ""]
-    off, on = TRICKS
-    if off in ran and on in ran:
-        for grp in [None, *groups]:
-            d = compare(per_group(rows, off, grp), per_group(rows, on, grp))
-            out.append(f"- {grp or 'all'} languages: with - without = {d.text()}.")
-    else:
-        out.append(f"- {label(off)} or {label(on)} did not run.")
+    if not both:
+        out.append("- needs both a high- and a low-resource language.")
+    out += ["", "### 3. Deep beats wide on low-resource languages (the same parameters)", ""]
+    if DEEP not in ran or WIDE not in ran:
+        return [*out, f"- {label(DEEP)} or {label(WIDE)} did not run."]
+    for g in [g for g in ("low", "high") if any(r.resource == g for r in _ends(rows))]:
+        d = compare(of(rows, WIDE, g), of(rows, DEEP, g))
+        out.append(
+            f"- {g}-resource: {label(DEEP)} {of(rows, DEEP, g).text()} vs {label(WIDE)} "
+            f"{of(rows, WIDE, g).text()}: deep - wide = {d.text()}; "
+            f"{_lead(d, 'deep ahead' if d.delta > 0 else 'wide ahead')}."
+        )
     return out
+
+
+def _models(rows: Sequence[Fig3Row]) -> list[Model]:
+    return sorted({_key(r) for r in _ends(rows)}, key=lambda m: (not m[3], m[0] * m[1], m[0]))
 
 
 def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
     langs = languages(rows)
-    models = sorted({_key(r) for r in _ok(rows)}, key=lambda m: (not m[3], m[0] * m[1], m[0]))
-    params = {_key(r): r.params for r in _ok(rows)}
     cols = [
-        f"{r.language} ({r.resource}, {r.train_pairs:,}{', synthetic' if r.synthetic else ''})"
+        f"{r.language} ({r.resource}, {r.train_pairs or 0:,}{', synthetic' if r.synthetic else ''})"
         for r in langs
     ]
     lines = [
         *prov.page("Fig. 3 — many->English BLEU per language vs model capacity"),
         "",
-        "BLEU (measured) on each language's test split, mean ± sd over seeds; `high`/`low` averages the "
-        "group's languages within a seed first.",
+        wall_time((r.started, r.ended) for r in rows) + ".",
+        "",
+        "Test BLEU (measured, greedy decoding) of each language, mean ± sd over seeds; `high` / `low` "
+        "average the group's languages within a seed first.",
         "",
         "| model | params | seeds | " + " | ".join(cols) + " | high | low |",
         "|---|---|---|" + "---|" * (len(cols) + 2),
     ]
-    for m in models:
-        n = len({r.seed for r in _ok(rows) if _key(r) == m})
-        cells = [per_language(rows, m, r.language).text() for r in langs]
-        groups = [per_group(rows, m, g).text() if per_group(rows, m, g).n else "—" for g in GROUPS]
-        lines.append(f"| {label(m)} | {params[m]:,} | {n} | " + " | ".join(cells + groups) + " |")
-    lines += [
-        "",
-        "## The paper's claims, judged from these numbers (`gpipe_repro.paper.stats`)",
-        "",
-        *claims(rows),
-        "",
-        RULE,
-        "",
-    ]
-    failed = [r for r in rows if r.status != "ok"]
-    if failed:
-        lines += ["## Jobs that did not finish", ""]
-        lines += [f"- {r.job}: {r.status}: {r.error}" for r in failed] + [""]
+    for m in _models(rows):
+        params = next(r.params for r in _ends(rows) if _key(r) == m)
+        cells = [of(rows, m, str(r.language)).text() for r in langs]
+        cells += [of(rows, m, g).text() if of(rows, m, g).n else "—" for g in GROUPS]
+        lines.append(
+            f"| {label(m)} | {params or 0:,} | {of(rows, m, 'all').n} | " + " | ".join(cells) + " |"
+        )
     synth = [str(r.language) for r in langs if r.synthetic]
-    if synth:
-        lines += [
-            f"Synthetic sources (apertium machine translation of the English side): {', '.join(synth)}.",
+    return "\n".join(
+        [
+            *lines,
             "",
+            "## The paper's claims, judged from these numbers (`gpipe_repro.paper.stats`)",
+            "",
+            *claims(rows),
+            "",
+            RULE,
+            "",
+            *failures((r.job, r.status, r.error) for r in rows),
+            *(
+                [f"Synthetic sources (apertium from the English side): {', '.join(synth)}.", ""]
+                if synth
+                else []
+            ),
         ]
-    return "\n".join(lines)
+    )
+
+
+def _curve(
+    rows: Sequence[Fig3Row], m: Model, lang: str | None, metric: str
+) -> list[tuple[int, float]]:
+    """(update, ``metric`` on the dev split mean over seeds), of one language or averaged over all."""
+    dev = [r for r in rows if r.status == "ok" and r.split == DEV and _key(r) == m]
+    dev = [r for r in dev if lang in (None, r.language) and getattr(r, metric) is not None]
+    steps = sorted({int(r.step or 0) for r in dev})
+    return [(s, sample([getattr(r, metric) for r in dev if r.step == s]).mean) for s in steps]
 
 
 def plot(rows: Sequence[Fig3Row], path: Path) -> None:
     langs = languages(rows)
-    names = [f"{r.language}\n{r.resource}{'*' if r.synthetic else ''}" for r in langs]
-    ran = {_key(r) for r in _ok(rows)}
-    panels = [
-        ("depth ladder", DEPTH),
-        ("width ladder", WIDTH),
-        ("deep vs wide; tricks", [*PAIR, TRICKS[0]]),
-    ]
-    # one colour per model in every panel
-    every = list(dict.fromkeys([*DEPTH, *WIDTH, *PAIR, *TRICKS]))
-    with figure(path, 1, 3, figsize=(14, 4), sharey=True) as (fig, axes):
-        for ax, (title, models) in zip(axes, panels):
-            for i, m in enumerate(x for x in models if x in ran):
-                st = [per_language(rows, m, r.language) for r in langs]
-                ax.errorbar(
-                    [k + 0.06 * (i - 1) for k in range(len(langs))],
-                    [s.mean for s in st],
-                    yerr=[s.sd for s in st],
-                    fmt="o-",
-                    capsize=3,
-                    color=f"C{every.index(m)}",
+    models = _models(rows)
+    with figure(path, 1, 1 + len(langs), figsize=(4 * (1 + len(langs)), 4)) as (fig, axes):
+        axes = list(axes) if len(langs) else [axes]
+        for i, m in enumerate(models):
+            st = [of(rows, m, str(r.language)) for r in langs]
+            axes[0].errorbar([k + 0.06 * (i - 1) for k in range(len(langs))], [s.mean for s in st],
+                             yerr=[s.sd for s in st], fmt="o-", capsize=3, color=f"C{i}", label=label(m))  # fmt: skip
+            for ax, r in zip(axes[1:], langs):
+                pts = _curve(rows, m, r.language, "bleu")
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    "o-",
+                    ms=3,
+                    color=f"C{i}",
                     label=label(m),
                 )
-            ax.set_xticks(range(len(langs)), names)
-            ax.set(title=title, xlabel="source language (most -> least data; * synthetic)")
+        names = [f"{r.language}\n{r.resource}{'*' if r.synthetic else ''}" for r in langs]
+        axes[0].set_xticks(range(len(langs)), names)
+        axes[0].set(title="test BLEU, mean ± sd over seeds", xlabel="source language (* synthetic)")
+        for ax, r in zip(axes[1:], langs):
+            ax.set(title=f"{r.language} ({r.resource}): dev BLEU", xlabel="updates")
+        for ax in axes:
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-        axes[0].set_ylabel("test BLEU (measured), mean ± sd over seeds")
         fig.suptitle("many->English, one model for all languages (in the manner of GPipe Fig. 3)")
 
 
@@ -281,9 +292,7 @@ class Fig3(Artefact[Fig3Row]):
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[Fig3Row]:
         assert source is not None  # make() asks for --from SWEEP first
-        jobs = read_sweep(source)
-        rows = [r for j in jobs for r in _rows_of(j.name, j.metrics)]
-        return Report(rows, Provenance.of_jobs([j.metrics.env for j in jobs], source))
+        return collect(source)
 
     def markdown(self, report: Report[Fig3Row]) -> str:
         return markdown(report.rows, report.provenance)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fig3, table5, throughput
+from . import fig3, fig3_tricks, table5, throughput
 from .artefact import Artefact
 from .sweep import Sweep
 from .table1 import artefact as table1
@@ -24,6 +24,7 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         table4.ARTEFACT,
         table5.ARTEFACT,
         fig3.ARTEFACT,
+        fig3_tricks.ARTEFACT,
         validate_sim.ARTEFACT,
         Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
     )

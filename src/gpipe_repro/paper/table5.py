@@ -1,12 +1,19 @@
-"""Table 5 (GPipe §5): BLEU and NLL against the batch size in tokens, ours beside the paper's row.
+"""Table 5 (GPipe §5): BLEU and NLL against the batch size in tokens, token-matched and same-updates.
 
-Experiment: ``gpipe-run -m experiment=table5`` (``conf/experiment/table5.yaml``: one job per
-micro-batch count M and seed, the micro-batch fixed, so the batch in tokens grows with M). Collect:
-every job's ``metrics.json``. Rows: one per job, the paper's 260K / 1M / 4M row set by the rank of
-the batch size. Summary: mean ± sd over seeds per batch size, and whether each step of the trend is
-beyond the noise (``paper.stats``; the effect in question: the paper's relative change between the
-same two rows, applied to our mean). Render: ``table5.md``, ``table5.png``. Ours are measured; the
-paper's are quoted (``paper.numbers``).
+Experiment: ``gpipe-run -m experiment=table5`` (``conf/experiment/table5.yaml``): per seed three runs
+of M micro-batches of the same size, M = 1, 2, 4, for 4U, 2U and U updates: the same tokens seen.
+Collect: every job's ``metrics.json``: its end (test split) and its learning curve (dev split, every
+``train.eval_every`` updates) as rows. Two series, each mean ± sd over seeds per batch size:
+
+- **token-matched** (the runs at their ends, the same tokens seen): the paper's claim is judged here;
+- **same updates** (the paper's design: every run at update U, the largest batch's last update, read
+  from the dev curves): a bigger batch has also seen more data, so this series is shown, not judged.
+
+Each step of a trend is judged by ``paper.stats`` (the effect in question: the paper's relative
+change between the same two rows, applied to our mean). The sweep's wall time is measured from the
+jobs' files (first job start to last job end). Render: ``table5.md``, ``table5.png`` (the series and
+the dev-NLL learning curves against tokens and updates). Ours are measured; the paper's are quoted
+(``paper.numbers``).
 """
 
 from __future__ import annotations
@@ -15,91 +22,98 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from . import runs
 from .artefact import Artefact, Report
 from .numbers import quote, rows
 from .plot import figure
 from .provenance import Provenance
-from .runs import read_sweep
+from .runs import Job, failures, job_times, read_sweep
 from .stats import RULE, Sample, sample, trend
+
+PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
+END, DEV = "test", "dev"  # a row: a run's end (test split) or one of its curve points (dev split)
 
 
 @dataclass
 class Table5Row:
     job: str
     status: str
-    source: str | None = None
-    batch_tokens: int | None = None
+    split: str | None = None  # test: the run's end; dev: a learning-curve point
     M: int | None = None
-    K: int | None = None
-    micro_batch_tokens: int | None = None
+    batch_tokens: int | None = None
     seed: int | None = None
-    steps: int | None = None
-    bleu: float | None = None
+    step: int | None = None
+    tokens: int | None = None
     nll: float | None = None
-    final_train_loss: float | None = None
-    tokens_per_s: float | None = None
-    paper_batch_tokens: str | None = None
-    paper_bleu: float | None = None
-    paper_nll: float | None = None
-    corpus: str | None = None
+    bleu: float | None = None
     model: str | None = None
-    params: int | None = None
+    corpus: str | None = None
     lr: float | None = None
+    started: float | None = None  # unix seconds: the job's start (its .hydra/ folder)
+    ended: float | None = None  # unix seconds: its metrics.json written
+    train_s: float | None = None  # the sum of its steps' times (metrics.json step_times_s)
     bleu_signature: str | None = None
     error: str | None = None
 
 
-PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
-
-
-def tokens(label: str) -> float:
-    return float(label.replace("K", "e3").replace("M", "e6"))
+def _rows_of(j: Job, sweep: Path) -> list[Table5Row]:
+    m, ev = j.metrics, j.metrics.eval
+    cfg = m.model.config if m.model else {}
+    base: dict[str, Any] = dict(
+        job=j.name,
+        status=m.status,
+        M=m.pipeline.M if m.pipeline else None,
+        batch_tokens=m.batch_size,
+        seed=m.seed,
+        model=f"T({cfg['L']},{cfg['H']},{cfg['A']}) d={cfg.get('d')}" if "L" in cfg else None,
+        corpus=(m.data or {}).get("corpus"),
+        lr=(m.optim or {}).get("lr"),
+        train_s=round(sum(m.step_times_s), 3),
+        error=m.error,
+    )
+    base["started"], base["ended"] = job_times(sweep / j.name)
+    if m.status != "ok" or ev is None:
+        return [Table5Row(**base)]
+    steps = m.steps or len(m.losses)
+    last = [p.tokens for p in m.curve if p.step == steps]  # target tokens seen, counted
+    out = [
+        Table5Row(
+            **base,
+            split=END,
+            step=steps,
+            tokens=last[0] if last else None,
+            nll=ev.loss,
+            bleu=ev.bleu,
+            bleu_signature=ev.bleu_signature,
+        )
+    ]
+    for p in m.curve:
+        out.append(
+            Table5Row(**base, split=DEV, step=p.step, tokens=p.tokens, nll=p.loss, bleu=p.bleu)
+        )
+    return out
 
 
 def collect(sweep: Path) -> Report[Table5Row]:
-    """One row per job; the paper's columns set by the rank of the batch size (smallest = 260K)."""
     jobs = read_sweep(sweep)
-    out = []
-    for j in jobs:
-        m, ev, p = j.metrics, j.metrics.eval, j.metrics.pipeline
-        cfg, data = (m.model.config if m.model else {}), m.data or {}
-        losses = [x for x in m.losses if x is not None]
-        out.append(
-            Table5Row(
-                job=j.name,
-                **{k: getattr(m, k) for k in ("status", "source", "seed", "steps", "tokens_per_s")},
-                batch_tokens=m.batch_size,
-                M=p.M if p else None,
-                K=p.K if p else None,
-                micro_batch_tokens=m.batch_size // p.M if m.batch_size and p else None,
-                bleu=ev.bleu if ev else None,
-                nll=ev.loss if ev else None,
-                final_train_loss=losses[-1] if losses else None,
-                corpus=data.get("root") or data.get("corpus"),
-                model=f"T({cfg.get('L')},{cfg.get('H')},{cfg.get('A')}) d={cfg.get('d')}"
-                if cfg
-                else (m.model.name if m.model else None),
-                params=m.model.param_count if m.model else None,
-                lr=(m.optim or {}).get("lr"),
-                bleu_signature=ev.bleu_signature if ev else None,
-                error=m.error,
-            )
-        )
-    sizes = sorted({r.batch_tokens for r in out if r.batch_tokens is not None})
-    for r in out:
-        if r.batch_tokens in sizes and sizes.index(r.batch_tokens) < len(PAPER):
-            label = PAPER[sizes.index(r.batch_tokens)]
-            r.paper_batch_tokens = label
-            r.paper_bleu = quote(5, label, "BLEU").value
-            r.paper_nll = quote(5, label, "NLL").value
-    out.sort(key=lambda r: (r.batch_tokens or 0, r.seed if r.seed is not None else -1, r.job))
+    out = [r for j in jobs for r in _rows_of(j, sweep)]
+    out.sort(
+        key=lambda r: (r.M or 0, r.seed if r.seed is not None else -1, r.split or "", r.step or 0)
+    )
     return Report(out, Provenance.of_jobs([j.metrics.env for j in jobs], sweep))
 
 
+def updates(rows: Sequence[Table5Row]) -> int | None:
+    """U: the updates of the largest batch's run (the paper's design reads every run there)."""
+    ends = [r for r in rows if r.split == END and r.batch_tokens]
+    return max(ends, key=lambda r: (r.batch_tokens, -(r.step or 0))).step if ends else None
+
+
 @dataclass
-class Size:
-    """One batch size over seeds (ok jobs), the paper's row beside."""
+class Point:
+    """One batch size in one series, over seeds."""
 
     batch_tokens: int
     rows: list[Table5Row]
@@ -108,138 +122,169 @@ class Size:
         return sample([getattr(r, metric) for r in self.rows])
 
 
-def summarise(rows: Sequence[Table5Row]) -> list[Size]:
-    ok = [r for r in rows if r.status == "ok" and r.bleu is not None]
-    sizes = sorted({r.batch_tokens for r in ok if r.batch_tokens is not None})
-    return [Size(b, [r for r in ok if r.batch_tokens == b]) for b in sizes]
+def series(rows: Sequence[Table5Row], same_updates: bool) -> list[Point]:
+    """Token-matched: each run's end (test). Same updates: each run's dev curve point at update U."""
+    U = updates(rows)
+    pick = [
+        r
+        for r in rows
+        if r.status == "ok" and (r.split == DEV and r.step == U if same_updates else r.split == END)
+    ]
+    sizes = sorted({r.batch_tokens for r in pick if r.batch_tokens})
+    return [Point(b, [r for r in pick if r.batch_tokens == b]) for b in sizes]
 
 
-def verdicts(sizes: Sequence[Size]) -> list[str]:
-    labels = [f"{s.batch_tokens:,}" for s in sizes]
+def paper_row(rank: int) -> str | None:
+    """The paper's row for our ``rank``-th batch size (smallest = 260K)."""
+    return PAPER[rank] if rank < len(PAPER) else None
+
+
+def verdicts(points: Sequence[Point], judged: bool) -> list[str]:
+    labels = [f"{p.batch_tokens:,}" for p in points]
     lines = []
     for metric, name, higher in (("bleu", "BLEU", True), ("nll", "NLL", False)):
-        paper = [getattr(s.rows[0], f"paper_{metric}") for s in sizes]
+        paper = [paper_row(i) for i in range(len(points))]
         effects = [  # the paper's relative step, on our scale
-            None if p0 is None or p1 is None else (p1 - p0) / p0 * s.of(metric).mean
-            for p0, p1, s in zip(paper, paper[1:], sizes)
+            None if a is None or b is None else _paper_step(a, b, name) * p.of(metric).mean
+            for a, b, p in zip(paper, paper[1:], points)
         ]
-        text, ok = trend([s.of(metric) for s in sizes], labels, name, higher, effects)
-        word = {
-            True: "reproduced, beyond the noise",
-            False: "not reproduced (the opposite, beyond the noise)",
-            None: "not shown beyond the noise",
-        }[ok]
-        lines += [
-            f"- {text}",
-            f"- **The paper's {name} trend (better with a bigger batch): {word}.**",
-        ]
-    return lines[0::2] + lines[1::2]
+        text, ok = trend([p.of(metric) for p in points], labels, name, higher, effects)
+        lines.append(f"- {text}")
+        if judged:
+            word = {
+                True: "reproduced, beyond the noise",
+                False: "not reproduced (the opposite, beyond the noise)",
+                None: "not shown beyond the noise",
+            }[ok]
+            lines.append(f"- **The paper's {name} claim (better with a bigger batch): {word}.**")
+    return lines
+
+
+def _paper_step(a: str, b: str, column: str) -> float:
+    pa, pb = quote(5, a, column).value, quote(5, b, column).value
+    return (pb - pa) / pa
+
+
+def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
+    lines = [
+        "| batch (tokens) | M | updates | target tokens seen (mean) | seeds | BLEU | NLL / token | paper row "
+        "| paper BLEU | paper NLL |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, p in enumerate(points):
+        r, row = p.rows[0], paper_row(i)
+        paper = (
+            (row, quote(5, row, "BLEU").value, quote(5, row, "NLL").value) if row else ("—",) * 3
+        )
+        lines.append(
+            f"| {p.batch_tokens:,} | {r.M} | {r.step} | {p.of('tokens').mean:,.0f} | {len(p.rows)} | "
+            f"{p.of('bleu').text(digits[0])} | {p.of('nll').text(digits[1])} | "
+            + " | ".join(map(str, paper))
+            + " |"
+        )
+    return lines
+
+
+def wall_time(rows: Sequence[Table5Row]) -> str:
+    """The sweep's measured wall time, and its jobs' training steps alone."""
+    jobs = {r.job: r for r in rows}.values()
+    steps = sum(r.train_s or 0.0 for r in jobs)
+    span = runs.wall_time((r.started, r.ended) for r in jobs)
+    return f"{span}; its training steps alone: {steps / 60:.1f} min."
 
 
 def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
-    sizes = summarise(rows)
-    lines = [
-        *prov.page("Table 5 — batch size (tokens) vs BLEU and NLL"),
-        "",
-        "| batch (tokens) | M | seeds | BLEU (measured) | NLL / token (measured) | paper batch | paper BLEU "
-        "| paper NLL |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for s in sizes:
-        r = s.rows[0]
-        lines.append(
-            f"| {s.batch_tokens:,} | {r.M} | {len(s.rows)} | {s.of('bleu').text()} | "
-            f"{s.of('nll').text(3)} | {r.paper_batch_tokens or '—'} | {r.paper_bleu or '—'} | "
-            f"{r.paper_nll or '—'} |"
-        )
-    ok = [r for r in rows if r.status == "ok"]
-    cols = ("model", "params", "corpus", "steps", "lr", "K", "micro_batch_tokens")
-    same = ", ".join(f"{c} {'/'.join(sorted({str(getattr(r, c)) for r in ok}))}" for c in cols)
-    ratios = [
-        tokens(s.rows[0].paper_batch_tokens) / s.batch_tokens
-        for s in sizes
-        if s.rows[0].paper_batch_tokens
-    ]
-    lines += [
-        "",
-        "Mean ± sample standard deviation over seeds. Ours: test split (BLEU on the first "
-        "`train.eval_limit` sentences, greedy decoding; NLL per target token over the whole split). "
-        f"Every job: {same}: the same updates and optimiser settings, only M (so the batch) differs."
-        + (
-            f" The paper's: German->English, Transformer-Big, batches {min(ratios):,.0f}-{max(ratios):,.0f}x "
-            "ours."
-            if ratios
-            else ""
-        ),
-        "",
-        "## Did the trend reproduce? (computed by `gpipe_repro.paper.stats`)",
-        "",
-        *verdicts(sizes),
-        "",
-        RULE,
-        "",
-        "## Every job",
-        "",
-        "| job | status | batch | M | seed | BLEU | NLL | last train loss | tokens/s | error |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        f = lambda v, d=2: "—" if v is None else f"{v:.{d}f}"  # noqa: E731
-        lines.append(
-            f"| {r.job} | {r.status} | {r.batch_tokens} | {r.M} | {r.seed} | {f(r.bleu)} | "
-            f"{f(r.nll, 3)} | {f(r.final_train_loss, 3)} | {f(r.tokens_per_s, 0)} | "
-            f"{(r.error or '').replace('|', '/')[:80]} |"
-        )
-    sigs = sorted({r.bleu_signature for r in rows if r.bleu_signature})
-    return "\n".join([*lines, "", f"sacrebleu signature: `{'`, `'.join(sigs) or '—'}`", ""])
+    matched, same = series(rows, False), series(rows, True)
+    ok = [r for r in rows if r.status == "ok" and r.split == END]
+    same_cfg = ", ".join(
+        f"{c} {'/'.join(sorted({str(getattr(r, c)) for r in ok}))}"
+        for c in ("model", "corpus", "lr")
+    )
+    sigs = sorted({r.bleu_signature for r in ok if r.bleu_signature})
+    return "\n".join(
+        [
+            *prov.page("Table 5 — batch size (tokens) vs BLEU and NLL"),
+            "",
+            wall_time(rows),
+            "",
+            f"Every run: {same_cfg}; the same optimiser settings and schedule, M micro-batches of the "
+            "same size (so the batch grows with M). Mean ± sample standard deviation over seeds. The "
+            "paper's: German->English, Transformer-Big, batches 260K-4M tokens (`paper.numbers`).",
+            "",
+            "## Token-matched: every run at its end, the same tokens seen (test split)",
+            "",
+            *_table(matched, (2, 3)),
+            "",
+            "BLEU of the test split by greedy decoding; NLL per target token over the whole split. "
+            "Batch: the target-token budget of an update (sentences fill it up to that); tokens seen: "
+            "counted (metrics.json `curve`).",
+            "",
+            f"## Same updates (the paper's design): every run at update {updates(rows)} (dev split)",
+            "",
+            *_table(same, (2, 3)),
+            "",
+            "Read from the learning curves (`train.eval_every`): NLL over the dev split, BLEU of its "
+            "first `train.curve_limit` sentences. At equal updates a bigger batch has also seen more "
+            "tokens, so this series mixes the two effects: it is shown, not judged.",
+            "",
+            "## Did the paper's claim reproduce? (token-matched; computed by `gpipe_repro.paper.stats`)",
+            "",
+            *verdicts(matched, judged=True),
+            "",
+            "For comparison, the same-updates series (not judged: batch and data confounded):",
+            "",
+            *verdicts(same, judged=False),
+            "",
+            RULE,
+            "",
+            *failures((r.job, r.status, r.error) for r in rows),
+            f"sacrebleu signature: `{'`, `'.join(sigs) or '—'}`",
+            "",
+        ]
+    )
+
+
+def curves(rows: Sequence[Table5Row]) -> dict[int, list[tuple[int, float, float]]]:
+    """Per batch size: (update, tokens seen, dev NLL), each a mean over seeds, at each update."""
+    out: dict[int, list[tuple[int, float, float]]] = {}
+    dev = [r for r in rows if r.status == "ok" and r.split == DEV and r.nll is not None]
+    for b in sorted({r.batch_tokens for r in dev if r.batch_tokens}):
+        for s in sorted({r.step for r in dev if r.batch_tokens == b and r.step is not None}):
+            at = [r for r in dev if r.batch_tokens == b and r.step == s]
+            tokens = sample([r.tokens for r in at]).mean
+            out.setdefault(b, []).append((s, tokens, sample([r.nll for r in at]).mean))
+    return out
 
 
 def plot(rows: Sequence[Table5Row], path: Path) -> None:
-    sizes = summarise(rows)
-    with figure(path, 1, 3, figsize=(13, 3.8)) as (fig, axes):
-        ok = [r for s in sizes for r in s.rows]
-        xs = [s.batch_tokens for s in sizes]
-        for ax, key, label in ((axes[0], "bleu", "BLEU"), (axes[1], "nll", "NLL per target token")):
-            ax.scatter(
-                [r.batch_tokens for r in ok],
-                [getattr(r, key) for r in ok],
-                s=12,
-                c="0.6",
-                label="one seed",
-            )
-            st = [s.of(key) for s in sizes]
-            ax.errorbar(
-                xs,
-                [s.mean for s in st],
-                yerr=[s.sd for s in st],
-                fmt="o-",
-                capsize=4,
-                label="mean ± sd",
-            )
-            ax.set(
-                xscale="log",
-                xlabel="batch (target tokens), grown through M",
-                ylabel=label,
-                title=f"ours (measured): {label}",
-            )
+    with figure(path, 2, 2, figsize=(11, 8)) as (fig, axes):
+        for b, pts in curves(rows).items():
+            for ax, x in ((axes[0][0], 1), (axes[0][1], 0)):
+                ax.plot([p[x] for p in pts], [p[2] for p in pts], "o-", ms=3, label=f"{b:,} tokens")
+        axes[0][0].set(xlabel="target tokens seen", title="dev NLL against tokens seen")
+        axes[0][1].set(xlabel="updates", title="dev NLL against updates")
+        for ax, (key, name) in zip(axes[1], (("bleu", "BLEU"), ("nll", "NLL per target token"))):
+            for same, what in ((False, "token-matched (test)"), (True, "same updates (dev)")):
+                ser = series(rows, same)
+                st = [p.of(key) for p in ser]
+                xs = [p.batch_tokens for p in ser]
+                ax.errorbar(xs, [s.mean for s in st], yerr=[s.sd for s in st], fmt="o-",
+                            capsize=4, label=what)  # fmt: skip
+            ax.set(xscale="log", xlabel="batch (target tokens), grown through M", ylabel=name,
+                   title=f"{name}, mean ± sd over seeds")  # fmt: skip
             ax.set_xticks(xs, [f"{x:,}" for x in xs])
             ax.minorticks_off()
-            ax.legend(fontsize=7)
+        for ax in axes.flat:
             ax.grid(alpha=0.3)
-        px = [tokens(b) for b in PAPER]
-        axes[2].plot(px, [quote(5, b, "BLEU").value for b in PAPER], "s-", color="C2", label="BLEU")
-        twin = axes[2].twinx()
-        twin.plot(px, [quote(5, b, "NLL").value for b in PAPER], "^--", color="C3", label="NLL")
-        axes[2].set(
-            xscale="log", xlabel="batch (tokens)", ylabel="BLEU", title="paper (Table 5, de->en)"
-        )
-        twin.set_ylabel("NLL")
-        axes[2].set_xticks(px, PAPER)
-        axes[2].minorticks_off()
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        for ax in axes[0]:
+            ax.set_ylabel("dev NLL per target token (mean over seeds)")
+        fig.suptitle("Table 5, ours (measured): batch size, data seen and quality")
 
 
 class Table5(Artefact[Table5Row]):
-    """Table 5: BLEU and NLL against the batch size in tokens (GPipe §5)."""
+    """Table 5: BLEU and NLL against the batch size in tokens, token-matched and same-updates (GPipe §5)."""
 
     name = folder = page = "table5"
     row = Table5Row
