@@ -6,6 +6,7 @@ regenerates the same page.
 
 from __future__ import annotations
 
+from ..numbers import QUOTES, quote
 from ..provenance import Provenance
 from .rows import ResultRow, SavedRow
 
@@ -30,7 +31,7 @@ KIND_NAMES = {
 
 
 def _gb(b: float | None) -> str:
-    return "—" if b is None else f"{b / 1e9:.2f}G"
+    return "—" if b is None else f"{b / GiB:.2f} GiB"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -61,9 +62,10 @@ def markdown(rs: list[ResultRow], saved: list[SavedRow], prov: Provenance) -> st
         "A memory model (simulated, nothing allocated: fake CPU tensors run through the "
         "engine's own stage code, so torch picks the kernels the engine gets: CPU attention keeps its output "
         "and log-sum-exp, never the S×S probabilities), validated against the engine's measured activation "
-        "bytes in `tests/planner/` (within 10%, fp32 and bf16). Paper numbers: GPipe Table 1. Ratios are ours / paper's. Memory is in 10⁹ "
-        "bytes like the paper's; budgets are 8 GiB (AmoebaNet, TPUv2) and 16 GiB (Transformer, TPUv3) per "
-        "accelerator.",
+        "bytes in `tests/planner/` (within 10%, fp32 and bf16) and against the allocator below. Paper numbers: "
+        "GPipe Table 1. Ratios are ours / paper's. Memory is in GiB (2³⁰ bytes) throughout: the paper's "
+        "GB (read as 10⁹ bytes) are converted; budgets are 8 GiB (AmoebaNet, TPUv2) and 16 GiB "
+        "(Transformer, TPUv3) per accelerator.",
         "",
         "Terms: parameter memory = fp32 weights + gradients + RMSProp state = 12 bytes/parameter (the same in "
         "both precisions: bf16 keeps fp32 master weights), summed over accelerators; activation memory = the "
@@ -116,8 +118,40 @@ def markdown(rs: list[ResultRow], saved: list[SavedRow], prov: Provenance) -> st
                 )
         notes = [f"- {r.column}, {r.precision}: {r.note}" for r in sub if r.note]
         lines += ["", *notes, ""] if notes else [""]
+    lines += headline(rs)
     lines += ["## Where and why ours differ", "", *why(rs, saved), ""]
     return "\n".join(lines)
+
+
+def headline(rs: list[ResultRow]) -> list[str]:
+    """§3's headline ratios (the largest model of a column over Naive-1's), ours beside the paper's."""
+    out = [
+        "## The paper's headline ratios (GPipe §3)",
+        "",
+        "Largest model that fits in a column over the largest that fits Naive-1 (one accelerator, no "
+        "GPipe). Paper: the ratio printed in §3, and the same ratio from its Table 1's parameter counts.",
+        "",
+        "| ratio | paper, printed | paper, from Table 1 | ours, fp32 | ours, bf16 |",
+        "|---|---|---|---|---|",
+    ]
+    for q in (q for q in QUOTES if q.table == 1 and q.row == "ratio"):
+        model, column = q.column.split()
+        by = {
+            (r.column, r.precision): r.largest_param_count for r in rs if r.model == model
+        }
+        paper = quote(1, f"{model} {column}", "parameters").value / quote(
+            1, f"{model} Naive-1", "parameters"
+        ).value
+        ours = [
+            _ratio(by.get((column, p)), by.get(("Naive-1", p))).replace("×", "") + "×"
+            if by.get((column, p)) and by.get(("Naive-1", p))
+            else "—"
+            for p in ("fp32", "bf16")
+        ]
+        out.append(
+            f"| {q.note}: {model} {column} / Naive-1 | {q.value:g}× | {paper:.1f}× | {ours[0]} | {ours[1]} |"
+        )
+    return [*out, ""]
 
 
 def remains(
