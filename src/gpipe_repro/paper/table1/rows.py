@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from ...engine.precision import PRECISIONS
+from ...planner.allocator import check_amoebanet
 from ...planner.breakdown import amoebanet_groups, transformer_groups
 from ...planner.table1 import Column, largest, plan_column
 from ..numbers import quote
@@ -61,6 +62,49 @@ class SavedRow:
     kind: str
     dtype: str
     bytes: int
+
+
+@dataclass
+class AllocRow:
+    """One stage of a small configuration: the planner's peak beside the CPU allocator's."""
+
+    model: str
+    K: int
+    stage: int
+    checkpoint: str
+    M: int
+    batch: int
+    state_bytes: int
+    planned_bytes: int
+    measured_bytes: int
+    error: float  # (planned - measured) / measured
+
+
+# The allocator check (``planner.allocator``): AmoebaNet-D(6, 16) on 32x32 images, batch 16, M = 4,
+# K = 1 and K = 2 (4 + 8 layers), remat never and always: small enough to run in seconds.
+ALLOC_MODEL, ALLOC_SIZE, ALLOC_BATCH, ALLOC_M = "amoebanet_d", (6, 16), 16, 4
+ALLOC_BALANCES = {1: [12], 2: [4, 8]}
+
+
+def alloc_rows() -> list[AllocRow]:
+    L, D = ALLOC_SIZE
+    return [
+        AllocRow(
+            f"{ALLOC_MODEL}({L}, {D}), 32x32",
+            c.K,
+            c.stage,
+            c.checkpoint,
+            c.M,
+            c.batch,
+            c.state,
+            c.planned,
+            c.measured,
+            round(c.error, 5),
+        )
+        for K, balance in ALLOC_BALANCES.items()
+        for checkpoint in ("never", "always")
+        for c in check_amoebanet(L, D, K, ALLOC_M, checkpoint, ALLOC_BATCH, balance)
+    ]
 
 
 def _paper(c: Column, what: str) -> int:

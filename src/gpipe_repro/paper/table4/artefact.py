@@ -48,6 +48,7 @@ def _pretrain(pt: dict[str, Any]) -> dict[str, Any]:
         samples=m.eval.samples if m.eval else None,
         seconds=job.get("seconds"),
         data={"name": data.get("name"), "classes": data.get("classes")},
+        D=(job.get("meta") or {}).get("D"),
     )
     return pt
 

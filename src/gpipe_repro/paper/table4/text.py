@@ -105,7 +105,7 @@ def _ladder(plan: dict[str, Any], groups: dict[tuple[str, str, int], Group]) -> 
         "|---|---|---|---|---|---|",
     ]
     for D, pre, scratch in steps:
-        pt = pres.get(str(D)) or main  # a rung's own pre-training, else the experiments' own D
+        pt = pres.get(str(D)) or (main if main.get("D") == D else {})
         acc = pt.get("accuracy")
         c = versus(pre, scratch)[0] if scratch else None
         gains = ", ".join(f"{g:+.2f}" for g in _gains(pre, scratch))
