@@ -148,7 +148,9 @@ def fixture(tmp_path: Path) -> dict[str, Any]:
     for D, shift in ((8, -0.05), (32, 0.05)):  # the capacity ladder around the lead's D = 16
         for init in ("pretrained", "scratch"):
             lift = shift if init == "pretrained" else 0.0
-            acc[(f"same-D{D}", init, 1)] = {s: 0.8 + lift + (0.002 if lift else 0.003) * s for s in SEEDS}
+            acc[(f"same-D{D}", init, 1)] = {
+                s: 0.8 + lift + (0.002 if lift else 0.003) * s for s in SEEDS
+            }
             runs = {s: _run(a, [1.0]) for s, a in acc[(f"same-D{D}", init, 1)].items()}
             meta = {"role": "finetune", "target": f"same-D{D}", "label": f"same, D = {D}"}
             _sweep(work, f"same-D{D}-{init}-K1", {**meta, "init": init, "K": 1, "D": D}, runs)

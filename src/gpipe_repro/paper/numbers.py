@@ -33,7 +33,9 @@ def _table1(
     return [
         Quote(1, row, "parameters", params),
         Quote(1, row, "parameter memory", param_mem),  # bytes (its "GB" read as 10^9): weights,
-        Quote(1, row, "activation memory", act_mem),  # gradients, optimiser; peak, over accelerators
+        Quote(
+            1, row, "activation memory", act_mem
+        ),  # gradients, optimiser; peak, over accelerators
     ]
 
 

@@ -106,7 +106,14 @@ def _step(cell: Cell, inputs: list[Any], checkpoint: str, last: bool) -> None:
 
 
 def check_amoebanet(
-    L: int, D: int, K: int, M: int, checkpoint: str, N: int, balance: list[int], image_size: int = 32
+    L: int,
+    D: int,
+    K: int,
+    M: int,
+    checkpoint: str,
+    N: int,
+    balance: list[int],
+    image_size: int = 32,
 ) -> list[Check]:
     """Every stage of AmoebaNet-D(L, D) at K stages, planned and measured (module doc)."""
     torch.manual_seed(0)

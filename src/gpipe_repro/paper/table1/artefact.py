@@ -104,7 +104,9 @@ class Table1(Artefact[ResultRow]):
     def render(self, report: Report[ResultRow], out: Path) -> list[Path]:
         md, png = out / "table1.md", out / "table1.png"
         saved = read_csv(out / "saved.csv", SavedRow)
-        alloc = read_csv(out / "allocator.csv", AllocRow) if (out / "allocator.csv").exists() else []
+        alloc = (
+            read_csv(out / "allocator.csv", AllocRow) if (out / "allocator.csv").exists() else []
+        )
         md.write_text(markdown(report.rows, saved, report.provenance, alloc))
         plot(report.rows, png)
         return [md, png]

@@ -6,6 +6,8 @@ regenerates the same page.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...planner.breakdown import FUSED_AWAY, fused_away
 from ..numbers import QUOTES, quote
 from ..provenance import Provenance
@@ -57,7 +59,7 @@ def _kind(g: SavedRow) -> str:
 
 
 def markdown(
-    rs: list[ResultRow], saved: list[SavedRow], prov: Provenance, alloc: list[AllocRow] = ()
+    rs: list[ResultRow], saved: list[SavedRow], prov: Provenance, alloc: Sequence[AllocRow] = ()
 ) -> str:
     lines = [
         *prov.page("Table 1 — the largest model that fits, per number of accelerators"),
@@ -141,12 +143,11 @@ def headline(rs: list[ResultRow]) -> list[str]:
     ]
     for q in (q for q in QUOTES if q.table == 1 and q.row == "ratio"):
         model, column = q.column.split()
-        by = {
-            (r.column, r.precision): r.largest_param_count for r in rs if r.model == model
-        }
-        paper = quote(1, f"{model} {column}", "parameters").value / quote(
-            1, f"{model} Naive-1", "parameters"
-        ).value
+        by = {(r.column, r.precision): r.largest_param_count for r in rs if r.model == model}
+        paper = (
+            quote(1, f"{model} {column}", "parameters").value
+            / quote(1, f"{model} Naive-1", "parameters").value
+        )
         ours = [
             _ratio(by.get((column, p)), by.get(("Naive-1", p))).replace("×", "") + "×"
             if by.get((column, p)) and by.get(("Naive-1", p))

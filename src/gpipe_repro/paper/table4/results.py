@@ -162,7 +162,12 @@ def ladder(
     scratch) at K = 1, by D ascending; only rungs whose fine-tunes ran."""
     out = []
     for (t, init, K), g in groups.items():
-        if init == "pretrained" and K == 1 and g.first.D and t in (target, f"{target}-D{g.first.D}"):
+        if (
+            init == "pretrained"
+            and K == 1
+            and g.first.D
+            and t in (target, f"{target}-D{g.first.D}")
+        ):
             out.append((g.first.D, g, groups.get((t, "scratch", 1))))
     return sorted(out, key=lambda x: x[0])
 

@@ -314,7 +314,9 @@ def run_table(
 ) -> dict[str, Any]:
     """Run (or reuse) every job of ``variant`` and write ``work/plan.json``; returns the plan."""
     t0 = time.monotonic()
-    pres = {D: pretrain_job(variant, wandb=wandb, cache=cache, D=D) for D in (None, *variant.ladder)}
+    pres = {
+        D: pretrain_job(variant, wandb=wandb, cache=cache, D=D) for D in (None, *variant.ladder)
+    }
     for job, save in pres.values():
         if not save.is_dir():  # a cached pre-training whose save is gone is trained again
             (job.folder / "job.json").unlink(missing_ok=True)
