@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...planner.breakdown import FUSED_AWAY, fused_away
-from ..numbers import QUOTES, quote
 from ..provenance import Provenance
 from .rows import AllocRow, ResultRow, SavedRow
+from .yardsticks import GiB, allocator, fused, gb, headline, ratio
 
-GiB = 2**30
 # Readable names for the (operation, dtype) groups of ``saved.csv`` (``planner.breakdown``).
 KIND_NAMES = {
     "Relu": "ReLU outputs",
@@ -31,14 +29,6 @@ KIND_NAMES = {
     "input": "input",
     "output": "output (kept for its gradient)",
 }
-
-
-def _gb(b: float | None) -> str:
-    return "—" if b is None else f"{b / GiB:.2f} GiB"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return "—" if not a or not b else f"{a / b:.2f}×"
 
 
 def _count(n: float | None) -> str:
@@ -103,22 +93,22 @@ def markdown(
             p = ours[0]
             lines.append(
                 f"| {col} | paper | {_size(p)} | {_count(p.paper_param_count)} | "
-                f"{_gb(p.paper_param_memory_bytes)} | {_gb(p.paper_activation_bytes)} | — | — | "
+                f"{gb(p.paper_param_memory_bytes)} | {gb(p.paper_activation_bytes)} | — | — | "
                 f"{_size(p)}: {_count(p.paper_param_count)} | — |"
             )
             for r in ours:
                 fit = (
                     f"{_size(r, 'largest_L', 'largest_D')}: {_count(r.largest_param_count)} "
-                    f"({_ratio(r.largest_param_count, r.paper_param_count)})"
+                    f"({ratio(r.largest_param_count, r.paper_param_count)})"
                     if r.largest_L
                     else "none"
                 )
                 lines.append(
                     f"| {col} | {r.precision} | {_size(r)} | {_count(r.param_count)} "
-                    f"({_ratio(r.param_count, r.paper_param_count)}) | {_gb(r.param_memory_bytes)} "
-                    f"({_ratio(r.param_memory_bytes, r.paper_param_memory_bytes)}) | "
-                    f"{_gb(r.activation_bytes)} ({_ratio(r.activation_bytes, r.paper_activation_bytes)}) | "
-                    f"{_gb(r.max_stage_activation_bytes)} / {_gb(r.max_stage_total_bytes)} | "
+                    f"({ratio(r.param_count, r.paper_param_count)}) | {gb(r.param_memory_bytes)} "
+                    f"({ratio(r.param_memory_bytes, r.paper_param_memory_bytes)}) | "
+                    f"{gb(r.activation_bytes)} ({ratio(r.activation_bytes, r.paper_activation_bytes)}) | "
+                    f"{gb(r.max_stage_activation_bytes)} / {gb(r.max_stage_total_bytes)} | "
                     f"{'yes' if r.fits else '**no**'} | {fit} | {r.M}, {r.schedule}, {r.checkpoint} |"
                 )
         notes = [f"- {r.column}, {r.precision}: {r.note}" for r in sub if r.note]
@@ -128,36 +118,6 @@ def markdown(
     lines += ["## Where and why ours differ", "", *why(rs, saved), ""]
     lines += fused(rs, saved)
     return "\n".join(lines)
-
-
-def headline(rs: list[ResultRow]) -> list[str]:
-    """§3's headline ratios (the largest model of a column over Naive-1's), ours beside the paper's."""
-    out = [
-        "## The paper's headline ratios (GPipe §3)",
-        "",
-        "Largest model that fits in a column over the largest that fits Naive-1 (one accelerator, no "
-        "GPipe). Paper: the ratio printed in §3, and the same ratio from its Table 1's parameter counts.",
-        "",
-        "| ratio | paper, printed | paper, from Table 1 | ours, fp32 | ours, bf16 |",
-        "|---|---|---|---|---|",
-    ]
-    for q in (q for q in QUOTES if q.table == 1 and q.row == "ratio"):
-        model, column = q.column.split()
-        by = {(r.column, r.precision): r.largest_param_count for r in rs if r.model == model}
-        paper = (
-            quote(1, f"{model} {column}", "parameters").value
-            / quote(1, f"{model} Naive-1", "parameters").value
-        )
-        ours = [
-            _ratio(by.get((column, p)), by.get(("Naive-1", p))).replace("×", "") + "×"
-            if by.get((column, p)) and by.get(("Naive-1", p))
-            else "—"
-            for p in ("fp32", "bf16")
-        ]
-        out.append(
-            f"| {q.note}: {model} {column} / Naive-1 | {q.value:g}× | {paper:.1f}× | {ours[0]} | {ours[1]} |"
-        )
-    return [*out, ""]
 
 
 def remains(
@@ -188,15 +148,15 @@ def _naive_gap(rs: list[ResultRow], saved: list[SavedRow], model: str) -> list[s
     gap = f.activation_bytes - paper
     closed = (f.activation_bytes - b.activation_bytes) / gap if gap > 0 else 0.0
     out = [
-        f"- {model} Naive-1: our activation estimate is {_ratio(f.activation_bytes, paper)} the paper's "
-        f"in fp32 ({_gb(f.activation_bytes)} vs {_gb(paper)}) and {_ratio(b.activation_bytes, paper)} in "
-        f"bf16 ({_gb(b.activation_bytes)}): bf16 closes {closed * 100:.0f}% of the gap. The largest model "
-        f"that fits one accelerator goes from {_ratio(f.largest_param_count, f.paper_param_count)} to "
-        f"{_ratio(b.largest_param_count, b.paper_param_count)} the paper's size."
+        f"- {model} Naive-1: our activation estimate is {ratio(f.activation_bytes, paper)} the paper's "
+        f"in fp32 ({gb(f.activation_bytes)} vs {gb(paper)}) and {ratio(b.activation_bytes, paper)} in "
+        f"bf16 ({gb(b.activation_bytes)}): bf16 closes {closed * 100:.0f}% of the gap. The largest model "
+        f"that fits one accelerator goes from {ratio(f.largest_param_count, f.paper_param_count)} to "
+        f"{ratio(b.largest_param_count, b.paper_param_count)} the paper's size."
     ]
     top, total = remains(saved, model, "bf16")
     if total:
-        listed = "; ".join(f"{_kind(g)} {_gb(g.bytes)} ({g.bytes / total * 100:.0f}%)" for g in top)
+        listed = "; ".join(f"{_kind(g)} {gb(g.bytes)} ({g.bytes / total * 100:.0f}%)" for g in top)
         kept = [
             g
             for g in saved
@@ -207,12 +167,12 @@ def _naive_gap(rs: list[ResultRow], saved: list[SavedRow], model: str) -> list[s
         ]
         k = sum(g.bytes for g in kept)
         out.append(
-            f"  What remains in bf16 ({_gb(total)} kept for backward): {listed}. Not halved by bf16: "
-            f"{_gb(k)} ({k / total * 100:.0f}%) in "
+            f"  What remains in bf16 ({gb(total)} kept for backward): {listed}. Not halved by bf16: "
+            f"{gb(k)} ({k / total * 100:.0f}%) in "
             + ", ".join(sorted({f"{g.dtype}" for g in kept}))
             + " — "
             + "; ".join(
-                f"{_kind(g)} {_gb(g.bytes)}" for g in sorted(kept, key=lambda g: -g.bytes)[:3]
+                f"{_kind(g)} {gb(g.bytes)}" for g in sorted(kept, key=lambda g: -g.bytes)[:3]
             )
             + ". The paper measured XLA on TPU, which fuses element-wise operations and pooling into "
             "their neighbours and keeps fewer, smaller buffers; eager PyTorch saves each operation's "
@@ -237,7 +197,7 @@ def _weight_copies(rs: list[ResultRow]) -> list[str]:
         "- bf16 adds autocast's bf16 copies of the weights (2 bytes per parameter, saved by each graph alive; "
         "1 with remat `always`): "
         + ", ".join(
-            f"{r.column} {r.model.split('_')[0]} {_gb(r.weight_copy_bytes)} of {_gb(r.activation_bytes)}"
+            f"{r.column} {r.model.split('_')[0]} {gb(r.weight_copy_bytes)} of {gb(r.activation_bytes)}"
             for r in bf
         )
         + "."
@@ -247,8 +207,8 @@ def _weight_copies(rs: list[ResultRow]) -> list[str]:
             " Where a stage holds many parameters and remat keeps few activations, the copies outweigh "
             "the halved activations and bf16's total exceeds fp32's: "
             + ", ".join(
-                f"{r.column} {r.model.split('_')[0]} ({_gb(r.activation_bytes)} vs "
-                f"{_gb(f32[r.model, r.column].activation_bytes)})"
+                f"{r.column} {r.model.split('_')[0]} ({gb(r.activation_bytes)} vs "
+                f"{gb(f32[r.model, r.column].activation_bytes)})"
                 for r in worse
             )
             + "."
@@ -285,7 +245,7 @@ def why(rs: list[ResultRow], saved: list[SavedRow]) -> list[str]:
             out.append(
                 f"- With remat, {precision}: activation ratios "
                 + ", ".join(
-                    f"{r.column} {r.model.split('_')[0]} {_ratio(r.activation_bytes, r.paper_activation_bytes)}"
+                    f"{r.column} {r.model.split('_')[0]} {ratio(r.activation_bytes, r.paper_activation_bytes)}"
                     for r in pipes
                 )
                 + ": with M = 32 a stage holds its 32 micro-batch inputs and one micro-batch's "
@@ -298,71 +258,9 @@ def why(rs: list[ResultRow], saved: list[SavedRow]) -> list[str]:
             out.append(
                 f"- Largest model that fits, ours vs the paper's size, {precision}: "
                 + ", ".join(
-                    f"{r.model.split('_')[0]} {r.column} {_ratio(r.largest_param_count, r.paper_param_count)}"
+                    f"{r.model.split('_')[0]} {r.column} {ratio(r.largest_param_count, r.paper_param_count)}"
                     for r in fit
                 )
                 + "."
             )
     return out
-
-
-def allocator(alloc: list[AllocRow]) -> list[str]:
-    """The planner's per-stage peak against the CPU allocator's measured peak."""
-    if not alloc:
-        return []
-    worst = max(alloc, key=lambda a: abs(a.error))
-    return [
-        "## The planner against the allocator (measured on this CPU)",
-        "",
-        f"{alloc[0].model}, batch {alloc[0].batch}, M = {alloc[0].M}, GPipe fill-drain, fp32: each "
-        "stage run for real through the engine's stage code, one step after a warm-up step; measured "
-        "peak = the CPU allocator's peak of bytes allocated during the step (torch profiler memory "
-        "events) + the stage's state (`planner/allocator.py`). Error = (planned − measured) / measured.",
-        "",
-        "| K | stage | remat | state | planned peak | measured peak | error |",
-        "|---|---|---|---|---|---|---|",
-        *(
-            f"| {a.K} | {a.stage} | {a.checkpoint} | {a.state_bytes / 2**20:.2f} MiB | "
-            f"{a.planned_bytes / 2**20:.2f} MiB | {a.measured_bytes / 2**20:.2f} MiB | "
-            f"{a.error * 100:+.1f}% |"
-            for a in alloc
-        ),
-        "",
-        f"Largest error: {worst.error * 100:+.1f}% (K = {worst.K}, stage {worst.stage}, remat "
-        f"{worst.checkpoint}); negative = the planner under-counts (kernel temporaries, backward's "
-        "buffers).",
-        "",
-    ]
-
-
-def fused(rs: list[ResultRow], saved: list[SavedRow]) -> list[str]:
-    """The Naive-1 gap under the XLA-like accounting mode (``planner.breakdown.FUSED_AWAY``)."""
-    out = [
-        "## The Naive-1 gap under an XLA-like accounting (a labelled estimate, fp32)",
-        "",
-        "Accounting mode, not a measurement of XLA: the planner's saved tensors of Naive-1 "
-        "(`saved.csv`), without those a compiler fusing element-wise work would not keep — "
-        + "; ".join(f"{k[0]}{'/' + k[1] if k[1] else ''}: {why}" for k, why in FUSED_AWAY.items())
-        + ". The gap is ours / paper's activation memory; closed = the share of (ours − paper) "
-        "removed.",
-        "",
-        "| model | eager (ours) | dropped by rule | XLA-like | paper | ratio eager → XLA-like | gap closed |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in (r for r in rs if r.column == "Naive-1" and r.precision == "fp32"):
-        groups = [g for g in saved if g.model == r.model and g.precision == "fp32"]
-        drops: dict[str, int] = {}
-        for g in groups:
-            if (why := fused_away(g.kind, g.dtype)) is not None:
-                k = why.split(":")[0]
-                drops[k] = drops.get(k, 0) + g.bytes
-        total, paper = sum(g.bytes for g in groups), r.paper_activation_bytes
-        left = total - sum(drops.values())
-        closed = (total - left) / (total - paper) if total > paper else 0.0
-        out.append(
-            f"| {r.model} | {_gb(total)} | "
-            + ", ".join(f"{k} {_gb(v)}" for k, v in drops.items())
-            + f" | {_gb(left)} | {_gb(paper)} | {_ratio(total, paper)} → {_ratio(left, paper)} | "
-            f"{closed * 100:.0f}% |"
-        )
-    return [*out, ""]
