@@ -49,6 +49,7 @@ class ResultRow:
     largest_param_count: int | None
     largest_max_stage_total_bytes: int | None
     note: str
+    seconds: float = 0.0  # wall time to plan this row and search its largest model (measured)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class AllocRow:
     planned_bytes: int
     measured_bytes: int
     error: float  # (planned - measured) / measured
+    seconds: float = 0.0  # wall time of this configuration's check, shared by its stages
 
 
 # The allocator check (``planner.allocator``): AmoebaNet-D(6, 16) on 32x32 images, batch 16, M = 4,
@@ -88,23 +90,29 @@ ALLOC_BALANCES = {1: [12], 2: [4, 8]}
 
 def alloc_rows() -> list[AllocRow]:
     L, D = ALLOC_SIZE
-    return [
-        AllocRow(
-            f"{ALLOC_MODEL}({L}, {D}), 32x32",
-            c.K,
-            c.stage,
-            c.checkpoint,
-            c.M,
-            c.batch,
-            c.state,
-            c.planned,
-            c.measured,
-            round(c.error, 5),
-        )
-        for K, balance in ALLOC_BALANCES.items()
-        for checkpoint in ("never", "always")
-        for c in check_amoebanet(L, D, K, ALLOC_M, checkpoint, ALLOC_BATCH, balance)
-    ]
+    out = []
+    for K, balance in ALLOC_BALANCES.items():
+        for checkpoint in ("never", "always"):
+            t0 = time.perf_counter()
+            checks = check_amoebanet(L, D, K, ALLOC_M, checkpoint, ALLOC_BATCH, balance)
+            took = round((time.perf_counter() - t0) / len(checks), 1)
+            out += [
+                AllocRow(
+                    f"{ALLOC_MODEL}({L}, {D}), 32x32",
+                    c.K,
+                    c.stage,
+                    c.checkpoint,
+                    c.M,
+                    c.batch,
+                    c.state,
+                    c.planned,
+                    c.measured,
+                    round(c.error, 5),
+                    took,
+                )
+                for c in checks
+            ]
+    return out
 
 
 def _paper(c: Column, what: str) -> int:
@@ -145,10 +153,8 @@ def _row(c: Column, precision: str) -> ResultRow:
         largest_max_stage_total_bytes=max(best[1].totals) if best else None,
         note=p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
     )
-    print(
-        f"{c.model:15s} {c.label:13s} {precision} planned in {time.perf_counter() - t0:.1f}s",
-        flush=True,
-    )
+    row.seconds = round(time.perf_counter() - t0, 1)
+    print(f"{c.model:15s} {c.label:13s} {precision} planned in {row.seconds:.1f}s", flush=True)
     return row
 
 

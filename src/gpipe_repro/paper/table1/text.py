@@ -71,6 +71,9 @@ def markdown(
         "remat, M = 1; Pipeline-K = GPipe, remat `always`, M = 32, fill-drain schedule, exact min–max "
         "partition of per-layer memory.",
         "",
+        f"Wall time (measured, this invocation): {sum(r.seconds or 0 for r in rs) / 60:.1f} min planning the "
+        f"columns, {sum(a.seconds or 0 for a in alloc) / 60:.1f} min for the allocator check.",
+        "",
     ]
     for model, title, unit in [
         ("amoebanet_d", "AmoebaNet-D, 224×224", "(L, D)"),

@@ -111,7 +111,7 @@ class Table4(Artefact[RunRow]):
         write_csv(csv, GroupRow, group_rows(groups))
         md.write_text(markdown(plan, groups, report.rows, report.provenance))
         seeds = len(plan.get("seeds") or [])
-        title = f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch (gap in points), mean ± std over {seeds} seeds"
+        title = f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch, mean ± sd over {seeds} seeds (dots: each seed)"
         plot(groups, png, title, (plan.get("ladder") or {}).get("target", ""))
         return [csv, md, png]
 

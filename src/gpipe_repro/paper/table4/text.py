@@ -7,6 +7,8 @@ standard deviation over seeds; fine-tuned against scratch judged by the one nois
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -245,9 +247,9 @@ def plot(
             for D, pre, scratch in steps:
                 g = pre if init == "pretrained" else scratch
                 if g is not None and g.accuracies:
-                    _dots(lad, D * (0.93 if j == 0 else 1.07), g, color, None)
+                    _dots(lad, math.log2(D) + (j - 0.5) * 0.3, g, color, None)
         labels = [
-            groups[(t, "pretrained", 1)].first.label.replace(", ", ",\n", 1)
+            textwrap.fill(groups[(t, "pretrained", 1)].first.label, 18)
             if (t, "pretrained", 1) in groups
             else t
             for t in targets
@@ -255,8 +257,8 @@ def plot(
         ax.set_xticks(range(len(targets)), labels, fontsize=6)
         ax.set_ylabel("test accuracy % (measured), mean ± sd")
         ax.set_title(title, fontsize=8)
-        lad.set(xscale="log", xlabel="pre-trained width D", title="capacity ladder")
-        lad.set_xticks([D for D, _, _ in steps], [str(D) for D, _, _ in steps])
+        lad.set(xlabel="pre-trained width D", title="capacity ladder (fine-tuned, scratch)")
+        lad.set_xticks([math.log2(D) for D, _, _ in steps], [str(D) for D, _, _ in steps])
         for a in (ax, lad):
             a.grid(axis="y", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
