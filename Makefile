@@ -58,7 +58,7 @@ bench-save: $(STAMP) ## save/load time and size of pipelined saves at K=1,2 -> r
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
 
-table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16) -> reports/table1/ (memory model, nothing allocated)
+table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16; headline ratios; allocator check) -> reports/table1/ (~7 min)
 	$(BIN)/python -m gpipe_repro.paper table1 --publish
 
 .PHONY: table4 table4-quick
