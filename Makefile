@@ -58,11 +58,11 @@ bench-save: $(STAMP) ## save/load time and size of pipelined saves at K=1,2 -> r
 clean: ## remove run outputs (keeps reports/)
 	rm -rf outputs multirun wandb .pytest_cache
 
-table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16) -> reports/table1/ (memory model, nothing allocated)
+table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16; headline ratios; allocator check) -> reports/table1/ (~7 min)
 	$(BIN)/python -m gpipe_repro.paper table1 --publish
 
 .PHONY: table4 table4-quick
-table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; K=1 vs K=2) -> reports/table4/ (~15-20 min)
+table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; capacity ladder D=8,16,32; K=1 vs K=2) -> reports/table4/ (~21 min predicted)
 	$(BIN)/python -m gpipe_repro.paper table4 --publish
 
 table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)

@@ -106,3 +106,28 @@ def test_the_pretrain_job_saves_once_at_the_end_into_the_keyed_cache(tmp_path):
     assert f"train.save_every={steps}" in job.argv and f"hydra.run.dir={job.folder}" in job.argv
     assert "logger=none" in job.argv
     assert "logger=none" not in pretrain_job(CANONICAL, cache=tmp_path, wandb=True)[0].argv
+
+
+def test_the_ladder_is_the_pre_training_sweep_declared_in_the_experiment():
+    import yaml
+
+    conf = yaml.safe_load(Path("conf/experiment/table4_pretrain.yaml").read_text())
+    declared = {int(d) for d in str(conf["hydra"]["sweeper"]["params"]["model.D"]).split(",")}
+    D = compose([f"experiment={PRETRAIN}"], check=False).model.D
+    assert declared == {D, *CANONICAL.ladder} and len(declared) >= 3
+
+
+def test_each_rung_fine_tunes_from_its_own_pre_training_at_its_width(tmp_path):
+    saves = {D: pretrain_job(QUICK, cache=tmp_path, D=D) for D in QUICK.ladder}
+    keys = {job.meta["key"] for job, _ in saves.values()}
+    assert len(keys) == len(QUICK.ladder)  # one cached pre-training per width
+    for D, (job, _) in saves.items():
+        assert f"model.D={D}" in job.argv and job.meta["D"] == D and job.name == f"pretrain-D{D}"
+    jobs = finetune_jobs(QUICK, Path("/s16"), tmp_path, rungs={D: s for D, (_, s) in saves.items()})
+    for D, (job, save) in saves.items():
+        by = {j.meta["init"]: j for j in jobs if j.meta["target"].endswith(f"-D{D}")}
+        pre, scratch = by["pretrained"], by["scratch"]
+        assert f"train.init_from={save}" in pre.argv and pre.after == job.name
+        assert pre.meta["D"] == scratch.meta["D"] == D and f"model.D={D}" in scratch.argv
+        assert "data.per_class=100" in pre.argv  # the ladder's split: 100 labels per class
+    assert len(jobs) == 2 * (len(QUICK.targets) + len(QUICK.ladder)) + len(QUICK.k_check)

@@ -25,9 +25,40 @@ from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
 from .memory import Saved, measure_stage
 
-__all__ = ["SavedGroup", "saved_groups", "amoebanet_groups", "transformer_groups", "LOSS"]
+__all__ = [
+    "SavedGroup",
+    "saved_groups",
+    "amoebanet_groups",
+    "transformer_groups",
+    "LOSS",
+    "FUSED_AWAY",
+    "fused_away",
+]
 
 LOSS = "loss"  # the layer type of the tensors the loss saves
+
+
+# The XLA-like accounting mode (an estimate, labelled as such wherever it is shown): saved tensors a
+# compiler that fuses element-wise work into its neighbours would not keep. Keyed by the producing
+# operation (and dtype, where it decides), each with the reason; everything else is kept as eager
+# PyTorch keeps it.
+FUSED_AWAY: dict[tuple[str, str | None], str] = {
+    ("Relu", None): "in-place / fused activations: a ReLU's output is recomputed in the backward "
+    "fusion from the tensor it came from instead of being kept beside it",
+    ("internal", "int64"): "index-free pooling: max-pool's gradient is taken from its input and "
+    "output (select-and-scatter), no int64 argmax indices",
+    ("ConstantPadNd", None): "fused padding: the 'SAME' padding is folded into the pooling window, "
+    "no padded copy of the input",
+    ("LogSoftmax", None): "fused softmax cross-entropy: the loss's log-probabilities are not kept "
+    "beside the logits it is computed from",
+    ("internal", None): "fused normalisation: the batch statistics live inside the fused "
+    "normalisation kernel's output, not as separate saved tensors",
+}
+
+
+def fused_away(kind: str, dtype: str) -> str | None:
+    """The reason the XLA-like accounting drops a saved group (``FUSED_AWAY``), or None: kept."""
+    return FUSED_AWAY.get((kind, dtype)) or FUSED_AWAY.get((kind, None))
 
 
 @dataclass(frozen=True)

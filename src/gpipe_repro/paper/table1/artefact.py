@@ -2,8 +2,8 @@
 
 Experiments: ``planner.table1.COLUMNS`` — the paper's configurations — each planned at fp32 and bf16;
 a variant changes the budgets, the batches or the columns from the command line (never published).
-Collect: ``rows.result_rows`` and ``rows.saved_rows`` (``results.csv``, ``saved.csv``). Render:
-``table1.md`` (``text``) and ``table1.png``, from the two CSVs alone.
+Collect: ``rows.result_rows``, ``rows.saved_rows`` and ``rows.alloc_rows`` (``results.csv``,
+``saved.csv``, ``allocator.csv``). Render: ``table1.md`` (``text``) and ``table1.png``, from the CSVs alone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..artefact import Artefact, Report
 from ..plot import figure
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
-from .rows import ResultRow, SavedRow, result_rows, saved_rows
+from .rows import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
 from .text import markdown
 
 HALVES = {"amoebanet_d": "amoebanet", "transformer_lm": "transformer"}
@@ -33,7 +33,7 @@ class Table1(Artefact[ResultRow]):
     name = folder = "table1"
     row = ResultRow
     command = "make table1"
-    siblings = ("saved.csv",)
+    siblings = ("saved.csv", "allocator.csv")
 
     def options(self, parser: argparse.ArgumentParser) -> None:
         for half, gib, batch in (("amoebanet", 8, "128"), ("transformer", 16, "32 x 1024 tokens")):
@@ -98,12 +98,16 @@ class Table1(Artefact[ResultRow]):
     ) -> Report[ResultRow]:
         cols = self.columns(opts)
         write_csv(out / "saved.csv", SavedRow, saved_rows(cols))
+        write_csv(out / "allocator.csv", AllocRow, alloc_rows())
         return Report(result_rows(cols), Provenance.here())
 
     def render(self, report: Report[ResultRow], out: Path) -> list[Path]:
         md, png = out / "table1.md", out / "table1.png"
         saved = read_csv(out / "saved.csv", SavedRow)
-        md.write_text(markdown(report.rows, saved, report.provenance))
+        alloc = (
+            read_csv(out / "allocator.csv", AllocRow) if (out / "allocator.csv").exists() else []
+        )
+        md.write_text(markdown(report.rows, saved, report.provenance, alloc))
         plot(report.rows, png)
         return [md, png]
 

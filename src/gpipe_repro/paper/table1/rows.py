@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from ...engine.precision import PRECISIONS
+from ...planner.allocator import check_amoebanet
 from ...planner.breakdown import amoebanet_groups, transformer_groups
 from ...planner.table1 import Column, largest, plan_column
 from ..numbers import quote
@@ -48,6 +49,7 @@ class ResultRow:
     largest_param_count: int | None
     largest_max_stage_total_bytes: int | None
     note: str
+    seconds: float = 0.0  # wall time to plan this row and search its largest model (measured)
 
 
 @dataclass
@@ -61,6 +63,56 @@ class SavedRow:
     kind: str
     dtype: str
     bytes: int
+
+
+@dataclass
+class AllocRow:
+    """One stage of a small configuration: the planner's peak beside the CPU allocator's."""
+
+    model: str
+    K: int
+    stage: int
+    checkpoint: str
+    M: int
+    batch: int
+    state_bytes: int
+    planned_bytes: int
+    measured_bytes: int
+    error: float  # (planned - measured) / measured
+    seconds: float = 0.0  # wall time of this configuration's check, shared by its stages
+
+
+# The allocator check (``planner.allocator``): AmoebaNet-D(6, 16) on 32x32 images, batch 16, M = 4,
+# K = 1 and K = 2 (4 + 8 layers), remat never and always: small enough to run in seconds.
+ALLOC_MODEL, ALLOC_SIZE, ALLOC_BATCH, ALLOC_M = "amoebanet_d", (6, 16), 16, 4
+ALLOC_BALANCES = {1: [12], 2: [4, 8]}
+
+
+def alloc_rows() -> list[AllocRow]:
+    L, D = ALLOC_SIZE
+    out = []
+    for K, balance in ALLOC_BALANCES.items():
+        for checkpoint in ("never", "always"):
+            t0 = time.perf_counter()
+            checks = check_amoebanet(L, D, K, ALLOC_M, checkpoint, ALLOC_BATCH, balance)
+            took = round((time.perf_counter() - t0) / len(checks), 1)
+            out += [
+                AllocRow(
+                    f"{ALLOC_MODEL}({L}, {D}), 32x32",
+                    c.K,
+                    c.stage,
+                    c.checkpoint,
+                    c.M,
+                    c.batch,
+                    c.state,
+                    c.planned,
+                    c.measured,
+                    round(c.error, 5),
+                    took,
+                )
+                for c in checks
+            ]
+    return out
 
 
 def _paper(c: Column, what: str) -> int:
@@ -101,10 +153,8 @@ def _row(c: Column, precision: str) -> ResultRow:
         largest_max_stage_total_bytes=max(best[1].totals) if best else None,
         note=p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
     )
-    print(
-        f"{c.model:15s} {c.label:13s} {precision} planned in {time.perf_counter() - t0:.1f}s",
-        flush=True,
-    )
+    row.seconds = round(time.perf_counter() - t0, 1)
+    print(f"{c.model:15s} {c.label:13s} {precision} planned in {row.seconds:.1f}s", flush=True)
     return row
 
 

@@ -6,10 +6,12 @@ regenerates the same page.
 
 from __future__ import annotations
 
-from ..provenance import Provenance
-from .rows import ResultRow, SavedRow
+from collections.abc import Sequence
 
-GiB = 2**30
+from ..provenance import Provenance
+from .rows import AllocRow, ResultRow, SavedRow
+from .yardsticks import GiB, allocator, fused, gb, headline, ratio
+
 # Readable names for the (operation, dtype) groups of ``saved.csv`` (``planner.breakdown``).
 KIND_NAMES = {
     "Relu": "ReLU outputs",
@@ -29,14 +31,6 @@ KIND_NAMES = {
 }
 
 
-def _gb(b: float | None) -> str:
-    return "—" if b is None else f"{b / 1e9:.2f}G"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return "—" if not a or not b else f"{a / b:.2f}×"
-
-
 def _count(n: float | None) -> str:
     if n is None:
         return "—"
@@ -54,16 +48,19 @@ def _kind(g: SavedRow) -> str:
     return f"{g.layer_type} {KIND_NAMES.get(g.kind, g.kind)} ({g.dtype})"
 
 
-def markdown(rs: list[ResultRow], saved: list[SavedRow], prov: Provenance) -> str:
+def markdown(
+    rs: list[ResultRow], saved: list[SavedRow], prov: Provenance, alloc: Sequence[AllocRow] = ()
+) -> str:
     lines = [
         *prov.page("Table 1 — the largest model that fits, per number of accelerators"),
         "",
         "A memory model (simulated, nothing allocated: fake CPU tensors run through the "
         "engine's own stage code, so torch picks the kernels the engine gets: CPU attention keeps its output "
         "and log-sum-exp, never the S×S probabilities), validated against the engine's measured activation "
-        "bytes in `tests/planner/` (within 10%, fp32 and bf16). Paper numbers: GPipe Table 1. Ratios are ours / paper's. Memory is in 10⁹ "
-        "bytes like the paper's; budgets are 8 GiB (AmoebaNet, TPUv2) and 16 GiB (Transformer, TPUv3) per "
-        "accelerator.",
+        "bytes in `tests/planner/` (within 10%, fp32 and bf16) and against the allocator below. Paper numbers: "
+        "GPipe Table 1. Ratios are ours / paper's. Memory is in GiB (2³⁰ bytes) throughout: the paper's "
+        "GB (read as 10⁹ bytes) are converted; budgets are 8 GiB (AmoebaNet, TPUv2) and 16 GiB "
+        "(Transformer, TPUv3) per accelerator.",
         "",
         "Terms: parameter memory = fp32 weights + gradients + RMSProp state = 12 bytes/parameter (the same in "
         "both precisions: bf16 keeps fp32 master weights), summed over accelerators; activation memory = the "
@@ -73,6 +70,9 @@ def markdown(rs: list[ResultRow], saved: list[SavedRow], prov: Provenance) -> st
         "normalisation statistics in fp32, plus autocast's bf16 weight copies); Naive-1 = one accelerator, no "
         "remat, M = 1; Pipeline-K = GPipe, remat `always`, M = 32, fill-drain schedule, exact min–max "
         "partition of per-layer memory.",
+        "",
+        f"Wall time (measured, this invocation): {sum(r.seconds or 0 for r in rs) / 60:.1f} min planning the "
+        f"columns, {sum(a.seconds or 0 for a in alloc) / 60:.1f} min for the allocator check.",
         "",
     ]
     for model, title, unit in [
@@ -96,27 +96,30 @@ def markdown(rs: list[ResultRow], saved: list[SavedRow], prov: Provenance) -> st
             p = ours[0]
             lines.append(
                 f"| {col} | paper | {_size(p)} | {_count(p.paper_param_count)} | "
-                f"{_gb(p.paper_param_memory_bytes)} | {_gb(p.paper_activation_bytes)} | — | — | "
+                f"{gb(p.paper_param_memory_bytes)} | {gb(p.paper_activation_bytes)} | — | — | "
                 f"{_size(p)}: {_count(p.paper_param_count)} | — |"
             )
             for r in ours:
                 fit = (
                     f"{_size(r, 'largest_L', 'largest_D')}: {_count(r.largest_param_count)} "
-                    f"({_ratio(r.largest_param_count, r.paper_param_count)})"
+                    f"({ratio(r.largest_param_count, r.paper_param_count)})"
                     if r.largest_L
                     else "none"
                 )
                 lines.append(
                     f"| {col} | {r.precision} | {_size(r)} | {_count(r.param_count)} "
-                    f"({_ratio(r.param_count, r.paper_param_count)}) | {_gb(r.param_memory_bytes)} "
-                    f"({_ratio(r.param_memory_bytes, r.paper_param_memory_bytes)}) | "
-                    f"{_gb(r.activation_bytes)} ({_ratio(r.activation_bytes, r.paper_activation_bytes)}) | "
-                    f"{_gb(r.max_stage_activation_bytes)} / {_gb(r.max_stage_total_bytes)} | "
+                    f"({ratio(r.param_count, r.paper_param_count)}) | {gb(r.param_memory_bytes)} "
+                    f"({ratio(r.param_memory_bytes, r.paper_param_memory_bytes)}) | "
+                    f"{gb(r.activation_bytes)} ({ratio(r.activation_bytes, r.paper_activation_bytes)}) | "
+                    f"{gb(r.max_stage_activation_bytes)} / {gb(r.max_stage_total_bytes)} | "
                     f"{'yes' if r.fits else '**no**'} | {fit} | {r.M}, {r.schedule}, {r.checkpoint} |"
                 )
         notes = [f"- {r.column}, {r.precision}: {r.note}" for r in sub if r.note]
         lines += ["", *notes, ""] if notes else [""]
+    lines += headline(rs)
+    lines += allocator(list(alloc))
     lines += ["## Where and why ours differ", "", *why(rs, saved), ""]
+    lines += fused(rs, saved)
     return "\n".join(lines)
 
 
@@ -148,15 +151,15 @@ def _naive_gap(rs: list[ResultRow], saved: list[SavedRow], model: str) -> list[s
     gap = f.activation_bytes - paper
     closed = (f.activation_bytes - b.activation_bytes) / gap if gap > 0 else 0.0
     out = [
-        f"- {model} Naive-1: our activation estimate is {_ratio(f.activation_bytes, paper)} the paper's "
-        f"in fp32 ({_gb(f.activation_bytes)} vs {_gb(paper)}) and {_ratio(b.activation_bytes, paper)} in "
-        f"bf16 ({_gb(b.activation_bytes)}): bf16 closes {closed * 100:.0f}% of the gap. The largest model "
-        f"that fits one accelerator goes from {_ratio(f.largest_param_count, f.paper_param_count)} to "
-        f"{_ratio(b.largest_param_count, b.paper_param_count)} the paper's size."
+        f"- {model} Naive-1: our activation estimate is {ratio(f.activation_bytes, paper)} the paper's "
+        f"in fp32 ({gb(f.activation_bytes)} vs {gb(paper)}) and {ratio(b.activation_bytes, paper)} in "
+        f"bf16 ({gb(b.activation_bytes)}): bf16 closes {closed * 100:.0f}% of the gap. The largest model "
+        f"that fits one accelerator goes from {ratio(f.largest_param_count, f.paper_param_count)} to "
+        f"{ratio(b.largest_param_count, b.paper_param_count)} the paper's size."
     ]
     top, total = remains(saved, model, "bf16")
     if total:
-        listed = "; ".join(f"{_kind(g)} {_gb(g.bytes)} ({g.bytes / total * 100:.0f}%)" for g in top)
+        listed = "; ".join(f"{_kind(g)} {gb(g.bytes)} ({g.bytes / total * 100:.0f}%)" for g in top)
         kept = [
             g
             for g in saved
@@ -167,12 +170,12 @@ def _naive_gap(rs: list[ResultRow], saved: list[SavedRow], model: str) -> list[s
         ]
         k = sum(g.bytes for g in kept)
         out.append(
-            f"  What remains in bf16 ({_gb(total)} kept for backward): {listed}. Not halved by bf16: "
-            f"{_gb(k)} ({k / total * 100:.0f}%) in "
+            f"  What remains in bf16 ({gb(total)} kept for backward): {listed}. Not halved by bf16: "
+            f"{gb(k)} ({k / total * 100:.0f}%) in "
             + ", ".join(sorted({f"{g.dtype}" for g in kept}))
             + " — "
             + "; ".join(
-                f"{_kind(g)} {_gb(g.bytes)}" for g in sorted(kept, key=lambda g: -g.bytes)[:3]
+                f"{_kind(g)} {gb(g.bytes)}" for g in sorted(kept, key=lambda g: -g.bytes)[:3]
             )
             + ". The paper measured XLA on TPU, which fuses element-wise operations and pooling into "
             "their neighbours and keeps fewer, smaller buffers; eager PyTorch saves each operation's "
@@ -197,7 +200,7 @@ def _weight_copies(rs: list[ResultRow]) -> list[str]:
         "- bf16 adds autocast's bf16 copies of the weights (2 bytes per parameter, saved by each graph alive; "
         "1 with remat `always`): "
         + ", ".join(
-            f"{r.column} {r.model.split('_')[0]} {_gb(r.weight_copy_bytes)} of {_gb(r.activation_bytes)}"
+            f"{r.column} {r.model.split('_')[0]} {gb(r.weight_copy_bytes)} of {gb(r.activation_bytes)}"
             for r in bf
         )
         + "."
@@ -207,8 +210,8 @@ def _weight_copies(rs: list[ResultRow]) -> list[str]:
             " Where a stage holds many parameters and remat keeps few activations, the copies outweigh "
             "the halved activations and bf16's total exceeds fp32's: "
             + ", ".join(
-                f"{r.column} {r.model.split('_')[0]} ({_gb(r.activation_bytes)} vs "
-                f"{_gb(f32[r.model, r.column].activation_bytes)})"
+                f"{r.column} {r.model.split('_')[0]} ({gb(r.activation_bytes)} vs "
+                f"{gb(f32[r.model, r.column].activation_bytes)})"
                 for r in worse
             )
             + "."
@@ -245,7 +248,7 @@ def why(rs: list[ResultRow], saved: list[SavedRow]) -> list[str]:
             out.append(
                 f"- With remat, {precision}: activation ratios "
                 + ", ".join(
-                    f"{r.column} {r.model.split('_')[0]} {_ratio(r.activation_bytes, r.paper_activation_bytes)}"
+                    f"{r.column} {r.model.split('_')[0]} {ratio(r.activation_bytes, r.paper_activation_bytes)}"
                     for r in pipes
                 )
                 + ": with M = 32 a stage holds its 32 micro-batch inputs and one micro-batch's "
@@ -258,7 +261,7 @@ def why(rs: list[ResultRow], saved: list[SavedRow]) -> list[str]:
             out.append(
                 f"- Largest model that fits, ours vs the paper's size, {precision}: "
                 + ", ".join(
-                    f"{r.model.split('_')[0]} {r.column} {_ratio(r.largest_param_count, r.paper_param_count)}"
+                    f"{r.model.split('_')[0]} {r.column} {ratio(r.largest_param_count, r.paper_param_count)}"
                     for r in fit
                 )
                 + "."

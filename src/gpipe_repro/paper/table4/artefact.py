@@ -34,9 +34,9 @@ from .run import CANONICAL, QUICK, run_table, sigterm, write_plan
 from .text import markdown, plot
 
 
-def _pretrain(plan: dict[str, Any]) -> dict[str, Any]:
-    """The plan's pre-training with what its own files say: how it ended, its accuracy, its data."""
-    pt = dict(plan.get("pretrain") or {})
+def _pretrain(pt: dict[str, Any]) -> dict[str, Any]:
+    """A pre-training of the plan with what its own files say: how it ended, its accuracy, its data."""
+    pt = dict(pt)
     folder = Path(pt.get("folder", ""))
     m, job = read_run(folder), read_job(folder) or {}
     data = (job.get("meta") or {}).get("data") or {}
@@ -48,6 +48,7 @@ def _pretrain(plan: dict[str, Any]) -> dict[str, Any]:
         samples=m.eval.samples if m.eval else None,
         seconds=job.get("seconds"),
         data={"name": data.get("name"), "classes": data.get("classes")},
+        D=(job.get("meta") or {}).get("D"),
     )
     return pt
 
@@ -97,7 +98,8 @@ class Table4(Artefact[RunRow]):
             plan = json.loads((work / "plan.json").read_text())
         except (OSError, ValueError):
             raise UserError(f"{work}/plan.json not found; run without --from first") from None
-        plan["pretrain"] = _pretrain(plan)
+        plan["pretrain"] = _pretrain(plan.get("pretrain") or {})
+        plan["rungs"] = {D: _pretrain(pt) for D, pt in (plan.get("rungs") or {}).items()}
         write_plan(out, plan)
         runs, envs = load_runs(work)
         return Report(runs, Provenance.of_jobs(envs, work))
@@ -109,8 +111,8 @@ class Table4(Artefact[RunRow]):
         write_csv(csv, GroupRow, group_rows(groups))
         md.write_text(markdown(plan, groups, report.rows, report.provenance))
         seeds = len(plan.get("seeds") or [])
-        title = f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch (gap in points), mean ± std over {seeds} seeds"
-        plot(groups, png, title)
+        title = f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch, mean ± sd over {seeds} seeds (dots: each seed)"
+        plot(groups, png, title, (plan.get("ladder") or {}).get("target", ""))
         return [csv, md, png]
 
 

@@ -45,6 +45,7 @@ class RunRow:
     init: str
     K: int
     seed: int
+    D: int | None  # the model's width (the pre-trained size for a fine-tune)
     status: str
     accuracy: float | None  # percent
     error: str | None
@@ -85,6 +86,7 @@ def load_runs(work: Path) -> tuple[list[RunRow], list[EnvInfo]]:
                 init=meta["init"],
                 K=int(meta["K"]),
                 seed=int(seed),
+                D=meta.get("D"),
                 status=m.status,
                 accuracy=100.0 * acc if m.status == "ok" and acc is not None else None,
                 error=m.error if found else job.get("error") or f"no metrics.json in {sub}",
@@ -153,6 +155,23 @@ def versus(pre: Group, scratch: Group) -> tuple[Comparison | None, str]:
     return compare(scratch.sample, pre.sample), f"{wins}/{len(seeds)}"
 
 
+def ladder(
+    groups: dict[tuple[str, str, int], Group], target: str
+) -> list[tuple[int, Group, Group | None]]:
+    """The capacity ladder: ``target`` and its rungs (``target-D<D>``), each as (D, fine-tuned,
+    scratch) at K = 1, by D ascending; only rungs whose fine-tunes ran."""
+    out = []
+    for (t, init, K), g in groups.items():
+        if (
+            init == "pretrained"
+            and K == 1
+            and g.first.D
+            and t in (target, f"{target}-D{g.first.D}")
+        ):
+            out.append((g.first.D, g, groups.get((t, "scratch", 1))))
+    return sorted(out, key=lambda x: x[0])
+
+
 def k_check(groups: dict[tuple[str, str, int], Group]) -> list[tuple[RunRow, float | None]]:
     """Every run at K > 1 with a K = 1 run of the same target, init and seed, and that run's accuracy."""
     out = []
@@ -176,6 +195,7 @@ class GroupRow:
     classes: int | None = None
     init: str | None = None
     K: int | None = None
+    D: int | None = None
     seeds: int | None = None
     accuracy_mean: float | None = None
     accuracy_std: float | None = None
@@ -219,6 +239,7 @@ def group_rows(groups: dict[tuple[str, str, int], Group]) -> list[GroupRow]:
                 classes=r.classes,
                 init=init,
                 K=K,
+                D=r.D,
                 seeds=len(accs),
                 accuracy_mean=_round(s.mean) if accs else None,
                 accuracy_std=_round(s.sd) if accs else None,

@@ -41,6 +41,18 @@ class Target:
     label: str
     domain: str
     overrides: tuple[str, ...]
+    D: int | None = None  # a capacity-ladder rung: fine-tuned from the pre-training of this D
+
+
+def rung(base: Target, D: int) -> Target:
+    """``base`` at another pre-trained size: ``model.D=D`` on the fine-tune, a save of that D."""
+    return Target(
+        f"{base.key}-D{D}",
+        f"{base.label}, D = {D}",
+        base.domain,
+        (*base.overrides, f"model.D={D}"),
+        D,
+    )
 
 
 TARGETS: tuple[Target, ...] = (
@@ -84,11 +96,26 @@ class Variant:
     finetune: tuple[str, ...] = ()
     k_check: tuple[int, ...] = (2,)
     targets: tuple[Target, ...] = TARGETS
+    # The capacity ladder (issue 20; experiments/table4/pilots.md): ``LADDER_TARGET`` again with the
+    # body pre-trained at each of these D (the experiments' own D is the ladder's middle rung).
+    ladder: tuple[int, ...] = (8, 32)
+
+    @property
+    def rungs(self) -> tuple[Target, ...]:
+        base = next(t for t in self.targets if t.key == LADDER_TARGET)
+        return tuple(rung(base, D) for D in self.ladder)
 
 
+LADDER_TARGET = "fmnist_5-9_100"  # 100 labels per class: both arms' sd ~0.5 points (pilots.md)
 CANONICAL = Variant("table4", seeds=(0, 1, 2, 3, 4))
+# A smoke test of every part within 5 minutes on 2 cores (5.3 min measured with 150 pre-training
+# steps and MNIST too): one cross-domain target, shorter pre-trainings.
 QUICK = Variant(
-    "table4-quick", seeds=(0, 1), pretrain=("train.steps=150",), finetune=("train.steps=50",)
+    "table4-quick",
+    seeds=(0, 1),
+    pretrain=("train.steps=100",),
+    finetune=("train.steps=50",),
+    targets=tuple(t for t in TARGETS if t.key != "mnist_50"),
 )
 VARIANTS = {v.name: v for v in (CANONICAL, QUICK)}
 
@@ -139,11 +166,11 @@ def _logger(wandb: bool) -> list[str]:
 
 
 def pretrain_job(
-    variant: Variant, *, wandb: bool = False, cache: Path | None = None
+    variant: Variant, *, wandb: bool = False, cache: Path | None = None, D: int | None = None
 ) -> tuple[Job, Path]:
-    """The pre-training job (one ``gpipe-run``) and the path its save will have
-    (``<folder>/saves/save-<steps>``)."""
-    overrides = [f"experiment={PRETRAIN}", *variant.pretrain]
+    """The pre-training job (one ``gpipe-run``; at ``model.D=D`` for a ladder rung) and the path its
+    save will have (``<folder>/saves/save-<steps>``)."""
+    overrides = [f"experiment={PRETRAIN}", *variant.pretrain, *([f"model.D={D}"] if D else [])]
     spec = compose(overrides, check=False)
     key = pretrain_key(spec)
     folder = (cache or cache_root()) / f"pretrain-{key}"
@@ -155,8 +182,13 @@ def pretrain_job(
         f"hydra.run.dir={folder}",
     ]
     meta = {"role": "pretrain", "key": key, "steps": spec.train.steps, "data": _data(spec)}
-    job = Job("pretrain", argv, folder, slots=spec.world_size * spec.train.threads, meta=meta)
+    meta["D"] = spec.model.D
+    job = Job(pretrain_name(D), argv, folder, slots=spec.world_size * spec.train.threads, meta=meta)
     return job, save_path(folder / "saves", spec.train.steps)
+
+
+def pretrain_name(D: int | None) -> str:
+    return f"pretrain-D{D}" if D else "pretrain"
 
 
 def _data(spec: RunConfig) -> dict[str, Any]:
@@ -165,15 +197,26 @@ def _data(spec: RunConfig) -> dict[str, Any]:
 
 
 def finetune_jobs(
-    variant: Variant, save: Path, work: Path, *, wandb: bool = False, after: str | None = "pretrain"
+    variant: Variant,
+    save: Path,
+    work: Path,
+    *,
+    wandb: bool = False,
+    after: str | None = "pretrain",
+    rungs: dict[int, Path] | None = None,
 ) -> list[Job]:
     """Every fine-tuning sweep (``gpipe-run -m`` over the seeds): target x {pretrained, scratch} at
-    K = 1, then the lead target's pretrained sweep again at each K of ``variant.k_check``. The two
-    sweeps of a target differ only in ``train.init_from``. Pretrained sweeps wait for ``after``."""
+    K = 1, the lead target's pretrained sweep again at each K of ``variant.k_check``, then each
+    ladder rung whose save ``rungs`` gives (D -> save). The two sweeps of a target differ only in
+    ``train.init_from``. Pretrained sweeps wait for ``after`` (a rung's: its own pre-training)."""
     jobs: list[Job] = []
-    plan = [(t, init, 1) for t in variant.targets for init in ("pretrained", "scratch")]
+    rungs = rungs or {}
+    targets = [*variant.targets, *(t for t in variant.rungs if t.D in rungs)]
+    plan = [(t, init, 1) for t in targets for init in ("pretrained", "scratch")]
     plan += [(variant.targets[0], "pretrained", k) for k in variant.k_check]
     for target, init, K in plan:
+        first = save if target.D is None else rungs[target.D]
+        wait = after if target.D is None else pretrain_name(target.D)
         overrides = [
             f"experiment={FINETUNE}",
             *target.overrides,
@@ -181,7 +224,7 @@ def finetune_jobs(
             f"pipeline.K={K}",
         ]
         if init == "pretrained":
-            overrides.append(f"train.init_from={save}")
+            overrides.append(f"train.init_from={first}")
         spec = compose([*overrides, f"seed={variant.seeds[0]}"], check=False)
         name = f"{target.key}-{init}-K{K}"
         folder = work / "jobs" / name
@@ -201,6 +244,7 @@ def finetune_jobs(
             "domain": target.domain,
             "init": init,
             "K": K,
+            "D": spec.model.D,
             "runs": {str(s): f"s{s}" for s in variant.seeds},
             "steps": spec.train.steps,
             "batch_size": spec.train.batch_size,
@@ -213,7 +257,7 @@ def finetune_jobs(
                 folder,
                 runs=[folder / f"s{s}" for s in variant.seeds],
                 slots=spec.world_size * spec.train.threads,
-                after=after if init == "pretrained" else None,
+                after=wait if init == "pretrained" else None,
                 meta=meta,
             )
         )
@@ -276,16 +320,22 @@ def run_table(
 ) -> dict[str, Any]:
     """Run (or reuse) every job of ``variant`` and write ``work/plan.json``; returns the plan."""
     t0 = time.monotonic()
-    pre, save = pretrain_job(variant, wandb=wandb, cache=cache)
-    if not save.is_dir():  # a cached pre-training whose save is gone is trained again
-        (pre.folder / "job.json").unlink(missing_ok=True)
-    jobs = finetune_jobs(variant, save, work, wandb=wandb, after=pre.name)
+    pres = {
+        D: pretrain_job(variant, wandb=wandb, cache=cache, D=D) for D in (None, *variant.ladder)
+    }
+    for job, save in pres.values():
+        if not save.is_dir():  # a cached pre-training whose save is gone is trained again
+            (job.folder / "job.json").unlink(missing_ok=True)
+    pre, save = pres[None]
+    rungs = {D: s for D, (_, s) in pres.items() if D is not None}
+    jobs = finetune_jobs(variant, save, work, wandb=wandb, after=pre.name, rungs=rungs)
     _sizes(jobs)
     plan: dict[str, Any] = {
         "variant": variant.name,
         "seeds": list(variant.seeds),
         "k_check": list(variant.k_check),
-        "targets": [asdict(t) for t in variant.targets],
+        "targets": [asdict(t) for t in (*variant.targets, *variant.rungs)],
+        "ladder": {"target": LADDER_TARGET, "D": sorted({pre.meta["D"], *variant.ladder})},
         "recipe": _recipe(variant),
         "pretrain": {
             "folder": str(pre.folder),
@@ -293,17 +343,22 @@ def run_table(
             "key": pre.meta["key"],
             "argv": pre.argv,
         },
+        "rungs": {
+            str(D): {"folder": str(j.folder), "save": str(s), "key": j.meta["key"]}
+            for D, (j, s) in pres.items()
+            if D is not None
+        },
         "cores": os.cpu_count(),
         "jobs": slots,
     }
     work.mkdir(parents=True, exist_ok=True)
     write_plan(work, plan)
     print(
-        f"table4 ({variant.name}): 1 pre-training + {len(jobs)} fine-tuning runs, {slots} at a time; "
+        f"table4 ({variant.name}): {len(pres)} pre-trainings + {len(jobs)} fine-tuning runs, {slots} at a time; "
         f"runs in {work}/jobs/, pre-training in {pre.folder}",
         flush=True,
     )
-    outcomes = run_jobs([pre, *jobs], slots=slots, timeout_s=timeout_s)
+    outcomes = run_jobs([*(j for j, _ in pres.values()), *jobs], slots=slots, timeout_s=timeout_s)
     plan["pretrain"]["reused"] = outcomes[pre.name].reused
     plan["wall_s"] = round(time.monotonic() - t0, 1)
     write_plan(work, plan)

@@ -7,6 +7,8 @@ standard deviation over seeds; fine-tuned against scratch judged by the one nois
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,8 @@ from typing import Any
 from ..numbers import quote, rows
 from ..plot import figure
 from ..provenance import Provenance
-from ..stats import RULE
-from .results import NEEDS_ROOT, OPTIONS, Group, RunRow, k_check, versus
+from ..stats import RULE, sample, trend
+from .results import NEEDS_ROOT, OPTIONS, Group, RunRow, k_check, ladder, versus
 
 
 def _pct(v: float | None, digits: int = 2) -> str:
@@ -78,6 +80,53 @@ def _ours(groups: dict[tuple[str, str, int], Group]) -> list[str]:
     return lines
 
 
+def _gains(pre: Group, scratch: Group | None) -> list[float]:
+    """Fine-tuned minus scratch per seed (paired by seed)."""
+    if scratch is None:
+        return []
+    seeds = sorted(pre.accuracies.keys() & scratch.accuracies.keys())
+    return [pre.accuracies[s] - scratch.accuracies[s] for s in seeds]
+
+
+def _ladder(plan: dict[str, Any], groups: dict[tuple[str, str, int], Group]) -> list[str]:
+    """The capacity ladder: each pre-trained size fine-tuned vs scratch, and the trends over D."""
+    spec = plan.get("ladder") or {}
+    steps = ladder(groups, spec.get("target", ""))
+    if not steps:
+        return []
+    pres = {str(D): pt for D, pt in (plan.get("rungs") or {}).items()}
+    main = plan.get("pretrain") or {}
+    lines = [
+        "",
+        "## Capacity ladder (GPipe §4: large pre-trained networks transfer well), K = 1",
+        "",
+        f"{steps[0][1].first.label.split(', D =')[0]}; the body pre-trained with the same recipe at "
+        "each width D, fine-tuned vs the same width from scratch. Gain = fine-tuned − scratch, per seed.",
+        "",
+        "| D | pre-training accuracy % | fine-tuned % | from scratch % | gap (rule) | gain per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for D, pre, scratch in steps:
+        pt = pres.get(str(D)) or (main if main.get("D") == D else {})
+        acc = pt.get("accuracy")
+        c = versus(pre, scratch)[0] if scratch else None
+        gains = ", ".join(f"{g:+.2f}" for g in _gains(pre, scratch))
+        lines.append(
+            f"| {D} | {_pct(100 * acc if acc is not None else None)} | {pre.sample.text()} | "
+            f"{scratch.sample.text() if scratch else '—'} | {'—' if c is None else c.text()} | {gains} |"
+        )
+    labels = [f"D = {D}" for D, _, _ in steps]
+    lines.append("")
+    for what, samples in (
+        ("fine-tuned accuracy", [pre.sample for _, pre, _ in steps]),
+        ("from-scratch accuracy", [s.sample for _, _, s in steps if s]),
+        ("the gain of pre-training (points)", [sample(_gains(p, s)) for _, p, s in steps]),
+    ):
+        if len(samples) == len(steps):
+            lines.append(f"- Over D, {trend(samples, labels, what, True)[0]}")
+    return lines
+
+
 def markdown(
     plan: dict[str, Any],
     groups: dict[tuple[str, str, int], Group],
@@ -112,6 +161,7 @@ def markdown(
         *_ours(groups),
         "",
         RULE,
+        *_ladder(plan, groups),
     ]
     checks = k_check(groups)
     if checks:
@@ -170,39 +220,46 @@ def markdown(
     return "\n".join(lines)
 
 
-def plot(groups: dict[tuple[str, str, int], Group], path: Path, title: str) -> None:
+def _dots(ax: Any, x: float, g: Group, color: str, label: str | None) -> None:
+    """Mean ± sample sd as a dot with an interval, and each seed as a small dot beside it."""
+    s = g.sample
+    ax.errorbar(x, s.mean, yerr=s.sd, fmt="o", color=color, capsize=3, label=label)
+    ax.plot([x + 0.08] * len(g.accuracies), list(g.accuracies.values()), ".", color=color, ms=3)
+
+
+def plot(
+    groups: dict[tuple[str, str, int], Group], path: Path, title: str, ladder_of: str = ""
+) -> None:
+    """Left: every target, fine-tuned vs scratch; right: the capacity ladder over D. Dots with
+    intervals (mean ± sample sd over seeds), each seed beside them: no bar, no cut axis."""
     targets = list(dict.fromkeys(t for t, _, K in groups if K == 1))
-    with figure(path, figsize=(2.2 + 1.9 * len(targets), 4.2)) as (fig, ax):
-        width = 0.38
+    steps = ladder(groups, ladder_of)
+    with figure(path, 1, 2, figsize=(3 + 1.6 * len(targets), 4.2), width_ratios=[2.4, 1]) as (
+        fig,
+        (ax, lad),
+    ):
         for j, (init, color) in enumerate((("pretrained", "tab:blue"), ("scratch", "tab:gray"))):
+            name = "fine-tuned" if init == "pretrained" else "from scratch"
             for i, t in enumerate(targets):
                 g = groups.get((t, init, 1))
-                if g is None or not g.accuracies:
-                    continue
-                x = i + (j - 0.5) * width
-                name = (
-                    ("fine-tuned" if init == "pretrained" else "from scratch") if i == 0 else None
-                )
-                s = g.sample
-                ax.bar(x, s.mean, width, yerr=s.sd, color=color, alpha=0.75, capsize=3, label=name)
-                ax.plot([x] * len(g.accuracies), list(g.accuracies.values()), "k.", ms=3)
-        lows = [a for g in groups.values() for a in g.accuracies.values()]
-        if lows:
-            ax.set_ylim(max(0.0, min(lows) - 5), min(100.0, max(lows) + 3))
-        for i, t in enumerate(targets):  # the gap, over each pair
-            pre, scratch = groups.get((t, "pretrained", 1)), groups.get((t, "scratch", 1))
-            c = versus(pre, scratch)[0] if pre and scratch else None
-            if c is not None and lows:
-                ax.text(i, max(lows) + 1.2, f"{c.delta:+.2f}", ha="center", fontsize=8)
+                if g is not None and g.accuracies:
+                    _dots(ax, i + (j - 0.5) * 0.36, g, color, name if i == 0 else None)
+            for D, pre, scratch in steps:
+                g = pre if init == "pretrained" else scratch
+                if g is not None and g.accuracies:
+                    _dots(lad, math.log2(D) + (j - 0.5) * 0.3, g, color, None)
         labels = [
-            groups[(t, "pretrained", 1)].first.label.replace(", ", ",\n", 1)
+            textwrap.fill(groups[(t, "pretrained", 1)].first.label, 18)
             if (t, "pretrained", 1) in groups
             else t
             for t in targets
         ]
-        ax.set_xticks(range(len(targets)), labels, fontsize=7)
-        ax.set_ylabel("test accuracy % (measured)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(axis="y", alpha=0.3)
+        ax.set_xticks(range(len(targets)), labels, fontsize=6)
+        ax.set_ylabel("test accuracy % (measured), mean ± sd")
+        ax.set_title(title, fontsize=8)
+        lad.set(xlabel="pre-trained width D", title="capacity ladder (fine-tuned, scratch)")
+        lad.set_xticks([math.log2(D) for D, _, _ in steps], [str(D) for D, _, _ in steps])
+        for a in (ax, lad):
+            a.grid(axis="y", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="lower right")
