@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint format docs bench-engine bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
+.PHONY: help setup demo test test-fast test-targets lint format docs bench-engine bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,11 +24,14 @@ setup: $(STAMP) ## create .venv with the pinned CPU torch and the project (edita
 demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
 	$(BIN)/gpipe-run -m experiment=demo
 
-test: $(STAMP) ## the whole test suite (CPU, real gloo ranks)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) ## the test suite (CPU, real gloo ranks; the quick paper targets: make test-targets)
+	$(BIN)/python -m pytest -q -m "not target"
+
+test-targets: $(STAMP) ## each paper target's quick variant end to end, its report checked (~10 min)
+	$(BIN)/python -m pytest -q -m target
 
 test-fast: $(STAMP) ## the tests not marked slow
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not target"
 
 lint: $(STAMP) ## ruff (check + format) and mypy (strict on the engine)
 	$(BIN)/ruff check src tests bench
@@ -69,6 +72,8 @@ table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-
 	$(BIN)/python -m gpipe_repro.paper table4 --quick
 
 TABLE5_QUICK := table5_run=M1-quick,M2-quick,M4-quick seed=0,1
+# SWEEP_ROOT=DIR puts a quick variant's sweeps in DIR/<experiment> (tests/paper/test_quick_targets.py)
+AT = $(if $(SWEEP_ROOT),hydra.sweep.dir=$(SWEEP_ROOT)/$(1) logger=none,)
 FIG3_QUICK := train.steps=12 train.eval_every=6 train.curve_limit=10 train.eval_limit=10 seed=0,1
 # the tricks' smoke test at 4 layers (34 would take minutes per run)
 FIG3_TRICKS_QUICK := mt_size=T4-512-4,T4-512-4-notricks train.steps=6 train.eval_every=3 train.curve_limit=10 train.eval_limit=10 seed=0,1
@@ -77,15 +82,15 @@ table5: $(STAMP) ## Table 5: BLEU/NLL vs batch (grown through M), token-matched 
 	$(BIN)/gpipe-run -m experiment=table5
 
 table5-quick: $(STAMP) ## Table 5 in a few minutes (U = 8 updates, 2 seeds); report beside the sweep in multirun/
-	$(BIN)/gpipe-run -m experiment=table5 $(TABLE5_QUICK)
+	$(BIN)/gpipe-run -m experiment=table5 $(TABLE5_QUICK) $(call AT,table5)
 
 fig3: $(STAMP) ## Fig. 3: many->English BLEU per language: smallest vs deep/wide pair, 5 seeds; tricks at 34 layers -> reports/fig3/, reports/fig3_tricks/ (~85 min)
 	$(BIN)/gpipe-run -m experiment=fig3
 	$(BIN)/gpipe-run -m experiment=fig3_tricks
 
 fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a few updates, 2 seeds); report beside the sweep in multirun/
-	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK)
-	$(BIN)/gpipe-run -m experiment=fig3_tricks $(FIG3_TRICKS_QUICK)
+	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK) $(call AT,fig3)
+	$(BIN)/gpipe-run -m experiment=fig3_tricks $(FIG3_TRICKS_QUICK) $(call AT,fig3_tricks)
 
 validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish

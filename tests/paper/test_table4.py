@@ -26,7 +26,8 @@ def test_a_report_needs_a_work_folder_and_jobs_must_be_positive(tmp_path, capsys
     assert "--jobs=0 must be >= 1" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.target
+@pytest.mark.timeout(600)
 def test_the_quick_variant_runs_the_capacity_ladder_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_CACHE", str(tmp_path / "cache"))  # its own pre-trainings
     out = tmp_path / "out"
