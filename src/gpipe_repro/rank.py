@@ -34,7 +34,7 @@ from .engine import (
     init_topology,
     stage_slice,
 )
-from .engine.cost import layer_costs
+from .engine.cost import COUNTED_KINDS, layer_costs
 from .engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from .errors import UserError
 from .metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
@@ -162,17 +162,14 @@ def _balance(spec: RunConfig, topo: Topology, plan: Plan) -> tuple[list[int], li
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
     try:
-        if p.balance_by in (
-            "params",
-            "flops",
-        ):  # countable on the meta layers: no memory, same on every rank
+        if p.balance_by in COUNTED_KINDS:  # counted on the meta layers: same on every rank
             costs = layer_costs(plan.layers, plan.info.example(mb, "meta"), p.balance_by)
         elif topo.rank == 0:  # measured on real copies; rank 0 decides, everyone follows
             real = materialize([_copy(m) for m in plan.layers], spec.seed)
             costs = layer_costs(real, plan.info.example(mb), p.balance_by)
         else:
             costs = []
-        if topo.distributed and p.balance_by not in ("params", "flops"):
+        if topo.distributed and p.balance_by not in COUNTED_KINDS:
             box: list[Any] = [costs]
             dist.broadcast_object_list(box, src=0)
             costs = box[0]

@@ -106,10 +106,10 @@ def validate(cfg: RunConfig, cuda_available: bool | None = None) -> RunConfig:
     device = resolve_device(cfg.device, cuda_available)
     backend = resolve_backend(cfg.backend, device, cfg.world_size)
     if backend == "sim":
-        from ..sim.hardware import HardwareError, hardware_profile
+        from ..sim.hardware import HardwareError
 
         try:
-            hardware_profile(cfg.hardware)  # one line when the profile is invalid
+            cfg.hardware.check()  # one line when the profile is invalid
         except HardwareError as err:
             raise UserError(str(err)) from None
     else:

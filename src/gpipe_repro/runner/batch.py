@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..config import RunConfig
 from ..errors import UserError
 from ..planner.stages import StagePlan
-from ..sim.device import host_memory_bytes
+from ..sim.measured.device import host_memory_bytes
 
 if TYPE_CHECKING:
     from ..rank import Plan
@@ -77,9 +77,8 @@ def engine_batch(spec: RunConfig, plan: Plan, memory_bytes: int | None = None) -
     import torch
 
     from ..engine import balance_by_cost
-    from ..engine.cost import layer_costs
+    from ..engine.cost import COUNTED_KINDS, layer_costs
     from ..planner.stages import plan_stages
-    from ..sim.count import classification_loss, lm_loss
 
     if spec.train.batch_mode != "fit":
         return spec
@@ -89,8 +88,8 @@ def engine_batch(spec: RunConfig, plan: Plan, memory_bytes: int | None = None) -
         memory_bytes = (
             int(torch.cuda.get_device_properties(0).total_memory) if cuda else host_memory_bytes()
         )
-    kind = p.balance_by if p.balance_by in ("params", "flops") else "flops"
-    loss = lm_loss if plan.model.task == "lm" else classification_loss
+    kind = p.balance_by if p.balance_by in COUNTED_KINDS else "flops"
+    loss = plan.model.planning_loss
 
     def balance_at(n: int) -> list[int]:
         if p.balance is not None:

@@ -20,7 +20,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,6 @@ def oom_kills() -> int | None:
 def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
     """Raise UserError when the planned memory cannot fit; returns the planned bytes per stage."""
     from ..planner.stages import plan_stages
-    from ..sim.count import classification_loss, lm_loss
 
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
@@ -90,9 +88,7 @@ def check_memory(spec: RunConfig, plan: Plan) -> list[int]:
             1, mb // plan.info.tokens_per_sample
         )  # batch / max_len sentences of max_len tokens
     bal = list(p.balance) if p.balance is not None else _partition(plan, p.K, p.balance_by, mb)
-    loss: Callable[[Any], torch.Tensor] = (
-        classification_loss if plan.model.task == "classify" else lm_loss
-    )
+    loss = plan.model.planning_loss
     kw: dict[str, Any] = dict(
         K=p.K,
         M=p.M,
@@ -147,9 +143,9 @@ def _partition(plan: Plan, K: int, balance_by: str, micro_batch: int) -> list[in
     """The partition the ranks will choose when it can be counted on meta (params, flops); for the
     measured costs (time, memory), the params partition stands in for the bound."""
     from ..engine import balance_by_cost
-    from ..engine.cost import layer_costs
+    from ..engine.cost import COUNTED_KINDS, layer_costs
 
-    kind = balance_by if balance_by in ("params", "flops") else "params"
+    kind = balance_by if balance_by in COUNTED_KINDS else "params"
     return balance_by_cost(
         layer_costs(plan.layers, plan.info.example(micro_batch, "meta"), kind), K
     )

@@ -1,22 +1,23 @@
 """``train.predict``: the simulator's step time for an engine run, beside the measured one.
 
-After a measured run, its configuration is simulated on this device's measured costs
-(``hardware=measured``: each distinct layer profiled at exactly the run's micro-batch, the link and the
-engine overheads calibrated once per device, all cached) with the partition the run used. The result
-fills ``predicted_step_time_s`` and ``predicted_throughput`` of ``metrics.json``, so a report can print
-prediction and measurement side by side (``make demo``). Profiling runs after the ranks have finished,
-so it never disturbs the measurement; a prediction that fails leaves the fields empty and says why on
-stderr rather than failing the run.
+After a measured run, its configuration is simulated on this device's measured costs (the
+``measured`` hardware: each distinct layer profiled at exactly the run's micro-batch, in a stream of
+the run's M, the link and the engine overheads calibrated once per device, all cached) with the
+partition the run used. The result fills ``predicted_step_time_s`` and ``predicted_throughput`` of
+``metrics.json``, so a report can print prediction and measurement side by side (``make demo``).
+Profiling runs after the ranks have finished, so it never disturbs the measurement; a prediction that
+fails leaves the fields empty and says why on stderr rather than failing the run.
 """
 
 from __future__ import annotations
 
 import sys
 
+import torch
+
 from ..config import RunConfig
 from ..metrics.contract import RunMetrics
-from ..sim.costs import stage_costs
-from ..sim.simulate import SimResult, simulate
+from ..sim import HardwareConfig, SimResult, resolve_hardware
 
 __all__ = ["predict", "attach_prediction"]
 
@@ -24,24 +25,14 @@ __all__ = ["predict", "attach_prediction"]
 def predict(spec: RunConfig, balance: list[int]) -> SimResult:
     """Simulate ``spec`` with ``balance`` on this device's measured costs."""
     from ..rank import plan_model
-    from .simulated import LOOKAHEAD, measured_model
+    from .simulated import simulate_plan, workload
 
     p = spec.pipeline
     mb = spec.train.batch_size // p.replicas // p.M
-    plan = plan_model(spec)
-    costs = measured_model(spec, plan, [mb], repeats=spec.sim.profile_repeats)
-    return simulate(
-        p.K,
-        p.M,
-        p.schedule,
-        p.checkpoint,
-        stage_costs(costs.layer_costs(mb), balance),
-        costs.link,
-        costs.overhead_s,
-        sender_busy=False,
-        step_overhead_s=costs.step_overhead_s,
-        lookahead=LOOKAHEAD,
-    )
+    torch.set_num_threads(spec.train.threads)  # profiled with the run's threads
+    hw = resolve_hardware(HardwareConfig(), spec.device, spec.sim.profile_repeats)  # measured
+    costs = hw.cost_model(workload(spec, plan_model(spec)), [mb], p.M)
+    return simulate_plan(spec, hw, costs, balance, mb)
 
 
 def attach_prediction(spec: RunConfig, m: RunMetrics) -> None:

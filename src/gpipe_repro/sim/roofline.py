@@ -1,14 +1,18 @@
-"""Per-layer costs on a published device: a roofline on the counted FLOPs and bytes.
+"""Per-layer costs on a published device: a roofline applied to every counted operation.
 
-Per layer and pass (forward, backward) at micro-batch size n (GPipe §3's devices, Calculon's
-efficiency model, see reference/SIMULATION.md):
+Per layer and pass (forward, backward) at micro-batch size n (GPipe §3's devices; the per-operation
+efficiency follows Calculon, see reference/SIMULATION.md), each operation of ``sim.count`` takes
 
-    time = max( sum over ops  flops_op(n) / (peak * efficiency(flops_op(n))),  bytes(n) / mem_bw )
+    t_op = max( flops_op(n) / (peak * efficiency(flops_op(n))),  bytes_op(n) * width / (mem_bw * mem_eff),
+                op_min_s )
 
-with ``flops_op(n)`` each matrix operation's FLOPs scaled from the counted batch to n (exact for the
-paper's models, see ``sim.count``) and ``bytes(n)`` from ``LayerCount`` (parameters do not scale,
-activations do). Applying the efficiency per operation, not per layer, is what makes small
-micro-batches cost more per sample: an op of n x f FLOPs runs further from peak as n shrinks.
+and a pass is the sum over its operations. ``flops_op(n)`` are a matrix operation's FLOPs at n (zero for
+elementwise work), ``bytes_op(n)`` what the operation reads and writes, counted in fp32 and scaled by
+``width`` (0.5 when the profile computes in half precision: activations and their gradients move in 16
+bits), at the profile's ``mem_efficiency`` of its bandwidth. Applying the efficiency per operation is what makes small micro-batches cost more per sample (an
+operation of n x f FLOPs runs further from peak as n shrinks); counting every operation's bytes is what
+makes normalisation, activations and pooling cost their memory traffic; ``op_min_s`` (the profile's
+shortest kernel: launching one) is what makes a model of many tiny operations cost its count.
 
 - the no-grad forward (first forward of a rematerialised micro-batch) costs the same as the forward;
 - ``update_s``: the optimiser step streams ``update_passes`` x parameter bytes through memory
@@ -21,18 +25,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .costs import LayerCost, Link
-from .count import LayerCount
+from .count import LayerCount, OpCount
 from .hardware import HardwareProfile
 
 __all__ = ["RooflineCosts", "pass_time"]
 
 
-def pass_time(
-    hw: HardwareProfile, ops: Sequence[float], nbytes: float, precision: str | None = None
-) -> float:
-    """Seconds of one pass: the slower of compute (per-op efficiency) and memory traffic."""
-    compute = sum(hw.op_time(f, precision) for f in ops)
-    return max(compute, nbytes / hw.mem_bandwidth_Bps)
+def pass_time(hw: HardwareProfile, ops: Sequence[OpCount], precision: str | None = None) -> float:
+    """Seconds of one pass: each operation at the slowest of its compute, memory and launch times."""
+    p = precision or hw.precision
+    width = 0.5 if p == "half" else 1.0
+    total = 0.0
+    for o in ops:
+        compute = hw.op_time(o.flops, p) if o.flops > 0 else 0.0
+        memory = o.bytes * width / (hw.mem_bandwidth_Bps * hw.mem_efficiency)
+        total += max(compute, memory, hw.op_min_s)
+    return total
 
 
 class RooflineCosts:
@@ -56,14 +64,15 @@ class RooflineCosts:
         self.link: Link = hw.link
         self.overhead_s: float = hw.overhead_s
         self.step_overhead_s: float = 0.0
+        self.recompute_overhead_s: float = 0.0
 
     def layer_cost(self, c: LayerCount) -> LayerCost:
         """One layer's costs at the batch ``c`` was counted (or scaled) at."""
-        fwd = pass_time(self.hw, c.fwd_ops, c.fwd_bytes, self.precision)
+        fwd = pass_time(self.hw, c.fwd, self.precision)
         return LayerCost(
             forward_s=fwd,
             forward_nograd_s=fwd,
-            backward_s=pass_time(self.hw, c.bwd_ops, c.bwd_bytes, self.precision),
+            backward_s=pass_time(self.hw, c.bwd, self.precision),
             out_bytes=c.out_bytes,
             update_s=self.update_passes * c.param_bytes / self.hw.mem_bandwidth_Bps,
         )

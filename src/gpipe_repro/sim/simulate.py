@@ -5,14 +5,17 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
 
 - F(k, m): wait for micro-batch m's activation from stage k-1, forward (``forward_nograd_s`` when m is
   rematerialised, else ``forward_s``), then send the output to stage k+1 without blocking (isend).
-- B(k, m): under remat, first recompute the cell (``forward_s``) *without* waiting for the gradient
-  (GPipe §2.3: the recompute overlaps the next stage's backward); then wait for m's gradient from
-  stage k+1 (not on the last stage), backward, and send the input gradient to stage k-1.
+- B(k, m): under remat, first recompute the cell (``forward_s`` plus ``recompute_overhead_s``, the
+  RNG state restored) *without* waiting for the gradient (GPipe §2.3: the recompute overlaps the
+  next stage's backward); then wait for m's gradient from stage k+1 (not on the last stage),
+  backward, and send the input gradient to stage k-1.
 - Every transfer runs on its own directed link (k -> k+1 for activations, k -> k-1 for gradients),
   one transfer in flight per direction, in issue order: it starts at max(issued, link free) and takes
   ``link.time(bytes)``. Each directed link has a single sender, so issue order is that stage's order.
   Posting a send costs the sender ``link.send_call_s`` (when the send does not occupy it for the whole
-  transfer) and posting a receive costs the receiver ``link.recv_call_s``.
+  transfer) and posting a receive costs the receiver ``link.recv_call_s``. A receiver that blocked
+  waiting sees the message ``link.wake_s(blocked)`` after it arrived (the measured wake-up of a
+  blocked thread, which grows with how long it was blocked).
 - A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
 - At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
   the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
@@ -38,10 +41,10 @@ from dataclasses import dataclass, field
 
 from ..engine.checkpoint import uses_remat
 from ..engine.events import Event, measured_bubble
-from ..engine.schedule import Action, stage_actions
+from ..engine.schedule import Action, peak_in_flight, stage_actions
 from .costs import Link, StageCost
 
-__all__ = ["SimResult", "ScheduleDeadlock", "simulate", "peak_in_flight"]
+__all__ = ["SimResult", "ScheduleDeadlock", "simulate"]
 
 
 class ScheduleDeadlock(RuntimeError):
@@ -70,15 +73,6 @@ class _Stage:
     last_send_end: float = 0.0
 
 
-def peak_in_flight(actions: Sequence[Action]) -> int:
-    """Most micro-batches whose forward has started and whose backward has not finished."""
-    alive = peak = 0
-    for a in actions:
-        alive += 1 if a.kind == "F" else -1
-        peak = max(peak, alive)
-    return peak
-
-
 def _check(K: int, M: int, stages: Sequence[StageCost], overhead_s: float) -> None:
     if len(stages) != K:
         raise ValueError(f"stages has {len(stages)} entries; allowed: exactly K={K}, one per stage")
@@ -103,6 +97,7 @@ def simulate(
     sender_busy: bool = True,
     step_overhead_s: float = 0.0,
     lookahead: int | None = None,
+    recompute_overhead_s: float = 0.0,
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
@@ -113,13 +108,18 @@ def simulate(
     optimiser call), spent after its last send and before its ``update_s``. ``lookahead``: with
     ``sender_busy=False``, a transfer starts only once its receiver has posted the receive, which the
     engine does at the start of the action ``lookahead - 1`` actions earlier (``Pipeline(lookahead=4)``,
-    gloo's rendezvous); None: receives are always posted.
+    gloo's rendezvous); None: receives are always posted. ``recompute_overhead_s``: a recompute's
+    fixed cost beyond its forward (restoring the RNG state).
     """
     uses_remat(checkpoint, 0, M)  # validates the mode
     acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
     _check(K, M, stages, overhead_s)
     if not step_overhead_s >= 0:
         raise ValueError(f"step_overhead_s={step_overhead_s} is invalid; allowed: a number >= 0")
+    if not recompute_overhead_s >= 0:
+        raise ValueError(
+            f"recompute_overhead_s={recompute_overhead_s} is invalid; allowed: a number >= 0"
+        )
     if lookahead is not None and lookahead < 1:
         raise ValueError(f"lookahead={lookahead} is invalid; allowed: None or an integer >= 1")
     st = [_Stage(k, acts[k]) for k in range(K)]
@@ -163,10 +163,10 @@ def simulate(
         return arrival[key]
 
     def wait(s: _Stage, mb: int, key: tuple[str, int, int]) -> None:
-        s.free += (
-            link.recv_call_s
-        )  # posting the receive (the engine posts ahead; the cost is the same)
-        t = max(s.free, arrive(s, key))
+        s.free += link.recv_call_s  # posting the receive (the engine posts ahead; same cost)
+        arrived = arrive(s, key)
+        blocked = arrived - s.free
+        t = arrived + link.wake_s(blocked) if blocked > 0 else s.free
         ev("wait", mb, s.free, t, s.k)
         s.free = t
 
@@ -193,8 +193,9 @@ def simulate(
                 return False  # the recompute's timing does not depend on when we get here
             starts[k].append(s.free)
             if remat:  # recompute before the gradient arrives (§2.3)
-                ev("recompute", a.mb, s.free, s.free + cost.forward_s, k)
-                s.free += cost.forward_s
+                dur = cost.forward_s + recompute_overhead_s
+                ev("recompute", a.mb, s.free, s.free + dur, k)
+                s.free += dur
             if k < K - 1:
                 wait(s, a.mb, key)
             dur = cost.backward_s + overhead_s
@@ -233,7 +234,7 @@ def simulate(
         step_s=max(ends),
         busy_s=busy,
         bubble_fraction=bubble,
-        peak_in_flight=[peak_in_flight(a) for a in acts],
+        peak_in_flight=[peak_in_flight(schedule, K, M, k) for k in range(K)],
         events=events,
         span_s=span,
         stage_end_s=ends,

@@ -1,0 +1,158 @@
+"""This device, calibrated once: the ``measured`` hardware profile's link and engine overheads.
+
+Per-layer costs depend on the model and are profiled per model (``distinct``, ``profile``). What does
+not depend on the model is measured once per device and cached (``cache``):
+
+- the link: latency and bandwidth of a real point-to-point transfer over the engine's backend
+  (``link.measure_link``: gloo on CPU, nccl on CUDA), and the wake-up of a receiver blocked for a
+  while (``Link.wake``);
+- the engine's own cost per micro-batch action (``overhead_s``) and per step (``step_overhead_s``):
+  real K = 1 steps of a small reference model at several M, minus its layer costs profiled as the
+  engine incurs them, fitted by a line in the number of actions (``overhead.measure_overhead``,
+  SIMULATION.md item 4). The reference is small (a few narrow linear layers) so that the residual is
+  the engine's bookkeeping (splitting, event spans, autograd entry, the loss sum, the BatchNorm
+  commit) rather than noise in large layer times; its profile also gives a recompute's own cost
+  beyond its forward (``recompute_overhead_s``: restoring the RNG state);
+- what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
+  gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
+  posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
+  occupy its sender (``sender_busy=False``) on either backend.
+
+The ``measured`` hardware (``measured.MeasuredDevice``) joins a model's profile with these into the
+``CostModel`` the simulator takes. Which of these terms moves with the host is why they are measured
+on it rather than assumed: the per-action overhead is Python and autograd work (it follows the CPU's
+speed), the wake-up is the host's idle states and hypervisor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..costs import Link
+from . import cache
+from .link import measure_link
+from .overhead import measure_overhead
+from .profile import profile_layers
+
+__all__ = ["DeviceModel", "device_model", "host_memory_bytes", "REFERENCE"]
+
+
+@dataclass(frozen=True)
+class _Reference:
+    width: int = 64
+    depth: int = 4
+    N: int = 64
+    Ms: tuple[int, ...] = (1, 2, 4, 8, 16)
+    repeats: int = 5
+
+
+REFERENCE = _Reference()
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """The model-independent part of the ``measured`` profile."""
+
+    device: str  # the device's name (CPU model or CUDA device)
+    link: Link
+    overhead_s: float  # the engine's cost per forward or backward action of a micro-batch
+    step_overhead_s: float  # the engine's cost per step and stage
+    sender_busy: bool  # a send occupies the sending rank for its whole transfer (no: gloo, nccl)
+    recompute_overhead_s: float = 0.0  # a recompute's cost beyond its forward (the RNG restore)
+    source: str = "measured"  # measured | cache
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["link"] = asdict(self.link)
+        d.pop("source")
+        return d
+
+
+def _reference_layers() -> list[nn.Module]:
+    torch.manual_seed(0)
+    w, d = REFERENCE.width, REFERENCE.depth
+    layers: list[nn.Module] = [nn.Sequential(nn.Linear(w, w), nn.ReLU()) for _ in range(d)]
+    return [*layers, nn.Linear(w, 10)]
+
+
+def _reference_sample(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(n, REFERENCE.width, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def _reference_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(out, y)
+
+
+def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
+    """The calibrated link and engine overheads of this device (measured once, then cached)."""
+    dev = torch.device(device)
+    key = {
+        "device": cache.device_name(dev),
+        "device_type": dev.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "reference": asdict(REFERENCE),
+        "format": 3,  # 3: layers profiled in streams, the link's wake-up, the recompute overhead
+    }
+    if use_cache and (stored := cache.load("device", key)) is not None:
+        try:
+            link = dict(stored["link"])
+            link["wake"] = tuple(tuple(p) for p in link.get("wake", ()))
+            return DeviceModel(
+                stored["device"],
+                Link(**link),
+                float(stored["overhead_s"]),
+                float(stored["step_overhead_s"]),
+                bool(stored["sender_busy"]),
+                float(stored["recompute_overhead_s"]),
+                "cache",
+            )
+        except (KeyError, TypeError, ValueError):
+            pass
+    link = measure_link(device=dev.type, use_cache=use_cache).link
+    layers = _reference_layers()
+    N, Ms = REFERENCE.N, REFERENCE.Ms
+    prof = profile_layers(
+        layers,
+        _reference_sample,
+        [N // m for m in Ms],
+        device=dev,
+        loss_fn=_reference_loss,
+        repeats=REFERENCE.repeats,
+        use_cache=use_cache,
+        stream={N // m: m for m in Ms},
+    )
+    fit = measure_overhead(
+        layers,
+        _reference_sample,
+        N,
+        Ms,
+        loss_fn=_reference_loss,
+        device=dev,
+        repeats=REFERENCE.repeats,
+        profile=prof,
+    )
+    model = DeviceModel(
+        cache.device_name(dev),
+        link,
+        fit.overhead_s,
+        max(0.0, fit.fixed_s),
+        False,
+        prof.recompute_overhead_s,
+    )
+    if use_cache:
+        cache.save("device", key, model.to_json())
+    return model
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine (what ``hardware=measured`` on a CPU calls device memory)."""
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
