@@ -211,3 +211,25 @@ def test_bad_arguments_are_named():
         simulate(2, 2, "gpipe", "sometimes", [stage(1.0, 1.0)] * 2, FREE)
     with pytest.raises(ValueError, match=r"stages\[1\].backward_s=-1"):
         simulate(2, 2, "gpipe", "never", [stage(1.0, 1.0), stage(1.0, -1)], FREE)
+
+
+def test_a_receiver_blocked_for_long_sees_the_message_late():
+    # stage 1's forward waits for stage 0's 1.0 s forward: blocked ~1 s, it wakes 0.2 s late
+    st = [StageCost(1.0, 1.0, 1.0, 8), StageCost(0.1, 0.1, 0.1, 0)]
+    quick = Link(0.0, math.inf)
+    slow = Link(0.0, math.inf, wake=((0.5, 0.2),))
+    a = simulate(2, 1, "gpipe", "never", st, quick, sender_busy=False)
+    b = simulate(2, 1, "gpipe", "never", st, slow, sender_busy=False)
+    waits = [e for e in b.events if e.action == "wait" and e.stage == 1]
+    assert waits[0].end - waits[0].start == pytest.approx(1.2)
+    # and stage 0, blocked 0.4 s for the gradient, 0.16 s late (linear from no delay at 0 s)
+    assert b.step_s == pytest.approx(a.step_s + 0.2 + 0.16)
+
+
+def test_a_recompute_pays_its_overhead_once_per_rematerialised_micro_batch():
+    st = [StageCost(1.0, 0.5, 2.0, 0)]
+    base = simulate(1, 4, "gpipe", "always", st, Link(0.0, math.inf))
+    more = simulate(1, 4, "gpipe", "always", st, Link(0.0, math.inf), recompute_overhead_s=0.25)
+    assert more.step_s == pytest.approx(base.step_s + 4 * 0.25)
+    never = simulate(1, 4, "gpipe", "never", st, Link(0.0, math.inf), recompute_overhead_s=0.25)
+    assert never.step_s == pytest.approx(4 * 3.0)  # nothing recomputed: nothing paid

@@ -17,6 +17,12 @@ and every one is within ``TOLERANCE``.
     python -m gpipe_repro.sim.anchors                      # every published profile: one row per anchor
     python -m gpipe_repro.sim.anchors a100 --fit           # the fitted curve of a100, and its errors
     python -m gpipe_repro.sim.anchors a100 --fit --write   # ... written into conf/hardware/a100.yaml
+    python -m gpipe_repro.sim.anchors --cpu                # this CPU's roofline vs its measured costs
+
+``--cpu`` checks the roofline the same way on the one device whose costs can be measured here: the
+validation models' per-layer costs timed as the engine incurs them (``measured.profile``) against the
+roofline of a CPU profile calibrated from micro-benchmarks only (peak matmul rate and curve, copy
+bandwidth; the shortest operation: one eager operator call, timed), per model and micro-batch.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -253,6 +260,81 @@ def trust(hw: HardwareProfile) -> Trust:
         checks=len(errors),
         basis=f"published training throughputs ({len(errors)} anchors, {fitted} fitted)",
     )
+
+
+def op_floor_s(calls: int = 2000) -> float:
+    """Seconds one eager operator call takes on this CPU with autograd recording (a 1-element add):
+    the shortest operation, below which no counted operation runs."""
+    import time
+
+    x = torch.zeros(1, requires_grad=True)
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(calls):
+            y = y + 1.0
+        runs.append((time.perf_counter() - t0) / calls)
+    return statistics.median(runs)
+
+
+@dataclass(frozen=True)
+class CpuRow:
+    model: str
+    micro_batch: int
+    measured_s: float  # one micro-batch's forward + backward through every layer, as profiled
+    roofline_s: float
+    layer_median_error: float  # median over layers of |roofline / measured - 1|
+
+    @property
+    def error(self) -> float:
+        return self.roofline_s / self.measured_s - 1.0
+
+
+def check_cpu(
+    hw: HardwareProfile, measured: dict[str, Any], counted: dict[str, list[LayerCount]]
+) -> list[CpuRow]:
+    """Per model and profiled micro-batch: the measured profile (``measured.LayerProfile``) against
+    the roofline of ``hw`` on the model's counts."""
+    rows = []
+    for name, prof in measured.items():
+        roof = RooflineCosts(hw, counted[name])
+        for n in prof.sizes:
+            meas = [c.forward_s + c.backward_s for c in prof.costs[n]]
+            est = [c.forward_s + c.backward_s for c in roof.layer_costs(n)]
+            per_layer = [abs(e / m - 1) for e, m in zip(est, meas) if m > 0]
+            rows.append(CpuRow(name, n, sum(meas), sum(est), statistics.median(per_layer)))
+    return rows
+
+
+def _cpu_main() -> None:
+    """The CPU check of the module doc, printed as a table (one intra-op thread, as the ranks)."""
+    from ..validation.cpu import calibrate_cpu  # the validation's CPU calibration (to paper/)
+    from ..validation.models import MODELS, N
+    from .measured import device_model, profile_layers
+
+    torch.set_num_threads(1)
+    hw = replace(calibrate_cpu(device_model()), op_min_s=op_floor_s())
+    sizes = [1, 8, 32]
+    measured, counted = {}, {}
+    for name, vm in MODELS.items():
+        measured[name] = profile_layers(vm.layers(), vm.sample, sizes, loss_fn=vm.loss, repeats=5)
+        x = vm.sample(2)[0]
+        meta = x.to("meta") if torch.is_tensor(x) else tuple(t.to("meta") for t in x)
+        loss = class_planning_loss if name != "transformer" else token_planning_loss
+        counted[name] = count_layers(vm.meta_layers(), meta, loss)
+        assert N % max(sizes) == 0
+    print(
+        f"cpu roofline: peak {hw.peak_flops_fp32 / 1e9:.1f} GFLOP/s, copy {hw.mem_bandwidth_Bps / 1e9:.1f}"
+        f" GB/s, one operator call {hw.op_min_s * 1e6:.1f} us\n"
+    )
+    print("| model | micro-batch | measured ms | roofline ms | error | median layer error |")
+    print("|---|---|---|---|---|---|")
+    for r in check_cpu(hw, measured, counted):
+        print(
+            f"| {r.model} | {r.micro_batch} | {r.measured_s * 1e3:.2f} | {r.roofline_s * 1e3:.2f} | "
+            f"{r.error:+.0%} | {r.layer_median_error:.0%} |"
+        )
 
 
 def _curve_yaml(hw: HardwareProfile) -> str:

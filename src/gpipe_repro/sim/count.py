@@ -210,6 +210,8 @@ def _run(
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]] | None, Batch]:
     """(forward ops, backward ops or None where the backward cannot run on meta, output)."""
     xin = _fresh(x, grad=not first)
+    for p in layer.parameters():  # each count starts from no gradient, whatever ran before
+        p.grad = None
     with _Ops() as fwd:
         y = layer(xin)
         loss = loss_fn(y) if loss_fn is not None else None
@@ -224,13 +226,17 @@ def _run(
     return fwd.ops, bwd.ops, y
 
 
-def _ops(
-    a: list[tuple[float, float]], b: list[tuple[float, float]], batch: int
-) -> tuple[OpCount, ...]:
-    """Operations counted at ``batch`` (a) and twice it (b): bytes split into fixed and per-sample."""
+def _ops(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> tuple[OpCount, ...]:
+    """Operations counted at twice the batch (a) and four times it (b), as ``OpCount`` at the batch:
+    bytes split into a fixed part and a per-sample part (both sizes hold >= 2 samples, so no
+    operation takes a one-sample shortcut)."""
     if len(a) != len(b):  # the operations depend on the batch: take bytes as all per-sample
-        return tuple(OpCount(f, n) for f, n in a)
-    return tuple(OpCount(f, n, min(n, max(0.0, 2 * n - n2))) for (f, n), (_, n2) in zip(a, b))
+        return tuple(OpCount(f / 2, n / 2) for f, n in a)
+    out = []
+    for (f, n), (_, n2) in zip(a, b):
+        fixed = min(n, max(0.0, 2 * n - n2))
+        out.append(OpCount(f / 2, fixed + (n - fixed) / 2, fixed))
+    return tuple(out)
 
 
 def count_layers(
@@ -249,41 +255,43 @@ def count_layers(
     device = as_tuple(sample)[0].device
     out: list[LayerCount] = []
     seen: dict[tuple, tuple[LayerCount, tuple]] = {}
-    x, x2 = sample, _double(sample)
+    x = sample
+    x2 = _double(sample)
+    x4 = _double(x2)
     for i, layer in enumerate(layers):
         last = i == len(layers) - 1
         key = _signature(layer, x, last) + (i == 0,) if memo else None
         if key is not None and key in seen:
             count, spec = seen[key]
             out.append(count)
-            x, x2 = _like(spec, batch, device), _like(spec, 2 * batch, device)
+            x, x2, x4 = (_like(spec, k * batch, device) for k in (1, 2, 4))
             continue
         lf = loss_fn if last else None
-        f1, b1, y = _run(layer, x, i == 0, lf)
         f2, b2, y2 = _run(layer, x2, i == 0, lf)
-        fwd = _ops(f1, f2, batch)
-        counted = b1 is not None and b2 is not None
+        f4, b4, y4 = _run(layer, x4, i == 0, lf)
+        fwd = _ops(f2, f4)
+        counted = b2 is not None and b4 is not None
         bwd = (
-            _ops(b1, b2, batch)
-            if b1 is not None and b2 is not None
+            _ops(b2, b4)
+            if b2 is not None and b4 is not None
             else tuple(OpCount(2 * o.flops, 2 * o.bytes, 2 * o.fixed_bytes) for o in fwd)
         )
+        spec = ([(tuple(t.shape[1:]), t.dtype) for t in as_tuple(y2)], isinstance(y2, tuple))
         count = LayerCount(
             name=type(layer).__name__,
             batch=batch,
             params=sum(p.numel() for p in layer.parameters()),
             param_bytes=sum(p.numel() * p.element_size() for p in layer.parameters()),
             in_bytes=_nbytes(x),
-            out_bytes=_nbytes(y),
+            out_bytes=_nbytes(y2) // 2,
             fwd=fwd,
             bwd=bwd,
             backward_counted=counted,
         )
         out.append(count)
         if key is not None:
-            spec = ([(tuple(t.shape[1:]), t.dtype) for t in as_tuple(y)], isinstance(y, tuple))
             seen[key] = (count, spec)
-        x, x2 = _fresh(y, grad=False), _fresh(y2, grad=False)
+        x, x2, x4 = _like(spec, batch, device), _fresh(y2, grad=False), _fresh(y4, grad=False)
     return out
 
 

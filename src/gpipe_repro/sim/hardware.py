@@ -268,7 +268,9 @@ def load_config(name_or_path: str | Path) -> HardwareConfig:
         cfg = OmegaConf.merge(OmegaConf.structured(HardwareConfig), OmegaConf.load(path))
         out = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as err:
-        raise HardwareError(f"{path}: {str(err).splitlines()[0]}") from None
+        key = getattr(err, "full_key", None)
+        where = f"{path}: hardware.{key}" if key else str(path)
+        raise HardwareError(f"{where}: {str(err).splitlines()[0]}") from None
     assert isinstance(out, HardwareConfig)
     return out
 
