@@ -20,8 +20,8 @@ from ..engine.cost import COST_KINDS
 from ..engine.hostmem import DEFAULT_HOST_MEMORY, HOST_MEMORY_MODES
 from ..engine.schedule import DEFAULT_SCHEDULE
 from ..optim import LR_SCHEDULES
-from ..sim.hardware import HardwareConfig
 from ..options import opt
+from ..sim.hardware import HardwareConfig
 
 __all__ = [
     "BACKENDS",

@@ -169,8 +169,6 @@ def _finish(
     return Plan(sum(params), balance, state, acts, budget, costs, names, copies)
 
 
-
-
 def plan_amoebanet(
     L: int,
     D: int,
@@ -197,7 +195,9 @@ def plan_amoebanet(
     y: Any = x
     for i, layer in enumerate(layers):
         inputs.append(y)
-        a, y = measure_stage([layer], y, class_planning_loss if i == len(layers) - 1 else None, precision)
+        a, y = measure_stage(
+            [layer], y, class_planning_loss if i == len(layers) - 1 else None, precision
+        )
         a = a.scaled(n / 2)
         costs.append(
             state_bytes(params[i]) + peak_activation_bytes(a, schedule, checkpoint, K, M, 0)

@@ -82,8 +82,13 @@ class Anchor:
 
 @dataclass
 class HardwareConfig:
-    """The ``hardware`` group's schema: one conf/hardware/*.yaml. ``name: measured`` is this device
-    (the other fields unused); any other name is a published device, every field required."""
+    """The ``hardware`` group's schema: one conf/hardware/*.yaml. ``name: measured`` is this device,
+    timed (the other fields unused); any other name is a published device and needs every field. To
+    add one: copy a file of conf/hardware/, cite the vendor's figures in its header, list at least
+    two ``anchors`` (published training throughputs of models of sim.anchors.ANCHOR_MODELS, each with
+    its source, batch, precision and device count), then ``python -m gpipe_repro.sim.anchors NAME
+    --fit --write`` fits the efficiency curve's height on the anchors marked ``fit`` and prints every
+    anchor's error; a run's metrics.json carries the profile's ``trust`` (validated, worst error)."""
 
     name: str = opt(MEASURED, "the profile's name; measured = this device, timed")
     peak_flops_fp32: float = opt(0.0, "peak FLOP/s in fp32", min=0)
@@ -99,7 +104,9 @@ class HardwareConfig:
         0.0, "pipeline link bandwidth per hop and direction, bytes/s", min=0
     )
     link_hops: int = opt(1, "hops between neighbouring devices (2: device-host-device)", min=1)
-    efficiency_curve: list[EfficiencyPoint] = opt([], "the efficiency curve (see the module doc)")
+    efficiency_curve: list[EfficiencyPoint] = opt(
+        [], "points {op_flops, efficiency}: the fraction of peak an operation of that size reaches"
+    )
     overhead_s: float = opt(0.0, "fixed cost per pipeline action (launch, bookkeeping), s", min=0)
     op_min_s: float = opt(0.0, "shortest operation (launching one kernel), s", min=0)
     send_occupies_sender: bool = opt(False, "a send keeps its stage busy (no DMA engine)")

@@ -102,11 +102,11 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
-            link = dict(stored["link"])
-            link["wake"] = tuple(tuple(p) for p in link.get("wake", ()))
+            fields = dict(stored["link"])
+            fields["wake"] = tuple(tuple(p) for p in fields.get("wake", ()))
             return DeviceModel(
                 stored["device"],
-                Link(**link),
+                Link(**fields),
                 float(stored["overhead_s"]),
                 float(stored["step_overhead_s"]),
                 bool(stored["sender_busy"]),

@@ -40,6 +40,7 @@ from .profile import (
     _rmsprop,
     _to,
     check_recompute,
+    profile_key,
     records,
     stream_lengths,
     time_update,
@@ -127,20 +128,17 @@ def profile_planned(
     lengths = stream_lengths(sizes, stream)
     rep, inputs = layer_groups(layers, example)
     key = {
+        **profile_key(
+            torch.device(device),
+            sizes,
+            lengths,
+            (repeats, warmup, stat),
+            loss_fn,
+            optimizer_fn,
+            layers,
+        ),
         "kind": "planned",
-        "device": cache.device_name(device),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "sizes": sizes,
-        "stream": [lengths[n] for n in sizes],
-        "repeats": repeats,
-        "warmup": warmup,
-        "stat": stat,
-        "method": "stream",  # timed inside a stage's stream of micro-batches (``stream``)
         "seed": seed,
-        "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
-        "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
-        "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
         "inputs": cache.key_digest([cache.tensor_shapes(as_tuple(x)) for x in inputs]),
     }
     if use_cache and (stored := cache.load("layers", key)) is not None:

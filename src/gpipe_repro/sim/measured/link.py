@@ -137,9 +137,9 @@ def _wake(
                 while time.perf_counter() < end:  # computing, as the sending stage is
                     pass
                 stamp[0] = time.perf_counter()
-                dist.isend(stamp, peer).wait()
+                dist.send(stamp, peer)
             else:
-                dist.irecv(stamp, peer).wait()
+                dist.recv(stamp, peer)
                 arrived = time.perf_counter()
                 if r >= warmup:
                     lat.append(arrived - float(stamp[0]))

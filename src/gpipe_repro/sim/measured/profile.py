@@ -54,6 +54,7 @@ __all__ = [
     "time_update",
     "stream_lengths",
     "groups_of",
+    "profile_key",
     "STATS",
 ]
 
@@ -249,6 +250,36 @@ def groups_of(layers: Sequence[nn.Module], t: StreamTimes, first: int = 0) -> li
     return out
 
 
+def profile_key(
+    device: torch.device,
+    sizes: Sequence[int],
+    lengths: Mapping[int, int],
+    timing: tuple[int, int, str],
+    loss_fn: LossFn | None,
+    optimizer_fn: OptimizerFn,
+    layers: Sequence[nn.Module],
+) -> dict[str, Any]:
+    """What a profile depends on (the cache key's common part): the device, torch, threads, sizes
+    and stream lengths, the timing (repeats, warmup, statistic), the loss and optimiser, every
+    layer's structure."""
+    repeats, warmup, stat = timing
+    return {
+        "device": cache.device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "sizes": list(sizes),
+        "stream": [lengths[n] for n in sizes],
+        "repeats": repeats,
+        "warmup": warmup,
+        "stat": stat,
+        "method": "stream",  # timed inside a stage's stream of micro-batches (``stream``)
+        "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
+        "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
+        "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
+    }
+
+
 def profile_layers(
     layers: Sequence[nn.Module],
     sample_fn: SampleFn,
@@ -281,20 +312,8 @@ def profile_layers(
     optimizer_fn = optimizer_fn or _rmsprop
     samples = {n: sample_fn(n) for n in sizes}
     key = {
-        "device": cache.device_name(dev),
-        "device_type": dev.type,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "sizes": sizes,
-        "stream": [lengths[n] for n in sizes],
-        "repeats": repeats,
-        "warmup": warmup,
-        "stat": stat,
-        "method": "stream",  # timed inside a stage's stream of micro-batches (``stream``)
+        **profile_key(dev, sizes, lengths, (repeats, warmup, stat), loss_fn, optimizer_fn, layers),
         "normalize_to": normalize_to,
-        "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
-        "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
-        "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
         "inputs": {str(n): cache.tensor_shapes(as_tuple(samples[n][0])) for n in sizes},
     }
     if use_cache and (stored := cache.load("layers", key)) is not None:
