@@ -9,7 +9,7 @@ from gpipe_repro.engine.pipeline import DEFAULT_LOOKAHEAD
 from gpipe_repro.metrics.summary import base_metrics
 from gpipe_repro.rank import plan_model
 from gpipe_repro.runner.simulated import workload
-from gpipe_repro.sim import HardwareConfig, HardwareProfile, resolve_hardware
+from gpipe_repro.sim import HardwareConfig, PublishedDevice, resolve_hardware
 from gpipe_repro.sim.measured import MeasuredDevice
 
 SIM = [
@@ -36,7 +36,9 @@ def test_measured_and_published_resolve_to_the_same_interface():
     assert measured.lookahead == DEFAULT_LOOKAHEAD  # the engine's constant, not restated
     spec = compose([*SIM, "hardware=tpu_v3"], cuda_available=False)
     tpu = resolve_hardware(spec.hardware, "cpu")
-    assert isinstance(tpu, HardwareProfile) and tpu.lookahead is None
+    assert (
+        isinstance(tpu, PublishedDevice) and tpu.lookahead is None and tpu.profile.name == "tpu_v3"
+    )
     assert tpu.memory_bytes == 16 * 2**30 and tpu.send_occupies_sender is False
     costs = tpu.cost_model(workload(spec, plan_model(spec)), [1, 2], spec.pipeline.M)
     assert len(costs.layer_costs(4)) == len(plan_model(spec).layers)

@@ -12,6 +12,7 @@ from gpipe_repro.sim.hardware import (
     HardwareProfile,
     load_config,
     load_profile,
+    profile_of,
 )
 from gpipe_repro.sim.roofline import RooflineCosts, pass_time
 from gpipe_repro.sim.simulate import simulate
@@ -54,7 +55,7 @@ def test_every_published_profile_loads_from_its_yaml():
     for name in NAMES:
         hw = load_profile(name)
         assert hw.name == name
-        assert hw == load_profile(PROFILES_DIR / f"{name}.yaml")
+        assert hw == load_profile(PROFILES_DIR / f"{name}.yaml") == profile_of(load_config(name))
         assert hw.peak_flops_half >= hw.peak_flops_fp32
         assert 0 < hw.efficiency(1e6) < hw.efficiency(1e12) <= 1
     assert load_profile("p100_pcie").link_hops == 2  # no NVLink: device -> host -> device

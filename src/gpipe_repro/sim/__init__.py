@@ -7,20 +7,15 @@ Published devices are data (``hardware``: a roofline on counted FLOPs and bytes,
 
 from .costs import CostModel, LayerCost, Link, StageCost, stage_costs
 from .count import LayerCount, OpCount, count_amoebanet, count_layers, count_transformer_lm
-from .hardware import (
-    HardwareConfig,
-    HardwareError,
-    HardwareProfile,
-    load_config,
-    load_profile,
-    resolve_hardware,
-)
-from .interface import Hardware, Trust, Workload
+from .hardware import HardwareConfig, PublishedDevice, load_config, load_profile
+from .interface import Anchor, Hardware, HardwareError, Trust, Workload
 from .render import render
-from .roofline import RooflineCosts
+from .resolve import resolve_hardware
+from .roofline import HardwareProfile, RooflineCosts
 from .simulate import ScheduleDeadlock, SimResult, simulate
 
 __all__ = [
+    "Anchor",
     "CostModel",
     "Hardware",
     "HardwareConfig",
@@ -30,6 +25,7 @@ __all__ = [
     "LayerCount",
     "Link",
     "OpCount",
+    "PublishedDevice",
     "RooflineCosts",
     "ScheduleDeadlock",
     "SimResult",

@@ -8,28 +8,25 @@ its header, and list at least two ``anchors`` (measured training throughputs of 
 ``sim.anchors.ANCHOR_MODELS``); ``python -m gpipe_repro.sim.anchors NAME --fit`` fits the curve's
 plateau to the anchors marked ``fit`` and reports the error of every anchor.
 
-The roofline (``sim.roofline``) turns counted FLOPs and bytes into seconds on such a device. Its
-efficiency curve follows Calculon (see reference/SIMULATION.md): the fraction of peak an operation
-reaches grows with its size, given as points (FLOPs of one operation, efficiency) and interpolated
-linearly in log(size) between points, clamped outside them; a point at size 0 is joined to the next
-point linearly in size (log 0 is undefined). The curve is stated for the profile's ``precision``; at
-the other precision an operation is mapped to the size that takes as long at the curve's peak (size x
-peak ratio), i.e. efficiency is taken to depend on the operation's duration at peak.
+The roofline (``sim.roofline``) turns counted FLOPs and bytes into seconds on such a device, with
+an efficiency-versus-operation-size curve (Calculon's, see reference/SIMULATION.md).
 
-``resolve_hardware`` turns the composed config into the run's ``Hardware`` (``interface``), once.
+``sim.resolve.resolve_hardware`` turns the composed config into the run's ``Hardware``, once; a
+published one is a ``PublishedDevice`` around its ``HardwareProfile`` (``roofline``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..options import opt
-from .costs import CostModel, Link
-from .interface import Hardware, HardwareError, Trust, Workload
+from .anchors import trust as anchor_trust
+from .costs import CostModel
+from .interface import PRECISIONS, Anchor, HardwareError, Trust, Workload
+from .roofline import HardwareProfile, RooflineCosts
 
 __all__ = [
     "Anchor",
@@ -40,16 +37,15 @@ __all__ = [
     "MEASURED",
     "PRECISIONS",
     "PROFILES_DIR",
+    "PublishedDevice",
     "load_config",
     "load_profile",
-    "resolve_hardware",
+    "profile_of",
 ]
 
-PRECISIONS: tuple[str, ...] = ("fp32", "half")
 MEASURED = "measured"  # the profile that times this device (``measured.MeasuredDevice``)
 # conf/hardware/ of a source checkout (src/gpipe_repro/sim/hardware.py -> repository root)
 PROFILES_DIR = Path(__file__).resolve().parents[3] / "conf" / "hardware"
-ANCHOR_USES = ("fit", "check")
 
 
 @dataclass(frozen=True)
@@ -58,26 +54,6 @@ class EfficiencyPoint:
 
     op_flops: float = opt(0.0, "FLOPs of one operation", min=0)
     efficiency: float = opt(1.0, "fraction of peak an operation of that size reaches", min=0, max=1)
-
-
-@dataclass(frozen=True)
-class Anchor:
-    """A published end-to-end training throughput of a known model on the device."""
-
-    model: str = opt("", "the model: a name of sim.anchors.ANCHOR_MODELS")
-    batch: int = opt(1, "samples per device and step", min=1)
-    seq: int = opt(0, "tokens per sample (0: images)", min=0)
-    precision: str = opt("fp32", "the run's precision", choices=PRECISIONS)
-    devices: int = opt(1, "devices of the published run (throughput is per device / this)", min=1)
-    throughput: float = opt(0.0, "samples per second over all its devices", min=0)
-    use: str = opt(
-        "check", "fit: the curve is fitted on it; check: compared only", choices=ANCHOR_USES
-    )
-    peak_scale: float = opt(
-        1.0, "the published device's peak over this profile's (a variant)", min=0
-    )
-    source: str = opt("", "where it is published (URL)")
-    note: str = opt("", "what else the number depends on")
 
 
 @dataclass
@@ -115,132 +91,53 @@ class HardwareConfig:
     def check(self) -> None:
         """Raise ``HardwareError`` (one line) unless this is ``measured`` or a valid published device."""
         if self.name != MEASURED:
-            HardwareProfile.from_config(self)
+            profile_of(self)
 
 
-@dataclass(frozen=True)
-class HardwareProfile:
-    """One published accelerator (a TPU core, a GPU) and the link to its pipeline neighbour. SI units."""
+class PublishedDevice:
+    """A published device as the run's ``Hardware``: its roofline costs, its anchors' trust."""
 
-    name: str
-    peak_flops_fp32: float  # FLOP/s
-    peak_flops_half: float  # FLOP/s, bf16 or fp16 (dense, no sparsity)
-    precision: str  # "fp32" | "half": the precision the roofline uses unless told otherwise
-    mem_bandwidth_Bps: float  # device memory bandwidth, bytes/s
-    memory_bytes: int  # device memory capacity
-    link_latency_s: float  # per hop
-    link_bandwidth_Bps: float  # per hop, one direction
-    link_hops: int  # 2: device -> host -> device without a direct path (Table 3's P100s)
-    efficiency_curve: tuple[tuple[float, float], ...]  # (FLOPs of one op, fraction of peak)
-    overhead_s: float  # fixed cost per pipeline action (launch, bookkeeping)
-    send_occupies_sender: bool = False  # True for gloo on CPU; DMA engines (nccl, ICI) overlap
-    op_min_s: float = 0.0  # shortest operation: launching one kernel
-    mem_efficiency: float = 1.0  # fraction of the memory bandwidth an operation reaches
-    anchors: tuple[Anchor, ...] = ()
-
-    def __post_init__(self) -> None:
-        for f in ("peak_flops_fp32", "peak_flops_half", "mem_bandwidth_Bps", "link_bandwidth_Bps"):
-            v = getattr(self, f)
-            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
-                raise HardwareError(f"hardware.{f}={v!r} is invalid; allowed: a number > 0")
-        if not 0 < self.mem_efficiency <= 1:
-            raise HardwareError(
-                f"hardware.mem_efficiency={self.mem_efficiency!r} is invalid; allowed: 0 < x <= 1"
-            )
-        for f in ("link_latency_s", "overhead_s", "op_min_s"):
-            v = getattr(self, f)
-            if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
-                raise HardwareError(f"hardware.{f}={v!r} is invalid; allowed: a number >= 0")
-        if self.precision not in PRECISIONS:
-            raise HardwareError(
-                f"hardware.precision={self.precision!r} is unknown; allowed: {', '.join(PRECISIONS)}"
-            )
-        if not (isinstance(self.link_hops, int) and self.link_hops >= 1):
-            raise HardwareError(
-                f"hardware.link_hops={self.link_hops!r} is invalid; allowed: an integer >= 1"
-            )
-        if not (isinstance(self.memory_bytes, int) and self.memory_bytes > 0):
-            raise HardwareError(
-                f"hardware.memory_bytes={self.memory_bytes!r} is invalid; allowed: an integer > 0"
-            )
-        pts = self.efficiency_curve
-        ok = (
-            len(pts) >= 1
-            and all(len(p) == 2 and p[0] >= 0 and 0 < p[1] <= 1 for p in pts)
-            and all(a[0] < b[0] for a, b in zip(pts, pts[1:]))
-        )
-        if not ok:
-            raise HardwareError(
-                f"hardware.efficiency_curve={pts!r} is invalid; allowed: [{{op_flops, efficiency}}, "
-                "...] with op_flops >= 0 strictly increasing and 0 < efficiency <= 1"
-            )
-        for i, a in enumerate(self.anchors):
-            if not (a.model and a.throughput > 0 and a.source):
-                raise HardwareError(
-                    f"hardware.anchors[{i}]={a.model or '?'}: model, throughput > 0 and source are "
-                    "required"
-                )
-
-    @classmethod
-    def from_config(cls, cfg: HardwareConfig) -> HardwareProfile:
-        """The published device a ``HardwareConfig`` describes (checked)."""
-        values: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cls)}
-        values["efficiency_curve"] = tuple(
-            (float(p.op_flops), float(p.efficiency)) for p in cfg.efficiency_curve
-        )
-        values["anchors"] = tuple(cfg.anchors)
-        return cls(**values)
-
-    # ------------------------------------------------------------------ the roofline's numbers
-    def peak(self, precision: str | None = None) -> float:
-        p = precision or self.precision
-        if p not in PRECISIONS:
-            raise HardwareError(f"precision={p!r} is unknown; allowed: {', '.join(PRECISIONS)}")
-        return self.peak_flops_fp32 if p == "fp32" else self.peak_flops_half
-
-    def efficiency(self, op_flops: float, precision: str | None = None) -> float:
-        """Fraction of peak reached by one operation of ``op_flops`` FLOPs (Calculon's curve)."""
-        size = op_flops * self.peak(self.precision) / self.peak(precision)
-        pts = self.efficiency_curve
-        if size <= pts[0][0]:
-            return pts[0][1]
-        for (s0, e0), (s1, e1) in zip(pts, pts[1:]):
-            if size < s1:
-                t = size / s1 if s0 == 0 else math.log(size / s0) / math.log(s1 / s0)
-                return e0 + t * (e1 - e0)
-        return pts[-1][1]
-
-    def op_time(self, op_flops: float, precision: str | None = None) -> float:
-        """Seconds one operation of ``op_flops`` FLOPs takes at its efficiency."""
-        if op_flops <= 0:
-            return 0.0
-        return op_flops / (self.peak(precision) * self.efficiency(op_flops, precision))
+    def __init__(self, profile: HardwareProfile) -> None:
+        self.profile = profile
 
     @property
-    def link(self) -> Link:
-        return Link(self.link_latency_s, self.link_bandwidth_Bps, self.link_hops)
+    def name(self) -> str:
+        return self.profile.name
 
-    # ------------------------------------------------------------------ the Hardware interface
+    @property
+    def memory_bytes(self) -> int:
+        return self.profile.memory_bytes
+
+    @property
+    def send_occupies_sender(self) -> bool:
+        return self.profile.send_occupies_sender
+
     @property
     def lookahead(self) -> int | None:
         return None  # DMA engines (nccl, ICI) move data whether or not a receive is posted yet
 
     def cost_model(self, workload: Workload, sizes: Sequence[int], M: int) -> CostModel:
         """A roofline on the workload's counts (any micro-batch; ``sizes`` and ``M`` not needed)."""
-        from .roofline import RooflineCosts
-
-        return RooflineCosts(self, _counts(workload))
+        return RooflineCosts(self.profile, _counts(workload))
 
     def trust(self) -> Trust:
         """The profile's anchors, simulated (``sim.anchors``; cached on disk)."""
-        from .anchors import trust
-
-        return trust(self)
+        return anchor_trust(self.profile)
 
     def record(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(self.profile)
         d.pop("anchors")
         return {**d, "kind": "published", "trust": self.trust().to_dict()}
+
+
+def profile_of(cfg: HardwareConfig) -> HardwareProfile:
+    """The published device a ``HardwareConfig`` describes (checked: ``HardwareError``)."""
+    values: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(HardwareProfile)}
+    values["efficiency_curve"] = tuple(
+        (float(p.op_flops), float(p.efficiency)) for p in cfg.efficiency_curve
+    )
+    values["anchors"] = tuple(cfg.anchors)
+    return HardwareProfile(**values)
 
 
 _COUNTS: dict[str, list[Any]] = {}
@@ -289,14 +186,4 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
         raise HardwareError(
             f"hardware={name_or_path}: {MEASURED} is this device, not a published one"
         )
-    return HardwareProfile.from_config(cfg)
-
-
-def resolve_hardware(cfg: HardwareConfig, device: str = "cpu", repeats: int = 5) -> Hardware:
-    """The run's hardware: ``measured`` times this device (``device``: cpu or cuda; ``repeats`` per
-    profiled layer), any other config is the published device it describes."""
-    if cfg.name == MEASURED:
-        from .measured import MeasuredDevice
-
-        return MeasuredDevice(device, repeats)
-    return HardwareProfile.from_config(cfg)
+    return profile_of(cfg)

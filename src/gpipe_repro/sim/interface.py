@@ -21,9 +21,33 @@ import torch
 from torch import nn
 
 from ..engine.microbatch import Batch
+from ..options import opt
 from .costs import CostModel
 
-__all__ = ["HardwareError", "Workload", "Trust", "Hardware"]
+__all__ = ["ANCHOR_USES", "PRECISIONS", "Anchor", "HardwareError", "Workload", "Trust", "Hardware"]
+
+PRECISIONS: tuple[str, ...] = ("fp32", "half")
+ANCHOR_USES = ("fit", "check")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A published end-to-end training throughput of a known model on the device."""
+
+    model: str = opt("", "the model: a name of sim.anchors.ANCHOR_MODELS")
+    batch: int = opt(1, "samples per device and step", min=1)
+    seq: int = opt(0, "tokens per sample (0: images)", min=0)
+    precision: str = opt("fp32", "the run's precision", choices=PRECISIONS)
+    devices: int = opt(1, "devices of the published run (throughput is per device / this)", min=1)
+    throughput: float = opt(0.0, "samples per second over all its devices", min=0)
+    use: str = opt(
+        "check", "fit: the curve is fitted on it; check: compared only", choices=ANCHOR_USES
+    )
+    peak_scale: float = opt(
+        1.0, "the published device's peak over this profile's (a variant)", min=0
+    )
+    source: str = opt("", "where it is published (URL)")
+    note: str = opt("", "what else the number depends on")
 
 
 class HardwareError(ValueError):

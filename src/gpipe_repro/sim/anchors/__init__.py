@@ -14,6 +14,8 @@ marked ``check`` test the profile on numbers it was not fitted to. ``trust`` sum
 reports (``interface.Trust``, cached on disk): validated when it has at least ``MIN_ANCHORS`` anchors
 and every one is within ``TOLERANCE``.
 
+(the command line is ``__main__``)
+
     python -m gpipe_repro.sim.anchors                      # every published profile: one row per anchor
     python -m gpipe_repro.sim.anchors a100 --fit           # the fitted curve of a100, and its errors
     python -m gpipe_repro.sim.anchors a100 --fit --write   # ... written into conf/hardware/a100.yaml
@@ -27,10 +29,7 @@ bandwidth; the shortest operation: one eager operator call, timed), per model an
 
 from __future__ import annotations
 
-import argparse
 import math
-import re
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -38,13 +37,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models import class_planning_loss, token_planning_loss
-from .costs import stage_costs
-from .count import LayerCount, count_layers
-from .hardware import PROFILES_DIR, Anchor, HardwareProfile, load_config, load_profile
-from .interface import Trust
-from .roofline import RooflineCosts
-from .simulate import simulate
+from ...models import class_planning_loss, token_planning_loss
+from ..costs import stage_costs
+from ..count import LayerCount, count_layers
+from ..interface import Anchor, Trust
+from ..roofline import HardwareProfile, RooflineCosts
+from ..simulate import simulate
 
 __all__ = [
     "ANCHOR_MODELS",
@@ -120,7 +118,7 @@ def _transformer(
     L: int, d: int, H: int, A: int, V: int
 ) -> Callable[[int], tuple[list[nn.Module], Any]]:
     def build(seq: int) -> tuple[list[nn.Module], Any]:
-        from ..models.transformer import transformer_lm_layers
+        from ...models.transformer import transformer_lm_layers
 
         return transformer_lm_layers(L, d, H, A, V), torch.zeros(2, seq, dtype=torch.long)
 
@@ -243,7 +241,7 @@ def fit(hw: HardwareProfile) -> tuple[HardwareProfile, float]:
 
 def trust(hw: HardwareProfile) -> Trust:
     """The profile's anchors summed up (cached on disk: counting the anchor models takes a while)."""
-    from .measured import cache
+    from ..measured import cache
 
     key = {"profile": asdict(hw), "torch": torch.__version__, "method": "roofline-per-op-1"}
     stored = cache.load("anchors", key)
@@ -260,140 +258,3 @@ def trust(hw: HardwareProfile) -> Trust:
         checks=len(errors),
         basis=f"published training throughputs ({len(errors)} anchors, {fitted} fitted)",
     )
-
-
-def op_floor_s(calls: int = 2000) -> float:
-    """Seconds one eager operator call takes on this CPU with autograd recording (a 1-element add):
-    the shortest operation, below which no counted operation runs."""
-    import time
-
-    x = torch.zeros(1, requires_grad=True)
-    runs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        y = x
-        for _ in range(calls):
-            y = y + 1.0
-        runs.append((time.perf_counter() - t0) / calls)
-    return statistics.median(runs)
-
-
-@dataclass(frozen=True)
-class CpuRow:
-    model: str
-    micro_batch: int
-    measured_s: float  # one micro-batch's forward + backward through every layer, as profiled
-    roofline_s: float
-    layer_median_error: float  # median over layers of |roofline / measured - 1|
-
-    @property
-    def error(self) -> float:
-        return self.roofline_s / self.measured_s - 1.0
-
-
-def check_cpu(
-    hw: HardwareProfile, measured: dict[str, Any], counted: dict[str, list[LayerCount]]
-) -> list[CpuRow]:
-    """Per model and profiled micro-batch: the measured profile (``measured.LayerProfile``) against
-    the roofline of ``hw`` on the model's counts."""
-    rows = []
-    for name, prof in measured.items():
-        roof = RooflineCosts(hw, counted[name])
-        for n in prof.sizes:
-            meas = [c.forward_s + c.backward_s for c in prof.costs[n]]
-            est = [c.forward_s + c.backward_s for c in roof.layer_costs(n)]
-            per_layer = [abs(e / m - 1) for e, m in zip(est, meas) if m > 0]
-            rows.append(CpuRow(name, n, sum(meas), sum(est), statistics.median(per_layer)))
-    return rows
-
-
-def _cpu_main() -> None:
-    """The CPU check of the module doc, printed as a table (one intra-op thread, as the ranks)."""
-    from ..validation.cpu import calibrate_cpu  # the validation's CPU calibration (to paper/)
-    from ..validation.models import MODELS, N
-    from .measured import device_model, profile_layers
-
-    torch.set_num_threads(1)
-    hw = replace(calibrate_cpu(device_model()), op_min_s=op_floor_s())
-    sizes = [1, 8, 32]
-    measured, counted = {}, {}
-    for name, vm in MODELS.items():
-        measured[name] = profile_layers(vm.layers(), vm.sample, sizes, loss_fn=vm.loss, repeats=5)
-        x = vm.sample(2)[0]
-        meta = x.to("meta") if torch.is_tensor(x) else tuple(t.to("meta") for t in x)
-        loss = class_planning_loss if name != "transformer" else token_planning_loss
-        counted[name] = count_layers(vm.meta_layers(), meta, loss)
-        assert N % max(sizes) == 0
-    print(
-        f"cpu roofline: peak {hw.peak_flops_fp32 / 1e9:.1f} GFLOP/s, copy {hw.mem_bandwidth_Bps / 1e9:.1f}"
-        f" GB/s, one operator call {hw.op_min_s * 1e6:.1f} us\n"
-    )
-    print("| model | micro-batch | measured ms | roofline ms | error | median layer error |")
-    print("|---|---|---|---|---|---|")
-    for r in check_cpu(hw, measured, counted):
-        print(
-            f"| {r.model} | {r.micro_batch} | {r.measured_s * 1e3:.2f} | {r.roofline_s * 1e3:.2f} | "
-            f"{r.error:+.0%} | {r.layer_median_error:.0%} |"
-        )
-
-
-def _curve_yaml(hw: HardwareProfile) -> str:
-    return "efficiency_curve:\n" + "".join(
-        f"  - {{op_flops: {s:.4g}, efficiency: {e:.4f}}}\n" for s, e in hw.efficiency_curve
-    )
-
-
-def _write_curve(name: str, hw: HardwareProfile) -> None:
-    """The fitted curve and memory efficiency into ``conf/hardware/NAME.yaml`` (in place)."""
-    path = PROFILES_DIR / f"{name}.yaml"
-    text = path.read_text()
-    text = re.sub(r"^efficiency_curve:\n(?:  - .*\n)+", _curve_yaml(hw), text, count=1, flags=re.M)
-    mem = f"mem_efficiency: {hw.mem_efficiency:.3f}"
-    if re.search(r"^mem_efficiency: .*$", text, flags=re.M):
-        text = re.sub(r"^mem_efficiency: .*$", mem, text, count=1, flags=re.M)
-    else:
-        text = re.sub(r"^(mem_bandwidth_Bps: .*)$", rf"\1\n{mem}", text, count=1, flags=re.M)
-    path.write_text(text)
-
-
-def _table(results: list[AnchorResult]) -> str:
-    rows = [
-        "| profile | model | batch | seq | precision | use | published /s | simulated /s | error |"
-    ]
-    rows.append("|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        a = r.anchor
-        rows.append(
-            f"| {r.profile} | {a.model} | {a.batch} | {a.seq or '-'} | {a.precision} | {a.use} | "
-            f"{r.published:.1f} | {r.predicted:.1f} | {r.error:+.1%} |"
-        )
-    return "\n".join(rows)
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("profiles", nargs="*", help="profile names (default: every published one)")
-    ap.add_argument("--fit", action="store_true", help="fit the curve's height on the fit anchors")
-    ap.add_argument(
-        "--write", action="store_true", help="with --fit: write the curve into its YAML"
-    )
-    args = ap.parse_args(argv)
-    names = args.profiles or sorted(
-        p.stem for p in PROFILES_DIR.glob("*.yaml") if load_config(p).name != "measured"
-    )
-    results: list[AnchorResult] = []
-    for name in names:
-        hw = load_profile(name)
-        if args.fit:
-            hw, factor = fit(hw)
-            print(f"{name}: efficiency x {factor:.3f}, mem_efficiency {hw.mem_efficiency:.3f}")
-            if args.write:
-                _write_curve(name, hw)
-        results += check(hw)
-    print(_table(results))
-    bad = [r for r in results if abs(r.error) > TOLERANCE]
-    print(f"\n{len(results) - len(bad)} of {len(results)} anchors within {TOLERANCE:.0%}")
-
-
-if __name__ == "__main__":
-    main()
