@@ -233,3 +233,35 @@ def test_a_recompute_pays_its_overhead_once_per_rematerialised_micro_batch():
     assert more.step_s == pytest.approx(base.step_s + 4 * 0.25)
     never = simulate(1, 4, "gpipe", "never", st, Link(0.0, math.inf), recompute_overhead_s=0.25)
     assert never.step_s == pytest.approx(4 * 3.0)  # nothing recomputed: nothing paid
+
+
+@pytest.mark.parametrize(
+    "schedule,checkpoint", [("gpipe", "never"), ("1f1b", "always"), ("gpipe", "except_last")]
+)
+def test_a_replay_of_a_simulated_log_reproduces_it(schedule, checkpoint):
+    from gpipe_repro.sim.simulate import Replay
+
+    st = [
+        StageCost(1.0, 0.6, 2.0, 1000),
+        StageCost(1.5, 0.9, 2.5, 1000),
+        StageCost(0.5, 0.3, 1.0, 0),
+    ]
+    link = Link(0.05, 1e4)  # 0.15 s per message: waits and queueing on the links
+    res = simulate(3, 5, schedule, checkpoint, st, link, 0.01, sender_busy=False)
+    logged = [e for e in res.events if e.action != "step"]
+    replay, t0 = Replay.from_events(logged, 3, 5, schedule, checkpoint)
+    zero = [StageCost(0.0, 0.0, 0.0, 0)] * 3
+    again = simulate(
+        3, 5, schedule, checkpoint, zero, Link(0.0, math.inf), sender_busy=False, replay=replay
+    )
+
+    def compute(events):
+        return sorted(
+            (e.stage, e.start, e.end, e.action, e.mb)
+            for e in events
+            if e.action in ("forward", "backward", "recompute")
+        )
+
+    for a, b in zip(compute(logged), compute(again.events)):
+        assert a[0] == b[0] and a[3:] == b[3:]
+        assert a[2] - t0 == pytest.approx(b[2], abs=1e-9)

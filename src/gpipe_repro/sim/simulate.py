@@ -97,11 +97,15 @@ class Replay:
         for k in range(K):
             mine = sorted((e for e in events if e.stage == k), key=lambda e: e.start)
             spans: dict[tuple[str, int], Event] = {(e.action, e.mb): e for e in mine}
+
+            def waits_of(mb: int, mine: list[Event] = mine) -> list[Event]:
+                return [e for e in mine if e.action == "wait" and e.mb == mb]
+
             prev = t0
             for i, a in enumerate(stage_actions(schedule, K, M, k)):
                 if a.kind == "F":
                     fwd = spans[("forward", a.mb)]
-                    wait = spans.get(("wait", a.mb)) if k > 0 else None
+                    wait = waits_of(a.mb)[0] if k > 0 else None  # a forward's wait: its first
                     first = wait or fwd
                     rp.before[(k, i)] = first.start - prev
                     rp.compute[("forward", k, a.mb)] = fwd.end - (wait.end if wait else fwd.start)
@@ -115,10 +119,7 @@ class Replay:
                     rec = (
                         spans.get(("recompute", a.mb)) if uses_remat(checkpoint, a.mb, M) else None
                     )
-                    waits = [e for e in mine if e.action == "wait" and e.mb == a.mb]
-                    wait = (
-                        waits[-1] if k < K - 1 and waits else None
-                    )  # a backward's wait is its last
+                    wait = waits_of(a.mb)[-1] if k < K - 1 else None  # a backward's: its last
                     first = rec or wait or bwd
                     rp.before[(k, i)] = first.start - prev
                     if rec:
