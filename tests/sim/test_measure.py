@@ -175,34 +175,16 @@ def test_the_wake_up_delay_is_interpolated_between_measured_points():
     assert Link(1e-4, 1e9).wake_s(1.0) == 0.0  # no points: no delay
 
 
-def test_measure_overhead_compares_real_steps_with_the_profile():
+def test_measure_overhead_reads_the_engines_own_spans():
     layers = linear_stack(2) + [nn.Linear(WIDTH, 10)]
-    prof = profile_layers(layers, sample_fn, [4, 8, 16], repeats=2, loss_fn=F.cross_entropy)
-    fit = measure_overhead(
-        layers, sample_fn, 16, (1, 2, 4), loss_fn=F.cross_entropy, profile=prof, repeats=2
-    )
+    fit = measure_overhead(layers, sample_fn, 16, (1, 2, 4), loss_fn=F.cross_entropy, repeats=2)
     assert [M for M, _, _ in fit.points] == [1, 2, 4]
-    for M, measured, predicted in fit.points:
-        assert measured > 0
-        assert predicted == pytest.approx(
-            M * sum(c.forward_s + c.backward_s for c in prof.costs[16 // M])
-        )
+    for _, step, spans in fit.points:
+        assert 0 < spans < step  # a step is its compute spans and what no layer accounts for
     assert fit.overhead_s >= 0
     remat = measure_overhead(
-        layers,
-        sample_fn,
-        16,
-        (2,),
-        loss_fn=F.cross_entropy,
-        profile=prof,
-        repeats=1,
-        checkpoint="always",
+        layers, sample_fn, 16, (2, 4), loss_fn=F.cross_entropy, repeats=1, checkpoint="always"
     )
-    ((M, _, predicted),) = remat.points  # every micro-batch also runs its no-grad first pass
-    cell = prof.costs[8]
-    assert predicted == pytest.approx(
-        2 * (sum(c.forward_nograd_s + c.forward_s + c.backward_s for c in cell))
-        + 2 * prof.recompute_overhead_s
-    )
-    with pytest.raises(ValueError, match="lacks micro-batch sizes"):
-        measure_overhead(layers, sample_fn, 16, (8,), loss_fn=F.cross_entropy, profile=prof)
+    assert [M for M, _, _ in remat.points] == [2, 4] and remat.overhead_s >= 0
+    with pytest.raises(ValueError, match="M=3 must be >= 1 and divide N=16"):
+        measure_overhead(layers, sample_fn, 16, (3,), loss_fn=F.cross_entropy)

@@ -6,13 +6,13 @@ not depend on the model is measured once per device and cached (``cache``):
 - the link: latency and bandwidth of a real point-to-point transfer over the engine's backend
   (``link.measure_link``: gloo on CPU, nccl on CUDA), and the wake-up of a receiver blocked for a
   while (``Link.wake``);
-- the engine's own cost per micro-batch action (``overhead_s``) and per step (``step_overhead_s``):
-  real K = 1 steps of a small reference model at several M, minus its layer costs profiled as the
-  engine incurs them, fitted by a line in the number of actions (``overhead.measure_overhead``,
-  SIMULATION.md item 4). The reference is small (a few narrow linear layers) so that the residual is
-  the engine's bookkeeping (splitting, event spans, autograd entry, the loss sum, the BatchNorm
-  commit) rather than noise in large layer times; its profile also gives a recompute's own cost
-  beyond its forward (``recompute_overhead_s``: restoring the RNG state);
+- the engine's own cost per compute action (``overhead_s``) and per step (``step_overhead_s``): real
+  K = 1 steps of a small reference model at several M, each minus its own compute spans, fitted by a
+  line in the number of actions (``overhead.measure_overhead``, SIMULATION.md item 4). The reference
+  is small (a few narrow linear layers) so that the residual is the engine's bookkeeping (splitting,
+  event spans, autograd entry, the loss sum, the BatchNorm commit) rather than noise in large layer
+  times; its stream profile gives a recompute's own cost beyond its forward
+  (``recompute_overhead_s``: restoring the RNG state);
 - what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
   gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
   posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
@@ -98,7 +98,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "reference": asdict(REFERENCE),
-        "format": 3,  # 3: layers profiled in streams, the link's wake-up, the recompute overhead
+        "format": 4,  # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
@@ -136,7 +136,6 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         loss_fn=_reference_loss,
         device=dev,
         repeats=REFERENCE.repeats,
-        profile=prof,
     )
     model = DeviceModel(
         cache.device_name(dev),
