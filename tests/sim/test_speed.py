@@ -1,4 +1,4 @@
-"""The speed probe and a profile put on the reference speed (``sim.speed``, ``profile_layers``)."""
+"""The speed probe and a profile put on the reference speed (``sim.measured.speed``, ``profile_layers``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpipe_repro.sim import speed
-from gpipe_repro.sim.measure import LayerProfile, profile_layers
+from gpipe_repro.sim.measured import speed
+from gpipe_repro.sim.measured.profile import LayerProfile, profile_layers
 
 WIDTH = 128
 
