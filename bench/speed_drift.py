@@ -2,7 +2,7 @@
 
     python bench/speed_drift.py [--seconds 60] [--model amoebanet] [--plot drift.png]
 
-For ``--seconds`` it alternates the speed probe (``gpipe_repro.sim.speed.probe_s``) and one
+For ``--seconds`` it alternates the speed probe (``gpipe_repro.sim.measured.speed.probe_s``) and one
 training step (forward, loss, backward) of a validation model at M = 1 in this one process, then
 prints how far each moved (10th to 90th percentile), how closely they move together (Pearson's r),
 and the step's spread with and without the probe's normalisation (by the median of the probes
@@ -41,7 +41,7 @@ def _p(xs: list[float], q: float) -> float:
 def main() -> None:
     from gpipe_repro.engine.hostmem import apply_host_memory
     from gpipe_repro.paper.validate_sim.models import MODELS, N
-    from gpipe_repro.sim.speed import normalized, probe_s, reference_s
+    from gpipe_repro.sim.measured.speed import normalized, probe_s, reference_s
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)

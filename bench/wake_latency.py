@@ -2,7 +2,7 @@
 
     python bench/wake_latency.py [--repeats 30] [--port 29571]
 
-The simulator's link latency comes from a gloo ping-pong (``sim/link.py``), in which each rank
+The simulator's link latency comes from a gloo ping-pong (``sim/measured/link.py``), in which each rank
 waits only a round trip for the next message. In a pipeline a rank often waits milliseconds for
 its neighbour; on a virtual machine its idle core may then be halted by the hypervisor, and waking
 it costs more than a ping-pong shows. Two ranks: rank 0 computes for ``idle`` ms (a spin, like a

@@ -1,4 +1,7 @@
-from gpipe_repro.engine.schedule import bubble_fraction, stage_actions
+import pytest
+
+from gpipe_repro.engine.errors import ArgumentError
+from gpipe_repro.engine.schedule import bubble_fraction, peak_in_flight, stage_actions
 
 
 def names(name, K, M):
@@ -22,15 +25,14 @@ def test_1f1b_warms_up_then_alternates():
 
 
 def test_1f1b_keeps_fewer_micro_batches_alive():
-    def max_alive(name, K, M, k):
-        alive = peak = 0
-        for a in stage_actions(name, K, M, k):
-            alive += 1 if a.kind == "F" else -1
-            peak = max(peak, alive)
-        return peak
+    assert peak_in_flight("gpipe", 4, 8, 0) == 8
+    assert [peak_in_flight("1f1b", 4, 8, k) for k in range(4)] == [4, 3, 2, 1]
+    assert [peak_in_flight("1f1b", 4, 2, k) for k in range(4)] == [2, 2, 2, 1]  # min(K - k, M)
 
-    assert max_alive("gpipe", 4, 8, 0) == 8
-    assert [max_alive("1f1b", 4, 8, k) for k in range(4)] == [4, 3, 2, 1]
+
+def test_an_unknown_schedule_has_no_in_flight_count():
+    with pytest.raises(ArgumentError, match="schedule='zb' is unknown"):
+        peak_in_flight("zb", 4, 8, 0)
 
 
 def test_bubble_formula():

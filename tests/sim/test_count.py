@@ -2,9 +2,10 @@ import pytest
 import torch
 from torch import nn
 
+from gpipe_repro.models import class_planning_loss
 from gpipe_repro.models.toy import tuplenet_layers
 from gpipe_repro.models.transformer import lm_param_formula
-from gpipe_repro.sim.count import classification_loss, count_layers, count_transformer_lm
+from gpipe_repro.sim.count import count_layers, count_transformer_lm
 
 
 def meta(*shape, dtype=torch.float32):
@@ -41,7 +42,7 @@ def test_loss_is_counted_in_the_last_layer():
 def test_tuple_layers_sum_their_outputs():
     with torch.device("meta"):
         layers = tuplenet_layers(3, channels=4, cells=2, classes=10, dropout=0.0)
-    counts = count_layers(layers, meta(2, 3, 8, 8), classification_loss)
+    counts = count_layers(layers, meta(2, 3, 8, 8), class_planning_loss)
     stem, cell = counts[0], counts[1]
     # (current, previous): two tensors of 2 x 4 channels x 8 x 8 fp32 each (see models/toy.py)
     assert stem.out_bytes == 2 * (2 * 4 * 8 * 8 * 4)
@@ -76,8 +77,8 @@ def test_backward_falls_back_to_twice_the_forward():
 def test_counts_scale_exactly_with_the_micro_batch():
     with torch.device("meta"):
         layers = tuplenet_layers(3, channels=4, cells=2, classes=10, dropout=0.0)
-    one = count_layers(layers, meta(1, 3, 8, 8), classification_loss)
-    three = count_layers(layers, meta(3, 3, 8, 8), classification_loss)
+    one = count_layers(layers, meta(1, 3, 8, 8), class_planning_loss)
+    three = count_layers(layers, meta(3, 3, 8, 8), class_planning_loss)
     assert [c.at(3) for c in one] == three
     tr1 = count_transformer_lm(2, d=32, H=64, A=4, V=50, S=16, batch=1)
     tr3 = count_transformer_lm(2, d=32, H=64, A=4, V=50, S=16, batch=3)
@@ -86,14 +87,14 @@ def test_counts_scale_exactly_with_the_micro_batch():
 
 def test_memo_reuses_identical_layers_without_changing_the_counts():
     args = dict(L=3, d=32, H=64, A=4, V=50, S=16)
+    from gpipe_repro.models import token_planning_loss
     from gpipe_repro.models.transformer import transformer_lm_layers
-    from gpipe_repro.sim.count import lm_loss
 
     with torch.device("meta"):
         layers = transformer_lm_layers(args["L"], args["d"], args["H"], args["A"], args["V"])
     tokens = torch.zeros(2, args["S"], dtype=torch.long, device="meta")
-    assert count_layers(layers, tokens, lm_loss, memo=True) == count_layers(
-        layers, tokens, lm_loss, memo=False
+    assert count_layers(layers, tokens, token_planning_loss, memo=True) == count_layers(
+        layers, tokens, token_planning_loss, memo=False
     )
 
 

@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpipe_repro.sim.costs import LayerCost, Link, StageCost
-from gpipe_repro.sim.distinct import layer_groups, profile_planned
-from gpipe_repro.sim.measure import LayerProfile, MeasuredCosts
+from gpipe_repro.sim.measured.costs import MeasuredCosts
+from gpipe_repro.sim.measured.distinct import layer_groups, profile_planned
+from gpipe_repro.sim.measured.profile import LayerProfile
 from gpipe_repro.sim.simulate import simulate
 
 

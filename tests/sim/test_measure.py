@@ -10,17 +10,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpipe_repro.models.amoebanet import Pool
-from gpipe_repro.sim import cache, profile
 from gpipe_repro.sim.costs import LayerCost, Link
-from gpipe_repro.sim.measure import (
-    LayerProfile,
-    MeasuredCosts,
-    fit_link,
-    interpolate,
-    measure_link,
-    measure_overhead,
-    profile_layers,
-)
+from gpipe_repro.sim.measured import cache, profile
+from gpipe_repro.sim.measured.costs import MeasuredCosts, interpolate
+from gpipe_repro.sim.measured.link import WAKE_BLOCKED_S, fit_link, measure_link
+from gpipe_repro.sim.measured.overhead import measure_overhead
+from gpipe_repro.sim.measured.profile import LayerProfile, profile_layers
 
 WIDTH = 256
 
@@ -59,14 +54,15 @@ def test_profile_is_positive_and_per_sample_cost_falls_with_micro_batch_size():
     assert per_sample[1] >= per_sample[32]
 
 
-def test_identical_layers_are_measured_once_and_share_their_record():
+def test_identical_layers_share_one_record():
     torch.manual_seed(0)
     layers = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Dropout(0.1)) for _ in range(4)]
     layers.append(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Dropout(0.2)))  # same weights' shapes
+    layers.append(nn.Linear(WIDTH, WIDTH))
     prof = profile_layers(layers, sample_fn, [4, 8], repeats=2, use_cache=False)
-    # layer 0 (its input is data: no input gradient), one record for layers 1-3, and layer 4,
-    # whose dropout rate makes it a different structure.
-    assert prof.distinct == 3
+    # layer 0 (its input is data: no input gradient), one record for layers 1-3 (the statistic of
+    # all their calls), layer 4, whose dropout rate makes it a different structure, and the last.
+    assert prof.distinct == 4
     for n in prof.sizes:
         c = prof.costs[n]
         assert c[1] == c[2] == c[3]
@@ -121,13 +117,13 @@ def test_second_call_loads_the_cache_and_a_corrupt_cache_is_measured_again(monke
     first = profile_layers(layers, sample_fn, [2, 4], repeats=2)
     assert first.source == "measured"
     calls = []
-    real = profile._measure
+    real = profile.time_stream
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(profile, "_measure", counting)
+    monkeypatch.setattr(profile, "time_stream", counting)
     second = profile_layers(layers, sample_fn, [4, 2], repeats=2)
     assert calls == [] and second.source == "cache"
     assert second.costs == first.costs and second.sizes == first.sizes
@@ -135,7 +131,7 @@ def test_second_call_loads_the_cache_and_a_corrupt_cache_is_measured_again(monke
     torch.set_num_threads(2)
     profile_layers(layers, sample_fn, [2, 4], repeats=2)
     torch.set_num_threads(1)
-    assert len(calls) == 1
+    assert len(calls) == 2  # one stream per size
     (path,) = [
         p
         for p in cache.cache_dir().glob("layers-*.json")
@@ -143,7 +139,7 @@ def test_second_call_loads_the_cache_and_a_corrupt_cache_is_measured_again(monke
     ]
     path.write_text("{ not json")
     third = profile_layers(layers, sample_fn, [2, 4], repeats=2)
-    assert len(calls) == 2 and third.source == "measured"
+    assert len(calls) == 4 and third.source == "measured"
     assert json.loads(path.read_text())["format"] == cache.FORMAT  # rewritten
 
 
@@ -167,35 +163,28 @@ def test_measure_link_on_two_real_ranks():
     assert small < big and t_big > t_small
     # posting a transfer returns long before a round trip completes (gloo moves the data later)
     assert 0 < prof.link.send_call_s < t_big and 0 < prof.link.recv_call_s < t_big
+    # the wake-up of a blocked receiver: one point per blocking time beyond zero, never negative
+    assert [b for b, _ in prof.link.wake] == list(WAKE_BLOCKED_S[1:])
+    assert all(w >= 0 for _, w in prof.link.wake)
 
 
-def test_measure_overhead_compares_real_steps_with_the_profile():
+def test_the_wake_up_delay_is_interpolated_between_measured_points():
+    link = Link(1e-4, 1e9, wake=((1e-3, 2e-4), (1e-2, 4e-4)))
+    assert link.wake_s(0.0) == 0.0 and link.wake_s(0.5e-3) == pytest.approx(1e-4)
+    assert link.wake_s(5.5e-3) == pytest.approx(3e-4) and link.wake_s(1.0) == pytest.approx(4e-4)
+    assert Link(1e-4, 1e9).wake_s(1.0) == 0.0  # no points: no delay
+
+
+def test_measure_overhead_reads_the_engines_own_spans():
     layers = linear_stack(2) + [nn.Linear(WIDTH, 10)]
-    prof = profile_layers(layers, sample_fn, [4, 8, 16], repeats=2, loss_fn=F.cross_entropy)
-    fit = measure_overhead(
-        layers, sample_fn, 16, (1, 2, 4), loss_fn=F.cross_entropy, profile=prof, repeats=2
-    )
+    fit = measure_overhead(layers, sample_fn, 16, (1, 2, 4), loss_fn=F.cross_entropy, repeats=2)
     assert [M for M, _, _ in fit.points] == [1, 2, 4]
-    for M, measured, predicted in fit.points:
-        assert measured > 0
-        assert predicted == pytest.approx(
-            M * sum(c.forward_s + c.backward_s for c in prof.costs[16 // M])
-        )
+    for _, step, spans in fit.points:
+        assert 0 < spans < step  # a step is its compute spans and what no layer accounts for
     assert fit.overhead_s >= 0
     remat = measure_overhead(
-        layers,
-        sample_fn,
-        16,
-        (2,),
-        loss_fn=F.cross_entropy,
-        profile=prof,
-        repeats=1,
-        checkpoint="always",
+        layers, sample_fn, 16, (2, 4), loss_fn=F.cross_entropy, repeats=1, checkpoint="always"
     )
-    ((M, _, predicted),) = remat.points  # every micro-batch also runs its no-grad first pass
-    cell = prof.costs[8]
-    assert predicted == pytest.approx(
-        2 * sum(c.forward_nograd_s + c.forward_s + c.backward_s for c in cell)
-    )
-    with pytest.raises(ValueError, match="lacks micro-batch sizes"):
-        measure_overhead(layers, sample_fn, 16, (8,), loss_fn=F.cross_entropy, profile=prof)
+    assert [M for M, _, _ in remat.points] == [2, 4] and remat.overhead_s >= 0
+    with pytest.raises(ValueError, match="M=3 must be >= 1 and divide N=16"):
+        measure_overhead(layers, sample_fn, 16, (3,), loss_fn=F.cross_entropy)

@@ -4,8 +4,16 @@ import math
 import pytest
 
 from gpipe_repro.sim.costs import stage_costs
-from gpipe_repro.sim.count import LayerCount
-from gpipe_repro.sim.hardware import PROFILES_DIR, HardwareError, load_profile
+from gpipe_repro.sim.count import LayerCount, OpCount
+from gpipe_repro.sim.hardware import (
+    PROFILES_DIR,
+    HardwareConfig,
+    HardwareError,
+    HardwareProfile,
+    load_config,
+    load_profile,
+    profile_of,
+)
 from gpipe_repro.sim.roofline import RooflineCosts, pass_time
 from gpipe_repro.sim.simulate import simulate
 
@@ -23,16 +31,19 @@ def profile(**over):
         link_latency_s=1e-5,
         link_bandwidth_Bps=1e9,
         link_hops=1,
-        efficiency_curve=[[0, 0.1], [1e9, 0.6], [16e9, 0.9], [128e9, 0.95]],
+        efficiency_curve=((0, 0.1), (1e9, 0.6), (16e9, 0.9), (128e9, 0.95)),
         overhead_s=0.0,
     )
     base.update(over)
-    return load_profile(base)
+    return HardwareProfile(**base)
 
 
 def matmul_layer(flops, param_bytes=0, act_bytes=0):
+    """One matmul forward (reading weights and input, writing the output), two backward."""
+    fwd = OpCount(flops, param_bytes + 2 * act_bytes, param_bytes)
+    bwd = OpCount(flops, param_bytes + 2 * act_bytes, param_bytes)
     return LayerCount(
-        "L", 1, param_bytes // 4, param_bytes, act_bytes, act_bytes, (flops,), (flops, flops)
+        "L", 1, param_bytes // 4, param_bytes, act_bytes, act_bytes, (fwd,), (bwd, bwd)
     )
 
 
@@ -44,7 +55,7 @@ def test_every_published_profile_loads_from_its_yaml():
     for name in NAMES:
         hw = load_profile(name)
         assert hw.name == name
-        assert hw == load_profile(PROFILES_DIR / f"{name}.yaml")
+        assert hw == load_profile(PROFILES_DIR / f"{name}.yaml") == profile_of(load_config(name))
         assert hw.peak_flops_half >= hw.peak_flops_fp32
         assert 0 < hw.efficiency(1e6) < hw.efficiency(1e12) <= 1
     assert load_profile("p100_pcie").link_hops == 2  # no NVLink: device -> host -> device
@@ -74,21 +85,28 @@ def test_time_falls_as_efficiency_rises():
     layer = matmul_layer(3e9)
     times = []
     for e in (0.2, 0.5, 0.9):
-        hw = profile(efficiency_curve=[[1.0, e]])
+        hw = profile(efficiency_curve=((1.0, e),))
         times.append(RooflineCosts(hw, [layer]).layer_costs(1)[0].forward_s)
         assert times[-1] == pytest.approx(3e9 / (1e12 * e))
     assert times[0] > times[1] > times[2]
 
 
-def test_roofline_takes_the_slower_of_compute_and_memory():
-    hw = profile(efficiency_curve=[[1.0, 1.0]])
-    assert pass_time(hw, [1e9], 1e6) == pytest.approx(1e-3)  # compute-bound: 1e9 / 1e12
-    assert pass_time(hw, [1e6], 1e9) == pytest.approx(1e-2)  # memory-bound: 1e9 / 1e11
+def test_every_operation_takes_the_slowest_of_compute_memory_and_launch():
+    hw = profile(efficiency_curve=((1.0, 1.0),))
+    assert pass_time(hw, [OpCount(1e9, 1e6)]) == pytest.approx(1e-3)  # compute-bound: 1e9 / 1e12
+    assert pass_time(hw, [OpCount(1e6, 1e9)]) == pytest.approx(1e-2)  # memory-bound: 1e9 / 1e11
+    # per operation, not per pass: a compute-bound and a memory-bound op add up
+    both = [OpCount(1e9, 1e6), OpCount(0.0, 1e9)]
+    assert pass_time(hw, both) == pytest.approx(1e-3 + 1e-2)
+    slow_mem = profile(efficiency_curve=((1.0, 1.0),), mem_efficiency=0.5)
+    assert pass_time(slow_mem, [OpCount(0.0, 1e9)]) == pytest.approx(2e-2)
+    assert pass_time(hw, [OpCount(0.0, 1e9)], "half") == pytest.approx(0.5e-2)  # 16-bit traffic
+    launch = profile(efficiency_curve=((1.0, 1.0),), op_min_s=1e-3)
+    assert pass_time(launch, [OpCount(0.0, 8.0)] * 5) == pytest.approx(5e-3)  # many tiny ops
     c = RooflineCosts(hw, [matmul_layer(0.0, param_bytes=4_000_000, act_bytes=1000)]).layer_costs(
         10
     )[0]
-    assert c.forward_s == pytest.approx((4_000_000 + 2 * 10_000) / 1e11)  # P + I + O
-    assert c.backward_s == pytest.approx((3 * 4_000_000 + 3 * 10_000) / 1e11)  # 3P + 2I + O
+    assert c.forward_s == pytest.approx((4_000_000 + 2 * 10_000) / 1e11)  # weights fixed, acts x10
     assert c.update_s == pytest.approx(5 * 4_000_000 / 1e11)
     assert c.out_bytes == 10_000
 
@@ -102,15 +120,12 @@ def test_precision_picks_the_peak_and_maps_the_curve():
 
 def test_two_pcie_hops_double_the_transfer_time():
     p100 = load_profile("p100_pcie")
-    one_hop = load_profile({**dataclasses.asdict(p100), "link_hops": 1})
+    one_hop = dataclasses.replace(p100, link_hops=1)
     for n in (0, 1 << 20, 64 << 20):
         assert p100.link.time(n) == pytest.approx(2 * one_hop.link.time(n))
     # and in a simulated step at M = 1, where both transfers of each cut are on the critical path
     layers = [matmul_layer(1e9, act_bytes=8 << 20)] * 4
-    costs = {
-        h: RooflineCosts(load_profile({**dataclasses.asdict(p100), "link_hops": h}), layers)
-        for h in (1, 2)
-    }
+    costs = {h: RooflineCosts(dataclasses.replace(p100, link_hops=h), layers) for h in (1, 2)}
     steps = {}
     for h, rc in costs.items():
         lc = rc.layer_costs(1)
@@ -128,19 +143,37 @@ def test_two_pcie_hops_double_the_transfer_time():
     assert steps[2] - free == pytest.approx(2 * (steps[1] - free))
 
 
-def test_bad_profiles_are_named():
-    with pytest.raises(HardwareError, match="hardware.peak_flops_fp32=-1.0 is invalid"):
+def test_bad_profiles_are_named(tmp_path):
+    with pytest.raises(HardwareError, match="hardware.peak_flops_fp32=-1 is invalid"):
         profile(peak_flops_fp32=-1)
     with pytest.raises(HardwareError, match="hardware.precision='fp8' is unknown"):
         profile(precision="fp8")
     with pytest.raises(HardwareError, match="efficiency_curve"):
-        profile(efficiency_curve=[[1e9, 0.5], [1e8, 0.6]])
-    with pytest.raises(HardwareError, match="send_occupies_sender='yes' is invalid"):
-        profile(send_occupies_sender="yes")
-    with pytest.raises(HardwareError, match="unknown field"):
-        profile(colour="green")
+        profile(efficiency_curve=((1e9, 0.5), (1e8, 0.6)))
+    with pytest.raises(HardwareError, match="mem_efficiency=1.5 is invalid"):
+        profile(mem_efficiency=1.5)
     with pytest.raises(HardwareError, match="hardware='tpu_v9'.*allowed: a100"):
         load_profile("tpu_v9")
-    bad = {k: v for k, v in dataclasses.asdict(load_profile("a100")).items() if k != "memory_bytes"}
-    with pytest.raises(HardwareError, match="missing field.*memory_bytes"):
-        load_profile(bad)
+    with pytest.raises(HardwareError, match="measured is this device"):
+        load_profile("measured")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ncolour: green\n")
+    with pytest.raises(HardwareError, match="colour"):
+        load_config(bad)
+    bad.write_text("name: x\nlink_hops: two\n")
+    with pytest.raises(HardwareError, match="link_hops"):
+        load_config(bad)
+    # a config missing a published field stays at its default and is refused as the device
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("name: mine\n")
+    with pytest.raises(HardwareError, match="hardware.peak_flops_fp32=0.0 is invalid"):
+        load_config(empty).check()
+    HardwareConfig().check()  # measured: nothing to check
+
+
+def test_the_schema_and_the_profile_name_the_same_fields():
+    import dataclasses as dc
+
+    assert {f.name for f in dc.fields(HardwareProfile)} == {
+        f.name for f in dc.fields(HardwareConfig)
+    }

@@ -211,3 +211,57 @@ def test_bad_arguments_are_named():
         simulate(2, 2, "gpipe", "sometimes", [stage(1.0, 1.0)] * 2, FREE)
     with pytest.raises(ValueError, match=r"stages\[1\].backward_s=-1"):
         simulate(2, 2, "gpipe", "never", [stage(1.0, 1.0), stage(1.0, -1)], FREE)
+
+
+def test_a_receiver_blocked_for_long_sees_the_message_late():
+    # stage 1's forward waits for stage 0's 1.0 s forward: blocked ~1 s, it wakes 0.2 s late
+    st = [StageCost(1.0, 1.0, 1.0, 8), StageCost(0.1, 0.1, 0.1, 0)]
+    quick = Link(0.0, math.inf)
+    slow = Link(0.0, math.inf, wake=((0.5, 0.2),))
+    a = simulate(2, 1, "gpipe", "never", st, quick, sender_busy=False)
+    b = simulate(2, 1, "gpipe", "never", st, slow, sender_busy=False)
+    waits = [e for e in b.events if e.action == "wait" and e.stage == 1]
+    assert waits[0].end - waits[0].start == pytest.approx(1.2)
+    # and stage 0, blocked 0.4 s for the gradient, 0.16 s late (linear from no delay at 0 s)
+    assert b.step_s == pytest.approx(a.step_s + 0.2 + 0.16)
+
+
+def test_a_recompute_pays_its_overhead_once_per_rematerialised_micro_batch():
+    st = [StageCost(1.0, 0.5, 2.0, 0)]
+    base = simulate(1, 4, "gpipe", "always", st, Link(0.0, math.inf))
+    more = simulate(1, 4, "gpipe", "always", st, Link(0.0, math.inf), recompute_overhead_s=0.25)
+    assert more.step_s == pytest.approx(base.step_s + 4 * 0.25)
+    never = simulate(1, 4, "gpipe", "never", st, Link(0.0, math.inf), recompute_overhead_s=0.25)
+    assert never.step_s == pytest.approx(4 * 3.0)  # nothing recomputed: nothing paid
+
+
+@pytest.mark.parametrize(
+    "schedule,checkpoint", [("gpipe", "never"), ("1f1b", "always"), ("gpipe", "except_last")]
+)
+def test_a_replay_of_a_simulated_log_reproduces_it(schedule, checkpoint):
+    from gpipe_repro.sim.simulate import Replay
+
+    st = [
+        StageCost(1.0, 0.6, 2.0, 1000),
+        StageCost(1.5, 0.9, 2.5, 1000),
+        StageCost(0.5, 0.3, 1.0, 0),
+    ]
+    link = Link(0.05, 1e4)  # 0.15 s per message: waits and queueing on the links
+    res = simulate(3, 5, schedule, checkpoint, st, link, 0.01, sender_busy=False)
+    logged = [e for e in res.events if e.action != "step"]
+    replay, t0 = Replay.from_events(logged, 3, 5, schedule, checkpoint)
+    zero = [StageCost(0.0, 0.0, 0.0, 0)] * 3
+    again = simulate(
+        3, 5, schedule, checkpoint, zero, Link(0.0, math.inf), sender_busy=False, replay=replay
+    )
+
+    def compute(events):
+        return sorted(
+            (e.stage, e.start, e.end, e.action, e.mb)
+            for e in events
+            if e.action in ("forward", "backward", "recompute")
+        )
+
+    for a, b in zip(compute(logged), compute(again.events)):
+        assert a[0] == b[0] and a[3:] == b[3:]
+        assert a[2] - t0 == pytest.approx(b[2], abs=1e-9)

@@ -73,18 +73,28 @@ def markdown() -> str:
         ("logger", "LoggerConfig"),
         ("sweep", "SweepConfig"),
         ("sim", "SimConfig"),
+        ("hardware", "HardwareConfig"),
     ]:
         sub = typing.get_type_hints(RunConfig)[section]
         lines += [
             f"## {section}",
             "",
-            (sub.__doc__ or "").strip(),
+            " ".join((sub.__doc__ or "").split()),
             "",
             *_table(sub, f"{section}."),
             "",
         ]
         if section in groups:
             lines += [f"Options: {', '.join(f'`{section}={n}`' for n in groups[section])}.", ""]
+        elif section == "hardware":
+            names = sorted(
+                p.stem
+                for p in (Path(__file__).resolve().parents[3] / "conf" / "hardware").glob("*.yaml")
+            )
+            lines += [
+                f"Options (conf/hardware/*.yaml): {', '.join(f'`hardware={n}`' for n in names)}.",
+                "",
+            ]
         assert sub.__name__ == cls
     for group in ("model", "data", "optim"):
         lines += [f"## {group}", ""]

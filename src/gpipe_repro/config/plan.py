@@ -31,12 +31,11 @@ from torch import nn
 
 from ..data import DataInfo, get_data
 from ..engine import ArgumentError, balance_by_cost, check_balance
-from ..engine.cost import layer_costs
+from ..engine.cost import COUNTED_KINDS, layer_costs
 from ..engine.partition import check_k
 from ..errors import UserError
 from ..models import ModelSpec, get_model
 from ..planner.stages import StagePlan, plan_stages
-from ..sim.count import classification_loss, lm_loss
 from .device import DeviceMemory
 from .schema import RunConfig
 from .validate import engine_error
@@ -47,7 +46,6 @@ __all__ = [
     "RunPlan",
     "plan_model",
     "plan_run",
-    "planning_loss",
     "choose_balance",
 ]
 
@@ -79,13 +77,6 @@ def plan_model(spec: RunConfig) -> ModelPlan:
     except ArgumentError as err:
         raise engine_error(err) from None
     return ModelPlan(model, info, layers)
-
-
-def planning_loss(model: ModelSpec) -> Callable[[Any], torch.Tensor]:
-    """The target-free loss the planner runs the last stage with: cross-entropy over the classes of
-    a classifier's (batch, classes) output, or over the vocabulary of every position of a sequence
-    model's (batch, sequence, vocabulary) output (language and translation models alike)."""
-    return classification_loss if model.task == "classify" else lm_loss
 
 
 @dataclass(frozen=True)
@@ -149,7 +140,7 @@ class _Planner:
     ) -> None:
         self.spec, self.model, self.device_type = spec, model, device_type
         self.time_costs, self.time_source = time_costs, time_source
-        self.loss = planning_loss(model.model)
+        self.loss = model.model.planning_loss  # target-free: the loss of the last stage
         self.unit = model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1
         self.key = f"{spec.model!r}|{model.info!r}"
 
@@ -202,13 +193,13 @@ class _Planner:
             return [len(layers)], BalanceChoice("time", "one stage: nothing to measure"), False
         if kind == "time":  # the ranks measure it on their devices; FLOPs until then
             kind, measure, stand_in = "flops", True, "time"
-        if kind == "memory":
+        if kind in COUNTED_KINDS:
+            costs = layer_costs(layers, self.model.info.example(n, "meta"), kind)
+            source = "counted on the meta device"
+        else:  # memory
             each = self.stages([1] * len(layers), n, K=len(layers))
             costs = [float(s.total) for s in each]
             source = "planned per layer, each alone"
-        else:
-            costs = layer_costs(layers, self.model.info.example(n, "meta"), kind)
-            source = "counted on the meta device"
         choice = BalanceChoice(kind, source, costs, stand_in)
         return choose_balance(costs, p.K), choice, measure
 

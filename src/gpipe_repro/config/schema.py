@@ -21,6 +21,7 @@ from ..engine.hostmem import DEFAULT_HOST_MEMORY, HOST_MEMORY_MODES
 from ..engine.schedule import DEFAULT_SCHEDULE
 from ..optim import LR_SCHEDULES
 from ..options import opt
+from ..sim.hardware import HardwareConfig
 
 __all__ = [
     "BACKENDS",
@@ -245,8 +246,8 @@ class RunConfig:
     model: Any = MISSING
     data: Any = MISSING
     optim: Any = MISSING
-    hardware: Any = opt(
-        None,
+    hardware: HardwareConfig = opt(
+        HardwareConfig(),
         "the device a simulated run is timed on: a published profile "
         "(conf/hardware/*.yaml) or measured (this device, cached)",
     )

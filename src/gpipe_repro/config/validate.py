@@ -112,10 +112,10 @@ def validate(
     device = resolve_device(cfg.device, count > 0, here, count)
     backend = resolve_backend(cfg.backend, device, here, count)
     if backend == "sim":
-        from ..sim.hardware import HardwareError, hardware_profile
+        from ..sim.hardware import HardwareError
 
         try:
-            hardware_profile(cfg.hardware)  # one line when the profile is invalid
+            cfg.hardware.check()  # one line when the profile is invalid
         except HardwareError as err:
             raise UserError(str(err)) from None
     elif device == "cuda" and cuda_available is None and local_ranks(cfg.world_size) > count:

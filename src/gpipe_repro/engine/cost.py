@@ -23,9 +23,11 @@ from .errors import ArgumentError
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple
 
-__all__ = ["COST_KINDS", "layer_costs"]
+__all__ = ["COST_KINDS", "COUNTED_KINDS", "layer_costs"]
 
 COST_KINDS = ("params", "flops", "time", "memory")
+# the kinds known without running the model: counted on the meta device (the others are measured)
+COUNTED_KINDS = ("params", "flops")
 
 
 def _detach(x: Batch, requires_grad: bool) -> Batch:

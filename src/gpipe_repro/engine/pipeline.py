@@ -65,9 +65,11 @@ from .schedule import DEFAULT_SCHEDULE, Action, stage_actions
 from .topology import Topology
 from .transfers import Transfers
 
-__all__ = ["Cell", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
+__all__ = ["Cell", "DEFAULT_LOOKAHEAD", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
 
 LOSS_REDUCTIONS: tuple[str, ...] = ("mean", "sum")
+# receives are posted this many actions ahead (gloo moves a message only once its receive is posted)
+DEFAULT_LOOKAHEAD = 4
 
 LossFn = Callable[..., torch.Tensor]  # (output, targets) -> loss
 # BatchNorm buffers are kept in step by MicroBatchNorm.commit, so DDP must not broadcast them.
@@ -153,7 +155,7 @@ class Pipeline:
         loss_fn: LossFn | None = None,
         track_memory: bool = True,
         bucket_cap_mb: float = 25.0,
-        lookahead: int = 4,
+        lookahead: int = DEFAULT_LOOKAHEAD,
         host_memory: str = DEFAULT_HOST_MEMORY,
         loss_reduction: str = "mean",
         precision: str = "fp32",

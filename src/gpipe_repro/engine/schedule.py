@@ -17,7 +17,14 @@ from typing import Literal
 
 from .errors import ArgumentError
 
-__all__ = ["Action", "ScheduleName", "SCHEDULES", "stage_actions", "bubble_fraction"]
+__all__ = [
+    "Action",
+    "ScheduleName",
+    "SCHEDULES",
+    "stage_actions",
+    "peak_in_flight",
+    "bubble_fraction",
+]
 
 ScheduleName = Literal["gpipe", "1f1b"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
@@ -51,6 +58,17 @@ def stage_actions(name: str, K: int, M: int, stage: int) -> list[Action]:
         acts += [Action("F", warmup + i), Action("B", i)]
     acts += [Action("B", m) for m in range(M - warmup, M)]
     return acts
+
+
+def peak_in_flight(name: str, K: int, M: int, stage: int) -> int:
+    """Most micro-batches stage ``stage`` holds at once: forwarded, their backward not yet finished.
+    Read off the stage's own action list, so every schedule (and only a known one) has one answer:
+    M for ``gpipe``, min(K - stage, M) for ``1f1b``."""
+    alive = peak = 0
+    for a in stage_actions(name, K, M, stage):
+        alive += 1 if a.kind == "F" else -1
+        peak = max(peak, alive)
+    return peak
 
 
 def bubble_fraction(K: int, M: int) -> float:

@@ -118,15 +118,19 @@ def _options(cfg: Any) -> dict[str, Any]:
 
 
 def base_metrics(
-    spec: RunConfig, status: str = "ok", error: str | None = None, launcher: str = "local"
+    spec: RunConfig,
+    status: str = "ok",
+    error: str | None = None,
+    launcher: str = "local",
+    hardware: dict[str, Any] | None = None,
 ) -> RunMetrics:
-    """What is known of a run before it runs: its configuration."""
+    """What is known of a run before it runs: its configuration (``hardware``: the simulated run's
+    hardware record; by default its profile's name)."""
     p = spec.pipeline
     simulated = spec.backend == "sim"
-    hw = dict(spec.hardware) if simulated and spec.hardware is not None else {}
     return RunMetrics(
         source="simulated" if simulated else "measured",
-        hardware={"name": hw.get("name", "measured")} if simulated else None,
+        hardware=(hardware or {"name": spec.hardware.name}) if simulated else None,
         status=status,
         error=error,
         model=ModelInfo(name=spec.model.name, config=_options(spec.model)),

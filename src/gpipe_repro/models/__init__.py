@@ -24,7 +24,14 @@ from .amoebanet import amoebanet_layers
 from .materialize import materialize
 from .transformer import PAD_ID, token_loss, transformer_lm_layers, transformer_mt_layers
 
-__all__ = ["ModelSpec", "MODELS", "get_model", "materialize"]
+__all__ = [
+    "ModelSpec",
+    "MODELS",
+    "get_model",
+    "materialize",
+    "class_planning_loss",
+    "token_planning_loss",
+]
 
 
 def _classify_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -33,6 +40,19 @@ def _classify_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def _lm_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out.flatten(0, -2), y.flatten())
+
+
+def class_planning_loss(out: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of a (batch, classes) output against class 0: the loss's cost and saved tensors
+    without targets, for counting and planning on the meta device."""
+    return F.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device))
+
+
+def token_planning_loss(out: torch.Tensor) -> torch.Tensor:
+    """Token-level cross-entropy of a (batch, sequence, vocabulary) output against token 0: the
+    same, for sequence models (language modelling and translation alike)."""
+    flat = out.flatten(0, -2)
+    return F.cross_entropy(flat, torch.zeros(flat.shape[0], dtype=torch.long, device=out.device))
 
 
 def _correct(out: torch.Tensor, y: Any) -> tuple[int, int]:
@@ -225,6 +245,12 @@ class ModelSpec:
         if self.task == "translate":
             return token_loss
         return _lm_loss if self.task == "lm" else _classify_loss
+
+    @property
+    def planning_loss(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The loss without targets (its FLOPs and saved tensors are the real loss's): what counting
+        and memory planning on the meta device run after the last layer."""
+        return class_planning_loss if self.task == "classify" else token_planning_loss
 
     @staticmethod
     def correct(out: torch.Tensor, y: Any) -> tuple[int, int]:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..engine.microbatch import Batch, as_tuple
+from ..models import class_planning_loss, token_planning_loss
 from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
 from .memory import Saved, measure_stage
@@ -98,18 +99,6 @@ def saved_groups(
     return sorted(out, key=lambda g: (-g.nbytes, g.layer_type, g.kind, g.dtype))
 
 
-def _cls_loss(out: torch.Tensor) -> torch.Tensor:
-    target = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
-    return nn.functional.cross_entropy(out, target)
-
-
-def _lm_loss(out: torch.Tensor) -> torch.Tensor:
-    flat = out.flatten(0, -2)
-    return nn.functional.cross_entropy(
-        flat, torch.zeros(flat.shape[0], dtype=torch.long, device=out.device)
-    )
-
-
 def amoebanet_groups(
     L: int, D: int, micro_batch: float, precision: str, image_size: int = 224, classes: int = 1000
 ) -> list[SavedGroup]:
@@ -117,7 +106,7 @@ def amoebanet_groups(
     with torch.device("meta"):
         layers = amoebanet_layers("D", L, D, classes=classes, image_size=image_size)
         x = torch.empty(2, 3, image_size, image_size)
-    return saved_groups(layers, x, _cls_loss, precision, micro_batch / 2)
+    return saved_groups(layers, x, class_planning_loss, precision, micro_batch / 2)
 
 
 def transformer_groups(
@@ -134,4 +123,4 @@ def transformer_groups(
     with torch.device("meta"):
         layers = transformer_lm_layers(L, d, H, A, V)
         tok = torch.zeros(1, S, dtype=torch.long)
-    return saved_groups(layers, tok, _lm_loss, precision, micro_batch)
+    return saved_groups(layers, tok, token_planning_loss, precision, micro_batch)

@@ -41,15 +41,16 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 
+from ..engine.checkpoint import uses_remat
 from ..engine.microbatch import Batch, as_tuple
 from ..engine.pipeline import Cell
 from ..engine.precision import autocast, compute_dtype, fp32_loss
+from ..engine.schedule import peak_in_flight, stage_actions
 
 __all__ = [
     "Saved",
     "StageActivation",
     "measure_stage",
-    "alive_micro_batches",
     "peak_activation_bytes",
     "sent_bytes",
     "step_temporary_bytes",
@@ -217,24 +218,27 @@ def measure_stage(
     return act, (ys if isinstance(y, tuple) else ys[0])
 
 
-def alive_micro_batches(schedule: str, K: int, M: int, stage: int) -> int:
-    """Micro-batches whose activations a stage holds at its peak."""
-    return M if schedule == "gpipe" else min(K - stage, M)
-
-
 def peak_activation_bytes(
     a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int
 ) -> int:
-    n = alive_micro_batches(schedule, K, M, stage)
-    if checkpoint == "never":
-        return n * (a.input + a.graph + a.output)
-    if checkpoint == "always":
-        return n * a.input + a.graph
-    # except_last: the last micro-batch is kept whole. Under 1f1b a stage with warm-up forwards
-    # (k < K-1) runs F(M-1) before the earlier micro-batches' backwards, so a recompute's saved
-    # tensors coexist with the last micro-batch's.
-    overlap = schedule == "1f1b" and M > 1 and K - stage - 1 >= 1
-    return n * a.input + a.graph * (2 if overlap else 1) + a.output
+    """The stage's peak activation bytes, walking its own action list (``engine.schedule``; an
+    unknown schedule is refused there): a kept micro-batch holds input, saved tensors and output
+    from its forward to its backward; a rematerialised one holds its input, and its saved tensors
+    from the recompute until its backward ends (GPipe §2.3). The closed forms of the module doc
+    follow from this walk."""
+    held = peak = 0
+    whole = a.input + a.graph + a.output
+    for act in stage_actions(schedule, K, M, stage):
+        remat = uses_remat(checkpoint, act.mb, M)
+        if act.kind == "F":
+            held += a.input if remat else whole
+            peak = max(peak, held)
+        elif remat:
+            peak = max(peak, held + a.graph)
+            held -= a.input
+        else:
+            held -= whole
+    return peak
 
 
 def sent_bytes(
@@ -246,7 +250,7 @@ def sent_bytes(
     per micro-batch; #22 item 4). The last stage sends no activation."""
     if stage == K - 1:
         return 0
-    alive = alive_micro_batches(schedule, K, M, stage)
+    alive = peak_in_flight(schedule, K, M, stage)
     kept = alive if checkpoint == "never" else 0 if checkpoint == "always" else 1
     return max(0, alive - kept) * a.output
 

@@ -13,15 +13,14 @@ in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..engine.microbatch import check_micro_batches
 from ..engine.partition import balance_by_cost
+from ..models import class_planning_loss, token_planning_loss
 from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
 from .memory import StageActivation, measure_stage, peak_activation_bytes, state_bytes
@@ -135,12 +134,6 @@ def _finish(
     return Plan(sum(params), balance, state, acts, budget, costs, names, copies)
 
 
-def _cls_loss(N: int) -> Callable:
-    return lambda out: F.cross_entropy(
-        out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
-    )
-
-
 def plan_amoebanet(
     L: int,
     D: int,
@@ -167,7 +160,9 @@ def plan_amoebanet(
     y: Any = x
     for i, layer in enumerate(layers):
         inputs.append(y)
-        a, y = measure_stage([layer], y, _cls_loss(2) if i == len(layers) - 1 else None, precision)
+        a, y = measure_stage(
+            [layer], y, class_planning_loss if i == len(layers) - 1 else None, precision
+        )
         a = a.scaled(n / 2)
         costs.append(
             state_bytes(params[i]) + peak_activation_bytes(a, schedule, checkpoint, K, M, 0)
@@ -178,7 +173,7 @@ def plan_amoebanet(
         a, _ = measure_stage(
             layers[start : start + b],
             inputs[start],
-            _cls_loss(2) if k == K - 1 else None,
+            class_planning_loss if k == K - 1 else None,
             precision,
         )
         acts.append(a.scaled(n / 2))
@@ -198,11 +193,7 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
         tok = torch.zeros(1, S, dtype=torch.long)
     E, _, Sm = layers[0], layers[1:3], layers[3]
 
-    def loss(out: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(
-            out.flatten(0, -2),
-            torch.zeros(out.shape[0] * out.shape[1], dtype=torch.long, device=out.device),
-        )
+    loss = token_planning_loss
 
     _, h = measure_stage([E], tok, None, precision)
     pieces = {}

@@ -1,45 +1,37 @@
 """``train.predict``: the simulator's step time for an engine run, beside the measured one.
 
-After a measured run, its configuration is simulated on this device's measured costs
-(``hardware=measured``: each distinct layer profiled at exactly the run's micro-batch, the link and the
-engine overheads calibrated once per device, all cached) with the partition the run used. The result
-fills ``predicted_step_time_s`` and ``predicted_throughput`` of ``metrics.json``, so a report can print
-prediction and measurement side by side (``make demo``). Profiling runs after the ranks have finished,
-so it never disturbs the measurement; a prediction that fails leaves the fields empty and says why on
-stderr rather than failing the run.
+After a measured run, its configuration is simulated on this device's measured costs (the
+``measured`` hardware: each distinct layer profiled at exactly the run's micro-batch, in a stream of
+the run's M, the link and the engine overheads calibrated once per device, all cached) with the
+partition the run used. The result fills ``predicted_step_time_s`` and ``predicted_throughput`` of
+``metrics.json``, so a report can print prediction and measurement side by side (``make demo``).
+Profiling runs after the ranks have finished, so it never disturbs the measurement; a prediction that
+fails leaves the fields empty and says why on stderr rather than failing the run.
 """
 
 from __future__ import annotations
 
 import sys
 
+import torch
+
 from ..config.plan import ModelPlan, RunPlan
 from ..metrics.contract import RunMetrics
-from ..sim.costs import stage_costs
-from ..sim.simulate import SimResult, simulate
+from ..sim import HardwareConfig, SimResult, resolve_hardware
 
 __all__ = ["predict", "attach_prediction"]
 
 
 def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
     """Simulate the planned run with ``balance`` (as run) on this device's measured costs."""
-    from .simulated import LOOKAHEAD, measured_model
+    from .simulated import simulate_plan, workload
 
     spec, mb = run.spec, run.micro_batch
     p = spec.pipeline
-    costs = measured_model(spec, model, [mb], repeats=spec.sim.profile_repeats)
-    return simulate(
-        p.K,
-        p.M,
-        p.schedule,
-        p.checkpoint,
-        stage_costs(costs.layer_costs(mb), balance),
-        costs.link,
-        costs.overhead_s,
-        sender_busy=False,
-        step_overhead_s=costs.step_overhead_s,
-        lookahead=LOOKAHEAD,
-    )
+    torch.set_num_threads(spec.train.threads)  # profiled with the run's threads
+    hw = resolve_hardware(HardwareConfig(), spec.device, spec.sim.profile_repeats)  # measured
+    costs = hw.cost_model(workload(spec, model), [mb], p.M)
+    return simulate_plan(spec, hw, costs, balance, mb)
 
 
 def attach_prediction(run: RunPlan, model: ModelPlan, m: RunMetrics) -> None:

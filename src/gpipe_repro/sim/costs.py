@@ -1,7 +1,7 @@
 """What the simulator needs to know about a model on a device: per-layer costs and the link.
 
 Costs come from two sources that produce the same records (see ARCHITECTURE.md, "Backends"):
-measured on the present device (``sim.measure``) or derived from a published hardware profile by a
+measured on the present device (``sim.measured``) or derived from a published hardware profile by a
 roofline (``sim.roofline``). Both are functions of the micro-batch size, because per-sample cost is
 not proportional to the micro-batch size (weights are re-read per micro-batch; small operations
 run far from peak).
@@ -23,9 +23,7 @@ class LayerCost:
     """One layer, one micro-batch of a given size."""
 
     forward_s: float  # graph-building forward (also the recompute under remat)
-    forward_nograd_s: (
-        float  # forward under no_grad (the first forward of a rematerialised micro-batch)
-    )
+    forward_nograd_s: float  # forward under no_grad: the first pass of a rematerialised micro-batch
     backward_s: float  # backward of that micro-batch through this layer
     out_bytes: int  # bytes of everything the layer returns (a tuple's tensors summed): the boundary
     # bytes when a cut follows this layer; its gradient going back has the same size
@@ -51,16 +49,29 @@ class Link:
     device -> host -> device copies over PCIe without a direct path (the paper's Table 3).
     ``send_call_s`` / ``recv_call_s``: what posting one send / one receive costs the calling rank's
     thread when the backend then moves the data in the background (gloo's ``isend`` returns at once and
-    its own threads copy; measured in ``link.measure_link``)."""
+    its own threads copy; measured in ``measured.link``). ``wake``: points (seconds a receiver was
+    blocked, extra seconds before it sees the message), beyond ``latency_s`` (which a ping-pong
+    measures with its receiver blocked only a round trip); none: no extra delay."""
 
     latency_s: float
     bandwidth_Bps: float
     hops: int = 1
     send_call_s: float = 0.0
     recv_call_s: float = 0.0
+    wake: tuple[tuple[float, float], ...] = ()
 
     def time(self, nbytes: int) -> float:
         return self.hops * (self.latency_s + nbytes / self.bandwidth_Bps)
+
+    def wake_s(self, blocked_s: float) -> float:
+        """Extra delay for a receiver blocked ``blocked_s`` seconds: linear between the measured
+        points (from no delay at 0), the last point's delay beyond them."""
+        x0, y0 = 0.0, 0.0
+        for x1, y1 in self.wake:
+            if blocked_s <= x1:
+                return y0 + (y1 - y0) * (blocked_s - x0) / (x1 - x0) if x1 > x0 else y1
+            x0, y0 = x1, y1
+        return y0
 
 
 class CostModel(Protocol):
@@ -69,6 +80,11 @@ class CostModel(Protocol):
     link: Link
     overhead_s: float  # fixed cost per micro-batch and action on every stage (launch, bookkeeping)
     step_overhead_s: float  # fixed cost per step on every stage (loss sum, BatchNorm commit)
+
+    @property
+    def recompute_overhead_s(self) -> float:
+        """Fixed cost of a recompute beyond its forward (restoring the RNG state)."""
+        ...
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]: ...
 

@@ -1,26 +1,22 @@
 """Per-layer FLOPs and bytes of a model, counted on the meta device (nothing is allocated).
 
-For each layer of a flat layer list, at one micro-batch: the FLOPs of every matrix operation
-(matmul, convolution, attention) of its forward and of its real backward, both counted with
-``torch.utils.flop_counter.FlopCounterMode`` on meta tensors (the backward is run, not assumed to be
-2x the forward: a first layer whose input needs no gradient computes no input gradient), plus the
-bytes the roofline needs. Elementwise operations count no FLOPs (they are memory-bound); their cost
-enters through the bytes.
+For each layer of a flat layer list, at one micro-batch: every operation of its forward and of its real
+backward (the backward is run, not assumed to be 2x the forward: a first layer whose input needs no
+gradient computes no input gradient), each with
 
-Bytes, a roofline approximation per layer and micro-batch (P parameter bytes, I input bytes, O output
-bytes, a tuple's tensors summed; fp32 as built):
+- its FLOPs (matrix operations: matmul, convolution, attention, counted by
+  ``torch.utils.flop_counter``'s formulas; elementwise work counts none, it is memory-bound),
+- the bytes it moves: every tensor it reads (at most its storage) and writes. Views and detaches
+  move nothing and are not operations. Parameters, their gradients and optimiser slots do not grow
+  with the batch, activations do: each operation is counted at two batch sizes and its bytes split
+  into a fixed part and a per-sample part, so ``LayerCount.at(n)`` is exact for these models.
 
-- forward reads P and I and writes O:                     P + I + O
-- backward reads W (P), read-modify-writes the accumulated gradient (2P), reads dY (O) and the
-  saved input (I), writes dX (I):                           3P + 2I + O
-
-Internal activations of a layer are ignored (as if fused), so memory-bound layers come out optimistic.
+A per-operation roofline (``sim.roofline``) times each operation by its own FLOPs and bytes, so the
+memory-bound operations between matrix operations (normalisation, activations, pooling, softmax,
+residual adds) and the sheer number of operations both count.
 
 Layers take and return a tensor or a tuple of tensors (AmoebaNet cells pass ``(current, previous)``);
-the last layer may carry the loss (its FLOPs count in that layer). FLOPs and activation bytes of these
-models are exactly proportional to the micro-batch size (no operation mixes samples except
-BatchNorm's statistics, whose cost is linear too), so ``count_*`` count at 1 sample and
-``LayerCount.at(n)`` scales; parameters do not scale.
+the last layer may carry the loss (its operations count in that layer).
 """
 
 from __future__ import annotations
@@ -30,26 +26,58 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
-from ..engine.microbatch import Batch, as_tuple
+from ..engine.microbatch import Batch, as_tuple, from_tuple
+from ..models import class_planning_loss, token_planning_loss
 
 __all__ = [
+    "OpCount",
     "LayerCount",
     "count_layers",
     "count_amoebanet",
     "count_transformer_lm",
-    "classification_loss",
-    "lm_loss",
 ]
+
+aten = torch.ops.aten
+# allocations and aliasing: no data moved, not a kernel worth timing
+_FREE = {
+    aten.detach,
+    aten.alias,
+    aten.lift_fresh,
+    aten.empty,
+    aten.empty_like,
+    aten.empty_strided,
+    aten._unsafe_view,
+}
+
+
+@dataclass(frozen=True)
+class OpCount:
+    """One operation at the layer's ``batch``: its FLOPs (matrix operations only) and the bytes it
+    reads and writes, ``fixed_bytes`` of them independent of the batch (weights, their gradients)."""
+
+    flops: float
+    bytes: float
+    fixed_bytes: float = 0.0
+
+    @property
+    def matrix(self) -> bool:
+        return self.flops > 0
+
+    def at(self, f: float) -> OpCount:
+        """The same operation at ``f`` times the batch."""
+        return OpCount(
+            self.flops * f, self.fixed_bytes + (self.bytes - self.fixed_bytes) * f, self.fixed_bytes
+        )
 
 
 @dataclass(frozen=True)
 class LayerCount:
-    """One layer at ``batch`` samples. FLOPs per operation, so the roofline can apply an
-    efficiency per operation size."""
+    """One layer at ``batch`` samples: its operations, forward and backward, in execution order."""
 
     name: str
     batch: int
@@ -57,25 +85,34 @@ class LayerCount:
     param_bytes: int
     in_bytes: int
     out_bytes: int  # everything the layer returns (a tuple summed): the boundary bytes of a cut
-    fwd_ops: tuple[float, ...]  # FLOPs of each matrix operation of the forward (loss included)
-    bwd_ops: tuple[float, ...]  # the same for the backward
-    backward_counted: bool = True  # False: the backward could not run on meta; bwd_ops = 2x fwd_ops
+    fwd: tuple[OpCount, ...]  # the forward's operations (the loss's included in the last layer)
+    bwd: tuple[OpCount, ...]  # the backward's
+    backward_counted: bool = True  # False: the backward could not run on meta; bwd = 2x fwd
+
+    @property
+    def fwd_ops(self) -> tuple[float, ...]:
+        """FLOPs of each matrix operation of the forward."""
+        return tuple(o.flops for o in self.fwd if o.matrix)
+
+    @property
+    def bwd_ops(self) -> tuple[float, ...]:
+        return tuple(o.flops for o in self.bwd if o.matrix)
 
     @property
     def fwd_flops(self) -> float:
-        return float(sum(self.fwd_ops))
+        return float(sum(o.flops for o in self.fwd))
 
     @property
     def bwd_flops(self) -> float:
-        return float(sum(self.bwd_ops))
+        return float(sum(o.flops for o in self.bwd))
 
     @property
-    def fwd_bytes(self) -> int:
-        return self.param_bytes + self.in_bytes + self.out_bytes
+    def fwd_bytes(self) -> float:
+        return float(sum(o.bytes for o in self.fwd))
 
     @property
-    def bwd_bytes(self) -> int:
-        return 3 * self.param_bytes + 2 * self.in_bytes + self.out_bytes
+    def bwd_bytes(self) -> float:
+        return float(sum(o.bytes for o in self.bwd))
 
     def at(self, n: int) -> LayerCount:
         """The same layer at ``n`` samples (FLOPs and activation bytes scale, parameters don't)."""
@@ -85,22 +122,40 @@ class LayerCount:
             batch=n,
             in_bytes=round(self.in_bytes * f),
             out_bytes=round(self.out_bytes * f),
-            fwd_ops=tuple(x * f for x in self.fwd_ops),
-            bwd_ops=tuple(x * f for x in self.bwd_ops),
+            fwd=tuple(o.at(f) for o in self.fwd),
+            bwd=tuple(o.at(f) for o in self.bwd),
         )
 
 
-class _OpFlops(FlopCounterMode):
-    """FlopCounterMode that also keeps each operation's FLOPs (Calculon's efficiency is per op)."""
+def _read(t: torch.Tensor) -> float:
+    """Bytes an operation reads of ``t``: its elements, at most its storage (an expanded scalar)."""
+    return float(min(t.numel() * t.element_size(), t.untyped_storage().nbytes()))
+
+
+class _Ops(TorchDispatchMode):
+    """Records (FLOPs, bytes) of every operation that runs inside it."""
 
     def __init__(self) -> None:
-        super().__init__(display=False)
-        self.ops: list[float] = []
+        super().__init__()
+        self.ops: list[tuple[float, float]] = []
 
-    def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
-        if func_packet in self.flop_registry:
-            self.ops.append(float(self.flop_registry[func_packet](*args, **kwargs, out_val=out)))
-        return super()._count_flops(func_packet, out, args, kwargs)
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        if func.is_view or packet in _FREE:
+            return out
+        flops = 0.0
+        if packet in flop_registry:
+            flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
+        reads = sum(_read(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor))
+        writes = sum(
+            float(t.numel() * t.element_size())
+            for t in tree_leaves(out)
+            if isinstance(t, torch.Tensor)
+        )
+        self.ops.append((flops, reads + writes))
+        return out
 
 
 def _nbytes(x: Batch) -> int:
@@ -112,10 +167,9 @@ def _fresh(x: Batch, grad: bool) -> Batch:
     return tuple(ts) if isinstance(x, tuple) else ts[0]
 
 
-def _ops(mode: _OpFlops) -> tuple[float, ...]:
-    # Fall back to the total if a torch version stops routing through _count_flops.
-    total = float(mode.get_total_flops())
-    return tuple(mode.ops) if abs(sum(mode.ops) - total) <= 1e-6 * max(total, 1.0) else (total,)
+def _double(x: Batch) -> Batch:
+    """The batch twice over (dim 0)."""
+    return from_tuple([torch.cat([t, t]) for t in as_tuple(x)], isinstance(x, tuple))
 
 
 _PLAIN = (int, float, bool, str, type(None))
@@ -144,11 +198,38 @@ def _signature(layer: nn.Module, x: Batch, last: bool) -> tuple:
     return mods, tuple((tuple(t.shape), t.dtype) for t in as_tuple(x)), isinstance(x, tuple), last
 
 
-def _like(
-    spec: tuple[list[tuple[tuple[int, ...], torch.dtype]], bool], device: torch.device
-) -> Batch:
-    ts = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in spec[0]]
-    return tuple(ts) if spec[1] else ts[0]
+def _run(
+    layer: nn.Module, x: Batch, first: bool, loss_fn: Callable[[Any], torch.Tensor] | None
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]] | None, Batch]:
+    """(forward ops, backward ops or None where the backward cannot run on meta, output)."""
+    xin = _fresh(x, grad=not first)
+    for p in layer.parameters():  # each count starts from no gradient, whatever ran before
+        p.grad = None
+    with _Ops() as fwd:
+        y = layer(xin)
+        loss = loss_fn(y) if loss_fn is not None else None
+    roots = [loss] if loss is not None else [t for t in as_tuple(y) if t.requires_grad]
+    seeds = [torch.ones_like(t) for t in roots]
+    with _Ops() as bwd:
+        try:
+            if roots:
+                torch.autograd.backward(roots, seeds)
+        except (RuntimeError, NotImplementedError):
+            return fwd.ops, None, y
+    return fwd.ops, bwd.ops, y
+
+
+def _ops(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> tuple[OpCount, ...]:
+    """Operations counted at twice the batch (a) and four times it (b), as ``OpCount`` at the batch:
+    bytes split into a fixed part and a per-sample part (both sizes hold >= 2 samples, so no
+    operation takes a one-sample shortcut)."""
+    if len(a) != len(b):  # the operations depend on the batch: take bytes as all per-sample
+        return tuple(OpCount(f / 2, n / 2) for f, n in a)
+    out = []
+    for (f, n), (_, n2) in zip(a, b):
+        fixed = min(n, max(0.0, 2 * n - n2))
+        out.append(OpCount(f / 2, fixed + (n - fixed) / 2, fixed))
+    return tuple(out)
 
 
 def count_layers(
@@ -168,55 +249,50 @@ def count_layers(
     out: list[LayerCount] = []
     seen: dict[tuple, tuple[LayerCount, tuple]] = {}
     x = sample
+    x2 = _double(sample)
+    x4 = _double(x2)
     for i, layer in enumerate(layers):
         last = i == len(layers) - 1
         key = _signature(layer, x, last) + (i == 0,) if memo else None
         if key is not None and key in seen:
             count, spec = seen[key]
             out.append(count)
-            x = _like(spec, device)
+            x, x2, x4 = (_like(spec, k * batch, device) for k in (1, 2, 4))
             continue
-        xin = _fresh(x, grad=i > 0)
-        with _OpFlops() as fwd:
-            y = layer(xin)
-            loss = loss_fn(y) if last and loss_fn is not None else None
-        roots = [loss] if loss is not None else [t for t in as_tuple(y) if t.requires_grad]
-        counted = True
-        with _OpFlops() as bwd:
-            try:
-                if roots:
-                    torch.autograd.backward(roots, [torch.ones_like(t) for t in roots])
-            except (RuntimeError, NotImplementedError):
-                counted = False
-        f_ops = _ops(fwd)
+        lf = loss_fn if last else None
+        f2, b2, y2 = _run(layer, x2, i == 0, lf)
+        f4, b4, y4 = _run(layer, x4, i == 0, lf)
+        fwd = _ops(f2, f4)
+        counted = b2 is not None and b4 is not None
+        bwd = (
+            _ops(b2, b4)
+            if b2 is not None and b4 is not None
+            else tuple(OpCount(2 * o.flops, 2 * o.bytes, 2 * o.fixed_bytes) for o in fwd)
+        )
+        spec = ([(tuple(t.shape[1:]), t.dtype) for t in as_tuple(y2)], isinstance(y2, tuple))
         count = LayerCount(
             name=type(layer).__name__,
             batch=batch,
             params=sum(p.numel() for p in layer.parameters()),
             param_bytes=sum(p.numel() * p.element_size() for p in layer.parameters()),
             in_bytes=_nbytes(x),
-            out_bytes=_nbytes(y),
-            fwd_ops=f_ops,
-            bwd_ops=_ops(bwd) if counted else tuple(2 * f for f in f_ops),
+            out_bytes=_nbytes(y2) // 2,
+            fwd=fwd,
+            bwd=bwd,
             backward_counted=counted,
         )
         out.append(count)
         if key is not None:
-            spec = ([(tuple(t.shape), t.dtype) for t in as_tuple(y)], isinstance(y, tuple))
             seen[key] = (count, spec)
-        x = _fresh(y, grad=False)
+        x, x2, x4 = _like(spec, batch, device), _fresh(y2, grad=False), _fresh(y4, grad=False)
     return out
 
 
-def classification_loss(out: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against class 0 (the targets' values do not change the cost)."""
-    return F.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device))
-
-
-def lm_loss(out: torch.Tensor) -> torch.Tensor:
-    """Token-level cross-entropy of a (batch, sequence, vocabulary) output against token 0."""
-    flat = out.flatten(0, -2)
-    return F.cross_entropy(flat, torch.zeros(flat.shape[0], dtype=torch.long, device=out.device))
+def _like(
+    spec: tuple[list[tuple[tuple[int, ...], torch.dtype]], bool], n: int, device: torch.device
+) -> Batch:
+    ts = [torch.empty((n, *shape), dtype=dtype, device=device) for shape, dtype in spec[0]]
+    return tuple(ts) if spec[1] else ts[0]
 
 
 def count_amoebanet(
@@ -228,7 +304,7 @@ def count_amoebanet(
     with torch.device("meta"):
         layers = amoebanet_layers(genotype, L, D, classes=classes, image_size=image_size)
         x = torch.empty(batch, 3, image_size, image_size)
-    return count_layers(layers, x, classification_loss)
+    return count_layers(layers, x, class_planning_loss)
 
 
 def count_transformer_lm(
@@ -240,4 +316,4 @@ def count_transformer_lm(
     with torch.device("meta"):
         layers = transformer_lm_layers(L, d, H, A, V)
         tokens = torch.zeros(batch, S, dtype=torch.long)
-    return count_layers(layers, tokens, lm_loss)
+    return count_layers(layers, tokens, token_planning_loss)

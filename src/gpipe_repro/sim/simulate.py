@@ -5,14 +5,17 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
 
 - F(k, m): wait for micro-batch m's activation from stage k-1, forward (``forward_nograd_s`` when m is
   rematerialised, else ``forward_s``), then send the output to stage k+1 without blocking (isend).
-- B(k, m): under remat, first recompute the cell (``forward_s``) *without* waiting for the gradient
-  (GPipe §2.3: the recompute overlaps the next stage's backward); then wait for m's gradient from
-  stage k+1 (not on the last stage), backward, and send the input gradient to stage k-1.
+- B(k, m): under remat, first recompute the cell (``forward_s`` plus ``recompute_overhead_s``, the
+  RNG state restored) *without* waiting for the gradient (GPipe §2.3: the recompute overlaps the
+  next stage's backward); then wait for m's gradient from stage k+1 (not on the last stage),
+  backward, and send the input gradient to stage k-1.
 - Every transfer runs on its own directed link (k -> k+1 for activations, k -> k-1 for gradients),
   one transfer in flight per direction, in issue order: it starts at max(issued, link free) and takes
   ``link.time(bytes)``. Each directed link has a single sender, so issue order is that stage's order.
   Posting a send costs the sender ``link.send_call_s`` (when the send does not occupy it for the whole
-  transfer) and posting a receive costs the receiver ``link.recv_call_s``.
+  transfer) and posting a receive costs the receiver ``link.recv_call_s``. A receiver that blocked
+  waiting sees the message ``link.wake_s(blocked)`` after it arrived (the measured wake-up of a
+  blocked thread, which grows with how long it was blocked).
 - A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
 - At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
   the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
@@ -29,6 +32,10 @@ computed by ``engine.events.measured_bubble`` and ``engine.events.chrome_trace``
 Because each directed link has one sender and each stage runs its actions in order, every start time
 is the max of already-known end times (a max-plus system): stages can be advanced in any order
 whenever their next dependency is known, and a full pass without progress is a deadlock.
+
+``Replay`` overrides the costs per action and per message (an engine's event log of one step gives
+them): the simulator then composes the logged actions by its own rules, so a replay that does not
+reproduce the log's timeline means the simulator's rules are not the engine's.
 """
 
 from __future__ import annotations
@@ -38,10 +45,10 @@ from dataclasses import dataclass, field
 
 from ..engine.checkpoint import uses_remat
 from ..engine.events import Event, measured_bubble
-from ..engine.schedule import Action, stage_actions
+from ..engine.schedule import Action, peak_in_flight, stage_actions
 from .costs import Link, StageCost
 
-__all__ = ["SimResult", "ScheduleDeadlock", "simulate", "peak_in_flight"]
+__all__ = ["Replay", "SimResult", "ScheduleDeadlock", "simulate"]
 
 
 class ScheduleDeadlock(RuntimeError):
@@ -61,6 +68,74 @@ class SimResult:
     stage_end_s: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """Per-action and per-message costs that replace the stage costs where given (seconds).
+
+    ``compute[(action, k, mb)]``: a forward, recompute or backward of stage k on micro-batch mb,
+    overheads included; ``before[(k, i)]``: what stage k spends before its i-th action beyond its
+    dependencies (bookkeeping, posting transfers); ``transit[(kind, k, mb)]``: from the send of the
+    activation (kind F) or gradient (kind B) that stage k receives for mb to its arrival."""
+
+    compute: dict[tuple[str, int, int], float] = field(default_factory=dict)
+    before: dict[tuple[int, int], float] = field(default_factory=dict)
+    transit: dict[tuple[str, int, int], float] = field(default_factory=dict)
+
+    @classmethod
+    def from_events(
+        cls, events: Sequence[Event], K: int, M: int, schedule: str, checkpoint: str
+    ) -> tuple[Replay, float]:
+        """The costs of one logged step (the engine's ``Event`` spans of every stage), and the
+        time its replay starts at (the earliest event). Per action: the time before its first span
+        (the previous action's send, bookkeeping) is ``before``; its compute runs from the end of
+        its wait (or its first span) to the end of its compute span; a message's transit runs from
+        the end of its sender's compute to the end of its receiver's wait."""
+        t0 = min(e.start for e in events)
+        rp = cls()
+        done: dict[tuple[str, int, int], float] = {}  # (kind, receiving stage, mb) -> sent at
+        waited: dict[tuple[str, int, int], float] = {}
+        for k in range(K):
+            mine = sorted((e for e in events if e.stage == k), key=lambda e: e.start)
+            spans: dict[tuple[str, int], Event] = {(e.action, e.mb): e for e in mine}
+
+            def waits_of(mb: int, mine: list[Event] = mine) -> list[Event]:
+                return [e for e in mine if e.action == "wait" and e.mb == mb]
+
+            prev = t0
+            for i, a in enumerate(stage_actions(schedule, K, M, k)):
+                if a.kind == "F":
+                    fwd = spans[("forward", a.mb)]
+                    wait = waits_of(a.mb)[0] if k > 0 else None  # a forward's wait: its first
+                    first = wait or fwd
+                    rp.before[(k, i)] = first.start - prev
+                    rp.compute[("forward", k, a.mb)] = fwd.end - (wait.end if wait else fwd.start)
+                    if wait:
+                        waited[("F", k, a.mb)] = wait.end
+                    if k < K - 1:
+                        done[("F", k + 1, a.mb)] = fwd.end
+                    prev = fwd.end
+                else:
+                    bwd = spans[("backward", a.mb)]
+                    rec = (
+                        spans.get(("recompute", a.mb)) if uses_remat(checkpoint, a.mb, M) else None
+                    )
+                    wait = waits_of(a.mb)[-1] if k < K - 1 else None  # a backward's: its last
+                    first = rec or wait or bwd
+                    rp.before[(k, i)] = first.start - prev
+                    if rec:
+                        rp.compute[("recompute", k, a.mb)] = (wait or bwd).start - rec.start
+                    rp.compute[("backward", k, a.mb)] = bwd.end - (wait.end if wait else bwd.start)
+                    if wait:
+                        waited[("B", k, a.mb)] = wait.end
+                    if k > 0:
+                        done[("B", k - 1, a.mb)] = bwd.end
+                    prev = bwd.end
+        rp.transit.update(
+            {key: max(0.0, waited[key] - sent) for key, sent in done.items() if key in waited}
+        )
+        return rp, t0
+
+
 @dataclass
 class _Stage:
     k: int
@@ -68,15 +143,6 @@ class _Stage:
     pos: int = 0
     free: float = 0.0  # when the stage's thread is next free
     last_send_end: float = 0.0
-
-
-def peak_in_flight(actions: Sequence[Action]) -> int:
-    """Most micro-batches whose forward has started and whose backward has not finished."""
-    alive = peak = 0
-    for a in actions:
-        alive += 1 if a.kind == "F" else -1
-        peak = max(peak, alive)
-    return peak
 
 
 def _check(K: int, M: int, stages: Sequence[StageCost], overhead_s: float) -> None:
@@ -103,6 +169,8 @@ def simulate(
     sender_busy: bool = True,
     step_overhead_s: float = 0.0,
     lookahead: int | None = None,
+    recompute_overhead_s: float = 0.0,
+    replay: Replay | None = None,
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
@@ -113,13 +181,19 @@ def simulate(
     optimiser call), spent after its last send and before its ``update_s``. ``lookahead``: with
     ``sender_busy=False``, a transfer starts only once its receiver has posted the receive, which the
     engine does at the start of the action ``lookahead - 1`` actions earlier (``Pipeline(lookahead=4)``,
-    gloo's rendezvous); None: receives are always posted.
+    gloo's rendezvous); None: receives are always posted. ``recompute_overhead_s``: a recompute's
+    fixed cost beyond its forward (restoring the RNG state). ``replay``: per-action and
+    per-message costs replacing these where given (``Replay``).
     """
     uses_remat(checkpoint, 0, M)  # validates the mode
     acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
     _check(K, M, stages, overhead_s)
     if not step_overhead_s >= 0:
         raise ValueError(f"step_overhead_s={step_overhead_s} is invalid; allowed: a number >= 0")
+    if not recompute_overhead_s >= 0:
+        raise ValueError(
+            f"recompute_overhead_s={recompute_overhead_s} is invalid; allowed: a number >= 0"
+        )
     if lookahead is not None and lookahead < 1:
         raise ValueError(f"lookahead={lookahead} is invalid; allowed: None or an integer >= 1")
     st = [_Stage(k, acts[k]) for k in range(K)]
@@ -130,6 +204,14 @@ def simulate(
     # bytes, sender); timed in consumption order, which on every directed link is the issue order
     issued: dict[tuple[str, int, int], tuple[float, int, int]] = {}
     starts: list[list[float]] = [[] for _ in range(K)]  # when each stage began each of its actions
+    rp = replay or Replay()
+
+    def transit(key: tuple[str, int, int], nbytes: int) -> float:
+        return rp.transit.get(key, link.time(nbytes))
+
+    def compute(action: str, k: int, mb: int, default: float) -> float:
+        return rp.compute.get((action, k, mb), default)
+
     link_free: dict[tuple[int, int], float] = {}
 
     def ev(action: str, mb: int, start: float, end: float, k: int) -> None:
@@ -144,7 +226,7 @@ def simulate(
             issued[key] = (ready, nbytes, s.k)
             return
         start = max(ready, link_free.get((s.k, dst), 0.0))
-        end = start + link.time(nbytes)
+        end = start + transit(key, nbytes)
         link_free[(s.k, dst)] = end
         arrival[key] = end
         s.last_send_end = max(s.last_send_end, end)
@@ -157,16 +239,22 @@ def simulate(
             ready, nbytes, src = issued.pop(key)
             posted = 0.0 if lookahead is None else starts[s.k][max(0, s.pos - lookahead + 1)]
             start = max(ready, posted, link_free.get((src, s.k), 0.0))
-            arrival[key] = start + link.time(nbytes)
+            if key in rp.transit:  # a logged transit already holds any queueing behind others
+                start = ready
+            arrival[key] = start + transit(key, nbytes)
             link_free[(src, s.k)] = arrival[key]
             st[src].last_send_end = max(st[src].last_send_end, arrival[key])
         return arrival[key]
 
     def wait(s: _Stage, mb: int, key: tuple[str, int, int]) -> None:
-        s.free += (
-            link.recv_call_s
-        )  # posting the receive (the engine posts ahead; the cost is the same)
-        t = max(s.free, arrive(s, key))
+        s.free += link.recv_call_s  # posting the receive (the engine posts ahead; same cost)
+        arrived = arrive(s, key)
+        blocked = arrived - s.free
+        t = (
+            arrived + link.wake_s(blocked)
+            if blocked > 0 and key not in rp.transit
+            else max(s.free, arrived)
+        )
         ev("wait", mb, s.free, t, s.k)
         s.free = t
 
@@ -180,9 +268,15 @@ def simulate(
             if k > 0 and key not in arrival and key not in issued:
                 return False
             starts[k].append(s.free)
+            s.free += rp.before.get((k, s.pos), 0.0)
             if k > 0:
                 wait(s, a.mb, key)
-            dur = (cost.forward_nograd_s if remat else cost.forward_s) + overhead_s
+            dur = compute(
+                "forward",
+                k,
+                a.mb,
+                (cost.forward_nograd_s if remat else cost.forward_s) + overhead_s,
+            )
             ev("forward", a.mb, s.free, s.free + dur, k)
             s.free += dur
             if k < K - 1:
@@ -192,12 +286,14 @@ def simulate(
             if k < K - 1 and key not in arrival and key not in issued:
                 return False  # the recompute's timing does not depend on when we get here
             starts[k].append(s.free)
+            s.free += rp.before.get((k, s.pos), 0.0)
             if remat:  # recompute before the gradient arrives (§2.3)
-                ev("recompute", a.mb, s.free, s.free + cost.forward_s, k)
-                s.free += cost.forward_s
+                dur = compute("recompute", k, a.mb, cost.forward_s + recompute_overhead_s)
+                ev("recompute", a.mb, s.free, s.free + dur, k)
+                s.free += dur
             if k < K - 1:
                 wait(s, a.mb, key)
-            dur = cost.backward_s + overhead_s
+            dur = compute("backward", k, a.mb, cost.backward_s + overhead_s)
             ev("backward", a.mb, s.free, s.free + dur, k)
             s.free += dur
             if k > 0:
@@ -233,7 +329,7 @@ def simulate(
         step_s=max(ends),
         busy_s=busy,
         bubble_fraction=bubble,
-        peak_in_flight=[peak_in_flight(a) for a in acts],
+        peak_in_flight=[peak_in_flight(schedule, K, M, k) for k in range(K)],
         events=events,
         span_s=span,
         stage_end_s=ends,

@@ -10,7 +10,7 @@ Robustness on a shared machine (``run.validate`` drives it): every round is a ne
 visits the cells in a new random order, so a burst of load from elsewhere hits different cells in
 different rounds, and a cell's figure is the median over all its timed steps of all rounds.
 
-Real cells probe the host's speed (``sim.speed.probe_s``) just before every step, outside the timed
+Real cells probe the host's speed (``sim.measured.speed.probe_s``) just before every step, outside the timed
 region, so ``run.validate`` can put each step on the profile's scale: on a machine whose speed
 drifts, a step and the costs it is compared with were measured at different speeds. The probe runs
 on the first rank alone, the others held at a barrier on either side (bounded by the process
@@ -37,7 +37,7 @@ import torch.distributed as dist
 from ...engine import Event, Pipeline, init_topology, single_process, stage_slice
 from ...engine.hostmem import apply_host_memory
 from ...sim.costs import LayerCost
-from ...sim.speed import probe_s
+from ...sim.measured.speed import probe_s
 from .emulate import emulated_layers, emulated_loss, sleep_until
 from .models import MODELS, N
 

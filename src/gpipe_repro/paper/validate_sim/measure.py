@@ -13,15 +13,16 @@ import os
 import time
 from pathlib import Path
 
+from ...sim.measured.cpu import cpu_roofline
 from ..rows import write_csv
-from .cpu import RooflineRow, calibrate_cpu, roofline_rows, write_profile
+from .cpu import RooflineRow, roofline_rows, write_profile
 from .run import Settings, Validation, validate
 
 PROFILE_HEADER = (
-    "This CPU as a roofline profile, calibrated by `make validate-sim` (paper/validate_sim/cpu.py):\n"
+    "This CPU as a roofline profile, calibrated by `make validate-sim` (sim/measured/cpu.py):\n"
     "peak = the best 1-thread square fp32 matmul (16..1024), efficiency = each matmul's rate / peak\n"
-    "by its FLOPs (non-decreasing), memory bandwidth = a 64 MiB copy, link and overhead = this\n"
-    "device's calibration (sim/device.py). Use: hardware=<path to this file> is not a group option;\n"
+    "by its FLOPs (non-decreasing), memory bandwidth = a 64 MiB copy, op_min_s = one eager operator\n"
+    "call, link and overhead = this device's calibration (sim/measured/device.py). Use: hardware=<path to this file> is not a group option;\n"
     "copy it to conf/hardware/ to simulate on it."
 )
 
@@ -38,7 +39,7 @@ def measure(out: Path, quick: bool) -> Validation:
         print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
 
     v = validate(out, Settings.quick() if quick else Settings(), log=log)
-    hw = calibrate_cpu(v.device)
+    hw = cpu_roofline(v.device)
     write_profile(hw, out / "cpu.yaml", PROFILE_HEADER)
     write_csv(out / "roofline.csv", RooflineRow, roofline_rows(v.profiles, hw))
     calib = {

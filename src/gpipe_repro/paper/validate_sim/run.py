@@ -1,10 +1,10 @@
 """``make validate-sim``: measure cells on this machine, simulate them on the calibrated costs, compare.
 
 1. **Calibrate** (nothing here is fitted to the cells being validated): the speed probe's reference
-   (``sim.speed``); every validation model's layers profiled at each micro-batch the sweep uses
-   (``profile.profile_layers``: median of repeats, in this process with one thread and the engine's
+   (``sim.measured.speed``); every validation model's layers profiled at each micro-batch the sweep uses
+   (``sim.measured.profile_layers``: median of repeats, in this process with one thread and the engine's
    host-memory setting, each run put on the reference speed by a probe just before it); this device's link and the
-   engine's per-action and per-step overheads from a separate reference model (``device.device_model``,
+   engine's per-action and per-step overheads from a separate reference model (``sim.measured.device_model``,
    measured afresh, not from the cache); the emulator's sleep overshoot.
 2. **Real cells**: K in {1, 2} x M in {1, 2, 4, 8, 32} x both schedules x remat never/always, each
    model, ``rounds`` rounds of fresh processes in a shuffled order (``cells``).
@@ -40,11 +40,11 @@ import torch
 
 from ...engine import balance_by_cost, launch
 from ...engine.hostmem import apply_host_memory
+from ...engine.pipeline import DEFAULT_LOOKAHEAD
 from ...sim.costs import LayerCost, stage_costs
-from ...sim.device import DeviceModel, device_model
-from ...sim.measure import LayerProfile, profile_layers
+from ...sim.measured import DeviceModel, LayerProfile, device_model, profile_layers
+from ...sim.measured.speed import normalized, reference_s
 from ...sim.simulate import SimResult, simulate
-from ...sim.speed import normalized, reference_s
 from . import cells as C
 from .models import MODELS, N
 
@@ -68,7 +68,6 @@ VARIANTS = {
     "no_calls": "posting sends and receives is free",
     "no_overhead": "no engine overhead per action or step",
 }
-LOOKAHEAD = 4  # engine.Pipeline's default
 
 # The cell drawn measured-above-simulated in the report (remat: the recompute runs before the gradient).
 TRACE_CELL = {
@@ -256,7 +255,7 @@ def simulate_cell(
         0.0 if none else dm.overhead_s,
         sender_busy=variant == "sender_busy" or dm.sender_busy,
         step_overhead_s=(0.0 if none else dm.step_overhead_s) + extra_step_s,
-        lookahead=None if variant == "posted" else LOOKAHEAD,
+        lookahead=None if variant == "posted" else DEFAULT_LOOKAHEAD,
     )
 
 

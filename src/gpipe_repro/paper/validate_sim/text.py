@@ -135,7 +135,7 @@ def _speed(summ: dict[str, Any], calib: dict[str, Any]) -> list[str]:
         "between phases some seconds long, and a training step follows them (`python "
         "bench/speed_drift.py` measures both over a minute). Costs profiled in one phase and "
         "steps measured in another then disagree by the drift, whatever the simulator does. So every "
-        "profiled layer run and every measured step is preceded by the speed probe (`sim/speed.py`, "
+        "profiled layer run and every measured step is preceded by the speed probe (`sim/measured/speed.py`, "
         f"{'%.2f ms' % (1e3 * ref) if ref else 'a few ms'} at the reference speed) and put on the "
         "reference speed; *raw* rows compare the unscaled steps with the unscaled profile.",
         "",

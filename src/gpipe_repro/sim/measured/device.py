@@ -4,24 +4,28 @@ Per-layer costs depend on the model and are profiled per model (``distinct``, ``
 not depend on the model is measured once per device and cached (``cache``):
 
 - the link: latency and bandwidth of a real point-to-point transfer over the engine's backend
-  (``link.measure_link``: gloo on CPU, nccl on CUDA);
-- the engine's own cost per micro-batch action (``overhead_s``) and per step (``step_overhead_s``):
-  real K = 1 steps of a small reference model at several M, minus its profiled layer costs, fitted
-  by a line in the number of actions (``measure.measure_overhead``, SIMULATION.md item 4). The
-  reference is small (a few narrow linear layers) so that the residual is the engine's bookkeeping
-  (splitting, event spans, autograd entry, the loss sum, the BatchNorm commit) rather than noise in
-  large layer times;
+  (``link.measure_link``: gloo on CPU, nccl on CUDA), and the wake-up of a receiver blocked for a
+  while (``Link.wake``);
+- the engine's own cost per compute action (``overhead_s``) and per step (``step_overhead_s``): real
+  K = 1 steps of a small reference model at several M, each minus its own compute spans, fitted by a
+  line in the number of actions (``overhead.measure_overhead``, SIMULATION.md item 4). The reference
+  is small (a few narrow linear layers) so that the residual is the engine's bookkeeping (splitting,
+  event spans, autograd entry, the loss sum, the BatchNorm commit) rather than noise in large layer
+  times; its stream profile gives a recompute's own cost beyond its forward
+  (``recompute_overhead_s``: restoring the RNG state);
 - what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
   gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
   posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
   occupy its sender (``sender_busy=False``) on either backend.
 
-``measured_costs`` joins a model's profile with these into the ``CostModel`` the simulator takes.
+The ``measured`` hardware (``measured.MeasuredDevice``) joins a model's profile with these into the
+``CostModel`` the simulator takes. Which of these terms moves with the host is why they are measured
+on it rather than assumed: the per-action overhead is Python and autograd work (it follows the CPU's
+speed), the wake-up is the host's idle states and hypervisor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,13 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..costs import Link
 from . import cache
-from .costs import Link
-from .distinct import ExampleFn, TargetFn, profile_planned
-from .measure import MeasuredCosts, measure_link, measure_overhead, profile_layers
-from .profile import LossFn
+from .link import measure_link
+from .overhead import measure_overhead
+from .profile import profile_layers
 
-__all__ = ["DeviceModel", "device_model", "measured_costs", "REFERENCE"]
+__all__ = ["DeviceModel", "device_model", "host_memory_bytes", "REFERENCE"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class DeviceModel:
     overhead_s: float  # the engine's cost per forward or backward action of a micro-batch
     step_overhead_s: float  # the engine's cost per step and stage
     sender_busy: bool  # a send occupies the sending rank for its whole transfer (no: gloo, nccl)
+    recompute_overhead_s: float = 0.0  # a recompute's cost beyond its forward (the RNG restore)
     source: str = "measured"  # measured | cache
 
     def to_json(self) -> dict[str, Any]:
@@ -93,16 +98,19 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "reference": asdict(REFERENCE),
-        "format": 2,  # 2: the link holds the send/receive call costs
+        "format": 4,  # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
+            fields = dict(stored["link"])
+            fields["wake"] = tuple(tuple(p) for p in fields.get("wake", ()))
             return DeviceModel(
                 stored["device"],
-                Link(**stored["link"]),
+                Link(**fields),
                 float(stored["overhead_s"]),
                 float(stored["step_overhead_s"]),
                 bool(stored["sender_busy"]),
+                float(stored["recompute_overhead_s"]),
                 "cache",
             )
         except (KeyError, TypeError, ValueError):
@@ -118,6 +126,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         loss_fn=_reference_loss,
         repeats=REFERENCE.repeats,
         use_cache=use_cache,
+        stream={N // m: m for m in Ms},
     )
     fit = measure_overhead(
         layers,
@@ -127,46 +136,18 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         loss_fn=_reference_loss,
         device=dev,
         repeats=REFERENCE.repeats,
-        profile=prof,
     )
-    model = DeviceModel(cache.device_name(dev), link, fit.overhead_s, max(0.0, fit.fixed_s), False)
+    model = DeviceModel(
+        cache.device_name(dev),
+        link,
+        fit.overhead_s,
+        max(0.0, fit.fixed_s),
+        False,
+        prof.recompute_overhead_s,
+    )
     if use_cache:
         cache.save("device", key, model.to_json())
     return model
-
-
-def measured_costs(
-    layers: Sequence[nn.Module],
-    example: ExampleFn,
-    targets: TargetFn,
-    sizes: Sequence[int],
-    *,
-    loss_fn: LossFn | None,
-    seed: int = 0,
-    repeats: int = 5,
-    extrapolate: str = "linear",
-    device: DeviceModel | None = None,
-    use_cache: bool = True,
-    log: Callable[[str], None] | None = None,
-    on: str = "cpu",
-) -> tuple[MeasuredCosts, DeviceModel]:
-    """The ``measured`` cost model of a model planned on ``meta``: its distinct layers profiled at
-    ``sizes`` (``distinct.profile_planned``) and this device's link and overheads."""
-    dm = device or device_model(on, use_cache=use_cache)
-    prof = profile_planned(
-        layers,
-        example,
-        targets,
-        sizes,
-        loss_fn=loss_fn,
-        seed=seed,
-        repeats=repeats,
-        use_cache=use_cache,
-        log=log,
-        device=on,
-    )
-    costs = MeasuredCosts(prof, dm.link, dm.overhead_s, extrapolate, dm.step_overhead_s)
-    return costs, dm
 
 
 def host_memory_bytes() -> int:

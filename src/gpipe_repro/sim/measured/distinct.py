@@ -10,36 +10,42 @@ AmoebaNet stack) form one group; one representative per group is materialised (s
 and freed before the next. Timing does not depend on the values (dense kernels), so random inputs
 stand in for real activations; the first layer gets the dataset's example batch (token ids stay ids).
 
-The records are ``profile``'s (median of ``repeats`` after ``warmup``, the loss in the last layer, one
-RMSProp step for ``update_s``), cached under the same key scheme (``cache``): the structure of every
-layer, the sizes, the input shapes, torch, threads and the device.
+Each representative is timed as ``profile`` times a model, in a stream of M micro-batches per size
+(``stream``: a one-layer cell, its input a leaf that requires grad as a stage's received input does,
+the loss after the last layer), the same statistics and recompute check, one RMSProp step for
+``update_s``; cached under the same key scheme (``cache``): the structure of every layer, the sizes and
+stream lengths, the input shapes, torch, threads and the device.
 """
 
 from __future__ import annotations
 
 import copy
+import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..engine.batchnorm import convert_batchnorm
-from ..engine.microbatch import Batch, as_tuple, from_tuple
+from ...engine.microbatch import Batch, as_tuple, from_tuple
+from ..costs import LayerCost
 from . import cache
-from .costs import LayerCost
 from .profile import (
     STATS,
     LayerProfile,
     LossFn,
     OptimizerFn,
     _rmsprop,
-    _time_layer,
-    _time_update,
     _to,
+    check_recompute,
+    profile_key,
+    records,
+    stream_lengths,
+    time_update,
 )
+from .stream import fresh_input, time_stream
 
 __all__ = ["profile_planned", "layer_groups"]
 
@@ -104,12 +110,14 @@ def profile_planned(
     use_cache: bool = True,
     log: Callable[[str], None] | None = None,
     device: torch.device | str = "cpu",
+    stream: Mapping[int, int] | int | None = None,
 ) -> LayerProfile:
-    """Per-layer costs at every micro-batch size in ``sizes`` for ``layers`` built on ``meta``.
+    """Per-layer costs at every micro-batch size in ``sizes`` for ``layers`` built on ``meta``;
+    ``stream``: M per size, as in ``profile.profile_layers``.
 
     Only one layer (one group's representative) is in memory at a time; the caller's layers are not
     touched. See the module docstring for what is timed and how it is cached."""
-    from ..models.materialize import materialize
+    from ...models.materialize import materialize
 
     sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 1:
@@ -117,21 +125,20 @@ def profile_planned(
     if stat not in STATS:
         raise ValueError(f"stat={stat!r} is unknown; allowed: {', '.join(STATS)}")
     optimizer_fn = optimizer_fn or _rmsprop
+    lengths = stream_lengths(sizes, stream)
     rep, inputs = layer_groups(layers, example)
     key = {
+        **profile_key(
+            torch.device(device),
+            sizes,
+            lengths,
+            (repeats, warmup, stat),
+            loss_fn,
+            optimizer_fn,
+            layers,
+        ),
         "kind": "planned",
-        "device": cache.device_name(device),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "sizes": sizes,
-        "repeats": repeats,
-        "warmup": warmup,
-        "stat": stat,
-        "hooks": True,  # forward timed with the engine's saved-tensor hooks (profile._time_layer)
         "seed": seed,
-        "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
-        "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
-        "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
         "inputs": cache.key_digest([cache.tensor_shapes(as_tuple(x)) for x in inputs]),
     }
     if use_cache and (stored := cache.load("layers", key)) is not None:
@@ -141,29 +148,29 @@ def profile_planned(
             pass  # corrupt content: measure again
     dev = torch.device(device)
     timed: dict[int, dict[int, LayerCost]] = {}
+    overheads: list[float] = []
     g = torch.Generator().manual_seed(seed)
     last = len(layers) - 1
     for i in sorted(set(rep)):
         t0 = time.perf_counter()
         (lay,) = materialize([copy.deepcopy(layers[i])], seed, first_index=i, device=dev)
-        lay = convert_batchnorm(lay)  # as the engine runs it
         per: dict[int, LayerCost] = {}
         for n in sizes:
             x = _to(_real_input(inputs[i], n, i == 0, example, g), dev)
-            cost, _raw, _out, _probes = _time_layer(
-                lay,
-                x,
-                _to(targets(n), dev) if i == last else None,
+            M = lengths[n]
+            t = time_stream(
+                [lay],
+                [fresh_input(x, i > 0) for _ in range(M)],
+                [_to(targets(n), dev)] * M if i == last and loss_fn is not None else None,
                 loss_fn if i == last else None,
-                i == 0,
-                dev,
-                warmup,
-                repeats,
-                stat,
+                device=dev,
+                warmup=warmup,
+                repeats=repeats,
             )
-            per[n] = cost
-        upd = _time_update(lay, optimizer_fn, dev, warmup, repeats, stat)
-        timed[i] = {n: LayerCost(**{**asdict(c), "update_s": upd}) for n, c in per.items()}
+            overheads.append(check_recompute(t, f"layer {i} at micro-batch {n} (M={M})"))
+            (per[n],) = records(t, [0], stat)
+        upd = time_update(lay, optimizer_fn, dev, warmup, repeats, stat)
+        timed[i] = {n: replace(c, update_s=upd) for n, c in per.items()}
         del lay
         if log is not None:
             log(
@@ -171,7 +178,13 @@ def profile_planned(
                 f"in {time.perf_counter() - t0:.1f} s"
             )
     costs = {n: [timed[rep[i]][n] for i in range(len(layers))] for n in sizes}
-    profile = LayerProfile(sizes, costs, key, distinct=len(timed))
+    profile = LayerProfile(
+        sizes,
+        costs,
+        key,
+        distinct=len(timed),
+        recompute_overhead_s=statistics.median(overheads),
+    )
     if use_cache:
         cache.save("layers", key, profile.to_json())
     return profile

@@ -12,6 +12,14 @@ Then each rank times its own side of small ``isend`` / ``irecv`` calls: what pos
 the calling thread (gloo's ``isend`` returns once posted and moves the data on its own threads, and
 only after the receiver has posted its ``irecv``), the link's ``send_call_s`` and ``recv_call_s``.
 
+Last, the wake-up of a blocked receiver (``Link.wake``): in a ping-pong a rank waits one round trip
+for the next message, but a pipeline stage often waits milliseconds, and a thread blocked that long
+(its core idle, on a virtual machine possibly halted by the hypervisor) sees a message later. Rank 1
+posts a receive and blocks in it while rank 0 computes (spins) for ``blocked`` seconds, then sends its
+clock (``time.perf_counter``: one monotonic clock for the processes of a host); rank 1's arrival time
+minus that clock, less the same measured with no wait, is the extra delay at that blocking time. It
+depends on the host (idle states, hypervisor), so it is measured, never assumed.
+
 Results are cached like the layer profiles (see ``cache``), keyed by device, torch version, backend,
 sizes and repeat counts.
 """
@@ -26,12 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..costs import Link
 from . import cache
-from .costs import Link
 
-__all__ = ["LinkProfile", "measure_link", "fit_link"]
+__all__ = ["LinkProfile", "measure_link", "fit_link", "WAKE_BLOCKED_S"]
 
 DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
+# how long the receiver is blocked before the message is sent, for the wake-up points
+WAKE_BLOCKED_S = (0.0, 0.5e-3, 2e-3, 8e-3, 30e-3)
 
 
 @dataclass(frozen=True)
@@ -63,13 +73,14 @@ def fit_link(points: Sequence[tuple[int, float]]) -> Link:
 
 def _ping_pong(
     sizes: list[int], repeats: int, warmup: int, device: str, timeout_s: float
-) -> tuple[list[tuple[int, float]], float]:
+) -> tuple[list[tuple[int, float]], float, list[tuple[float, float]]]:
     """One rank of the measurement (module level, so spawned ranks can import it): rank 0's points
-    (empty on rank 1), and the median time this rank's thread spends in one ``isend`` (rank 0) or
-    ``irecv`` (rank 1) call of a small tensor — the backend moves the data afterwards."""
+    (empty on rank 1), the median time this rank's thread spends in one ``isend`` (rank 0) or
+    ``irecv`` (rank 1) call of a small tensor — the backend moves the data afterwards — and rank 1's
+    wake-up points (empty on rank 0)."""
     import torch.distributed as dist
 
-    from ..engine.topology import init_topology
+    from ...engine.topology import init_topology
 
     topo = init_topology(2, device=device, timeout_s=timeout_s)
     dev = topo.device
@@ -106,7 +117,39 @@ def _ping_pong(
         if r >= warmup:
             calls.append(t1 - t0)
     dist.barrier()
-    return points, statistics.median(calls)
+    return points, statistics.median(calls), _wake(topo.rank, peer, dev, repeats, warmup)
+
+
+def _wake(
+    rank: int, peer: int, dev: torch.device, repeats: int, warmup: int
+) -> list[tuple[float, float]]:
+    """(blocked seconds, extra seconds before the blocked receiver sees the message), on rank 1."""
+    import torch.distributed as dist
+
+    stamp = torch.zeros(16, dtype=torch.float64, device=dev)  # a clock reading needs float64
+    arrivals: dict[float, float] = {}
+    for blocked in WAKE_BLOCKED_S:
+        lat = []
+        for r in range(warmup + repeats):
+            dist.barrier()
+            if rank == 0:
+                end = time.perf_counter() + blocked
+                while time.perf_counter() < end:  # computing, as the sending stage is
+                    pass
+                stamp[0] = time.perf_counter()
+                dist.send(stamp, peer)
+            else:
+                dist.recv(stamp, peer)
+                arrived = time.perf_counter()
+                if r >= warmup:
+                    lat.append(arrived - float(stamp[0]))
+        if rank == 1:
+            arrivals[blocked] = statistics.median(lat)
+    dist.barrier()
+    if rank == 0:
+        return []
+    base = arrivals[WAKE_BLOCKED_S[0]]
+    return [(b, max(0.0, arrivals[b] - base)) for b in WAKE_BLOCKED_S[1:]]
 
 
 def measure_link(
@@ -139,6 +182,7 @@ def measure_link(
         "repeats": repeats,
         "warmup": warmup,
         "calls": True,  # the record holds the isend/irecv call costs
+        "wake": list(WAKE_BLOCKED_S),  # and the wake-up of a blocked receiver
     }
     if use_cache and (stored := cache.load("link", key)) is not None:
         try:
@@ -148,17 +192,22 @@ def measure_link(
                 float(stored["bandwidth_Bps"]),
                 send_call_s=float(stored["send_call_s"]),
                 recv_call_s=float(stored["recv_call_s"]),
+                wake=tuple((float(b), float(w)) for b, w in stored["wake"]),
             )
             return LinkProfile(link, pts, "cache")
         except (KeyError, TypeError, ValueError):
             pass  # corrupt content: measure again
-    from ..engine.launch import launch
+    from ...engine.launch import launch
 
     res = launch(_ping_pong, 2, (sizes, repeats, warmup, dev.type, timeout_s), threads=1)
     points = [(int(n), float(t)) for n, t in res[0][0]]
     fit = fit_link(points)
     link = Link(
-        fit.latency_s, fit.bandwidth_Bps, send_call_s=float(res[0][1]), recv_call_s=float(res[1][1])
+        fit.latency_s,
+        fit.bandwidth_Bps,
+        send_call_s=float(res[0][1]),
+        recv_call_s=float(res[1][1]),
+        wake=tuple((float(b), float(w)) for b, w in res[1][2]),
     )
     if use_cache:
         cache.save(
@@ -170,6 +219,7 @@ def measure_link(
                 "points": points,
                 "send_call_s": link.send_call_s,
                 "recv_call_s": link.recv_call_s,
+                "wake": [list(p) for p in link.wake],
             },
         )
     return LinkProfile(link, points)

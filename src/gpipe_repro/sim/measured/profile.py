@@ -1,0 +1,368 @@
+"""Per-layer costs measured on the present device, at each micro-batch size the simulator needs.
+
+At every micro-batch size ``n`` the whole model runs as one stage would run it (``stream``): M
+micro-batches of n in a row, kept and rematerialised, each layer timed inside the stream. From the
+timed calls, per layer (``stat``: the median by default):
+
+- ``forward_s``: the forward with grad (the kept step's; a recompute is this forward again, its extra
+  cost per action is ``LayerProfile.recompute_overhead_s``);
+- ``forward_nograd_s``: the no-grad forward (the first pass of a rematerialised micro-batch);
+- ``backward_s``: the layer's share of the cell's backward (kept and remat steps together);
+- ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
+- ``update_s``: one optimiser step on the layer's parameters (RMSProp by default, the paper's
+  optimiser, §4), timed once per distinct layer: it does not depend on the micro-batch size.
+
+``check_recompute`` asserts what the engine guarantees: a recompute is the forward again, so a
+profile in which the recompute (or the no-grad forward) costs more than the forward plus the
+recompute's own overhead, by more than the noise of the calls (their interquartile range), was not
+taken as the engine incurs it and is refused with an error naming the size and the figures.
+
+Stream length: ``stream`` maps each size to its M (an int: the same M everywhere); by default the sizes
+are read as the micro-batches of one mini-batch of ``max(sizes)`` samples, so size n runs
+M = max(sizes) // n micro-batches (every size of a sweep over M at a fixed batch).
+
+Layers identical in structure and input shape (the Transformer's repeated layers, the normal cells of
+one AmoebaNet stack) do the same work: they share one record, the statistic over all their calls.
+With ``normalize_to=ref`` the speed probe (``speed``) runs before every timed step and each call is put
+on the reference speed (``LayerProfile.raw`` keeps the unscaled records). Layers are timed on copies;
+``torch.set_num_threads`` is the caller's choice and part of the cache key.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...engine.microbatch import Batch, as_tuple
+from ..costs import LayerCost
+from . import cache, speed
+from .stream import StreamTimes, fresh_input, time_stream
+
+__all__ = [
+    "LayerProfile",
+    "ProfileError",
+    "profile_layers",
+    "records",
+    "check_recompute",
+    "time_update",
+    "stream_lengths",
+    "groups_of",
+    "profile_key",
+    "STATS",
+]
+
+SampleFn = Callable[[int], tuple[Batch, Any]]  # n -> (one micro-batch of n inputs, its targets)
+LossFn = Callable[..., torch.Tensor]  # (output, targets) -> mean loss
+OptimizerFn = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+STATS = ("median", "min")
+
+
+class ProfileError(RuntimeError):
+    """A profile contradicts how the engine runs (a recompute dearer than the forward it repeats)."""
+
+
+@dataclass
+class LayerProfile:
+    """Measured per-layer costs at each micro-batch size in ``sizes``."""
+
+    sizes: list[int]
+    costs: dict[int, list[LayerCost]]  # micro-batch size -> one record per layer
+    key: dict = field(default_factory=dict)  # what the measurement depended on (the cache key)
+    distinct: int = 0  # distinct layers (identical ones share a record)
+    source: str = "measured"  # "measured" or "cache"
+    # with ``normalize_to``: the unscaled figures (``costs`` are at the reference speed) and the
+    # median probe seconds over the profile
+    raw: dict[int, list[LayerCost]] | None = None
+    probe_s: float | None = None
+    recompute_overhead_s: float = 0.0  # per recompute action: restoring the RNG state, contexts
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "sizes": self.sizes,
+            "distinct": self.distinct,
+            "costs": {str(n): [asdict(c) for c in cs] for n, cs in self.costs.items()},
+            "recompute_overhead_s": self.recompute_overhead_s,
+        }
+        if self.raw is not None:
+            out["raw"] = {str(n): [asdict(c) for c in cs] for n, cs in self.raw.items()}
+            out["probe_s"] = self.probe_s
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict, key: dict) -> LayerProfile:
+        sizes = [int(n) for n in data["sizes"]]
+        costs = {n: [LayerCost(**c) for c in data["costs"][str(n)]] for n in sizes}
+        raw = (
+            {n: [LayerCost(**c) for c in data["raw"][str(n)]] for n in sizes}
+            if "raw" in data
+            else None
+        )
+        return cls(
+            sizes,
+            costs,
+            key,
+            int(data["distinct"]),
+            "cache",
+            raw,
+            data.get("probe_s"),
+            float(data.get("recompute_overhead_s", 0.0)),
+        )
+
+
+def _rmsprop(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.RMSprop(params, lr=1e-4)
+
+
+def _stat(xs: Sequence[float], stat: str) -> float:
+    return min(xs) if stat == "min" else statistics.median(xs)
+
+
+def _iqr(xs: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    q = statistics.quantiles(xs, n=4)
+    return q[2] - q[0]
+
+
+def records(
+    t: StreamTimes, groups: Sequence[int], stat: str, ref: float | None = None
+) -> list[LayerCost]:
+    """One ``LayerCost`` per layer from a stream (``update_s`` left 0); ``groups[i]`` names layer i's
+    group of identical layers, whose calls are pooled into one record."""
+    out = []
+    for i in range(t.layers):
+        members = [j for j in range(t.layers) if groups[j] == groups[i]]
+
+        def pooled(kind: str, members: list[int] = members) -> float:
+            return _stat([x for j in members for x in t.samples(kind, j, ref)], stat)
+
+        out.append(
+            LayerCost(
+                forward_s=pooled("forward"),
+                forward_nograd_s=pooled("nograd"),
+                backward_s=pooled("backward"),
+                out_bytes=t.out_bytes[i],
+            )
+        )
+    return out
+
+
+def check_recompute(t: StreamTimes, where: str, ref: float | None = None) -> float:
+    """Raise ``ProfileError`` unless the recompute and the no-grad forward of the cell cost no more
+    than its forward plus the recompute's overhead, up to the noise; returns that overhead."""
+    fwd, rec, ngr = t.actions("forward", ref), t.actions("recompute", ref), t.actions("nograd", ref)
+    over = statistics.median(t.overheads(ref))
+    noise = max(_iqr(fwd), _iqr(rec), _iqr(ngr))
+    f, r, g = (statistics.median(x) for x in (fwd, rec, ngr))
+    for name, v, allowed in (("recompute", r, f + over), ("no-grad forward", g, f)):
+        if v > allowed + noise:
+            raise ProfileError(
+                f"{where}: the {name} was profiled at {v * 1e3:.3f} ms per micro-batch, above the "
+                f"forward {f * 1e3:.3f} ms + overhead {over * 1e3:.3f} ms by more than the noise "
+                f"({noise * 1e3:.3f} ms); allowed: at most forward + overhead + noise (the engine "
+                "recomputes the same forward) - profile again on a quiet machine"
+            )
+    return over
+
+
+def time_update(
+    layer: nn.Module,
+    optimizer_fn: OptimizerFn,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    stat: str,
+) -> float:
+    """One optimiser step on ``layer``'s parameters (gradients of zeros), the statistic of repeats."""
+    params = [p for p in layer.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    opt = optimizer_fn(params)
+    times = []
+    for r in range(warmup + repeats):  # the first step allocates the optimiser state: warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if r >= warmup:
+            times.append(time.perf_counter() - t0)
+    return _stat(times, stat)
+
+
+def stream_lengths(sizes: Sequence[int], stream: Mapping[int, int] | int | None) -> dict[int, int]:
+    """M per size (see the module doc)."""
+    if stream is None:
+        return {n: max(1, max(sizes) // n) for n in sizes}
+    if isinstance(stream, int):
+        lengths = dict.fromkeys(sizes, stream)
+    else:
+        lengths = {n: int(stream[n]) for n in sizes if n in stream}
+    bad = [n for n in sizes if lengths.get(n, 0) < 1]
+    if bad:
+        raise ValueError(
+            f"stream={stream!r} gives no length >= 1 for sizes {bad}; allowed: an integer >= 1 or "
+            "one per size"
+        )
+    return lengths
+
+
+def _check(micro_batches: Sequence[int], repeats: int, warmup: int, stat: str) -> list[int]:
+    sizes = sorted({int(n) for n in micro_batches})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"micro_batches={list(micro_batches)} is invalid; allowed: integers >= 1")
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} is invalid; allowed: an integer >= 1")
+    if warmup < 0:
+        raise ValueError(f"warmup={warmup} is invalid; allowed: an integer >= 0")
+    if stat not in STATS:
+        raise ValueError(f"stat={stat!r} is unknown; allowed: {', '.join(STATS)}")
+    return sizes
+
+
+def _to(x: Any, device: torch.device) -> Any:
+    if isinstance(x, tuple):
+        return tuple(t.to(device) for t in x)
+    return x.to(device) if torch.is_tensor(x) else x
+
+
+def groups_of(layers: Sequence[nn.Module], t: StreamTimes, first: int = 0) -> list[int]:
+    """Index of the first layer identical to each (structure, input shapes, first or last of the
+    model; ``first``: the global index of ``layers[0]``), as measured in stream ``t``."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, layer in enumerate(layers):
+        key = cache.key_digest(
+            [cache.structure(layer), t.in_shapes[i], first + i == 0, i == len(layers) - 1]
+        )
+        out.append(seen.setdefault(key, i))
+    return out
+
+
+def profile_key(
+    device: torch.device,
+    sizes: Sequence[int],
+    lengths: Mapping[int, int],
+    timing: tuple[int, int, str],
+    loss_fn: LossFn | None,
+    optimizer_fn: OptimizerFn,
+    layers: Sequence[nn.Module],
+) -> dict[str, Any]:
+    """What a profile depends on (the cache key's common part): the device, torch, threads, sizes
+    and stream lengths, the timing (repeats, warmup, statistic), the loss and optimiser, every
+    layer's structure."""
+    repeats, warmup, stat = timing
+    return {
+        "device": cache.device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "sizes": list(sizes),
+        "stream": [lengths[n] for n in sizes],
+        "repeats": repeats,
+        "warmup": warmup,
+        "stat": stat,
+        "method": "stream",  # timed inside a stage's stream of micro-batches (``stream``)
+        "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
+        "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
+        "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
+    }
+
+
+def profile_layers(
+    layers: Sequence[nn.Module],
+    sample_fn: SampleFn,
+    micro_batches: Sequence[int],
+    *,
+    device: torch.device | str = "cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+    loss_fn: LossFn | None = None,
+    optimizer_fn: OptimizerFn | None = None,
+    stat: str = "median",
+    use_cache: bool = True,
+    normalize_to: float | None = None,
+    stream: Mapping[int, int] | int | None = None,
+) -> LayerProfile:
+    """Measure every layer at every micro-batch size in ``micro_batches`` (see the module doc).
+
+    ``sample_fn(n)`` returns one micro-batch of ``n`` model inputs and its targets (the targets are
+    used only by ``loss_fn``, which must return the mean loss over the micro-batch). With
+    ``use_cache`` a stored profile for the same key is loaded instead of measuring (``cache``); the
+    key names the loss and optimiser functions by their qualified names, so two different lambdas
+    look alike: pass ``use_cache=False`` or named functions when that matters. ``normalize_to``: the
+    probe's seconds at the reference speed (``speed.reference_s()``).
+    """
+    sizes = _check(micro_batches, repeats, warmup, stat)
+    if normalize_to is not None and not normalize_to > 0:
+        raise ValueError(f"normalize_to={normalize_to} is invalid; allowed: positive seconds")
+    lengths = stream_lengths(sizes, stream)
+    dev = torch.device(device)
+    optimizer_fn = optimizer_fn or _rmsprop
+    samples = {n: sample_fn(n) for n in sizes}
+    key = {
+        **profile_key(dev, sizes, lengths, (repeats, warmup, stat), loss_fn, optimizer_fn, layers),
+        "normalize_to": normalize_to,
+        "inputs": {str(n): cache.tensor_shapes(as_tuple(samples[n][0])) for n in sizes},
+    }
+    if use_cache and (stored := cache.load("layers", key)) is not None:
+        try:
+            return LayerProfile.from_json(stored, key)
+        except (KeyError, TypeError, ValueError):
+            pass  # corrupt content: measure again
+    groups: list[int] = []
+    costs: dict[int, list[LayerCost]] = {}
+    raws: dict[int, list[LayerCost]] = {}
+    probes: list[float] = []
+    overheads: list[float] = []
+    probe = speed.probe_s if normalize_to is not None else None
+    for n in sizes:
+        x, y = _to(samples[n][0], dev), _to(samples[n][1], dev)
+        M = lengths[n]
+        t = time_stream(
+            layers,
+            [fresh_input(x, False) for _ in range(M)],
+            [y] * M if loss_fn is not None else None,
+            loss_fn,
+            device=dev,
+            warmup=warmup,
+            repeats=repeats,
+            probe=probe,
+        )
+        overheads.append(check_recompute(t, f"micro-batch {n} (M={M})", normalize_to))
+        groups = groups or groups_of(layers, t)
+        costs[n] = records(t, groups, stat, normalize_to)
+        raws[n] = records(t, groups, stat)
+        probes += [s.probe_s for s in t.steps]
+    updates: dict[int, float] = {}
+    for i, layer in enumerate(layers):
+        if groups[i] not in updates:
+            updates[groups[i]] = time_update(
+                copy.deepcopy(layer).to(dev), optimizer_fn, dev, warmup, repeats, stat
+            )
+    for n in sizes:
+        costs[n] = [replace(c, update_s=updates[groups[i]]) for i, c in enumerate(costs[n])]
+        raws[n] = [replace(c, update_s=updates[groups[i]]) for i, c in enumerate(raws[n])]
+    profile = LayerProfile(
+        sizes,
+        costs,
+        key,
+        distinct=len(set(groups)),
+        raw=raws if normalize_to is not None else None,
+        probe_s=statistics.median(probes) if normalize_to is not None else None,
+        recompute_overhead_s=statistics.median(overheads),
+    )
+    if use_cache:
+        cache.save("layers", key, profile.to_json())
+    return profile

@@ -1,0 +1,275 @@
+"""Each layer's forward, backward and recompute timed inside a stream of M micro-batches, as a stage runs them.
+
+A pipeline stage (``engine.pipeline``, GPipe §2.2-2.3) does not call a layer once: it runs its cell on
+M micro-batches in a row, keeping every micro-batch's saved tensors alive until its backward; under
+rematerialisation it runs a no-grad forward of every micro-batch, then per micro-batch restores the RNG
+state, runs the forward again with grad and runs the backward. A layer timed alone, outside that
+stream, runs in another state of caches, allocator and autograd, and is not what the engine incurs
+(alone, layers came out up to 2x dearer, and a no-grad pass dearer than the forward it repeats). So a
+*cell* of layers runs here exactly the engine's two kinds of step, and each layer is timed inside them:
+
+- the kept step: the forward with grad of micro-batches 0 .. M-1 (the engine's saved-tensor accounting
+  on, ``engine.memory.ActivationMeter``), then their backwards in reverse (fill-drain order);
+- the remat step: the no-grad forward of 0 .. M-1 keeping each input and RNG state, then per
+  micro-batch in reverse the engine's recompute (``restored_rng``, ``recomputing()``, the forward with
+  grad) and its backward.
+
+A forward is timed per layer around its call (the loss, scaled by 1/M as the engine does, inside the
+last layer's). A backward is one ``autograd.backward`` through the whole cell, as the engine calls it,
+split per layer by a hook on each layer's input: autograd runs a graph's nodes in reverse creation
+order on the calling thread, so the gradient of layer i's input is complete exactly when layer i's
+backward nodes have run and layer i-1's have not started. A recompute's overhead is the time from the
+start of its action to its first layer (restoring the RNG state, entering the contexts). Before each
+timed step ``probe`` (the speed probe, ``speed.probe_s``) may run; its seconds come back with the step.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...engine.batchnorm import commit as commit_batchnorm
+from ...engine.batchnorm import convert_batchnorm, recomputing
+from ...engine.checkpoint import restored_rng, save_rng
+from ...engine.memory import ActivationMeter
+from ...engine.microbatch import Batch, as_tuple
+from ...engine.precision import fp32_loss
+from .cache import tensor_shapes
+
+__all__ = ["StreamTimes", "Step", "time_stream", "fresh_input"]
+
+LossFn = Callable[..., torch.Tensor]
+
+
+@dataclass
+class Step:
+    """One timed step of the stream (kept or remat), its seconds as measured."""
+
+    probe_s: float  # the speed probe just before it (1.0 without a probe)
+    forward: list[list[float]] = field(default_factory=list)  # per micro-batch: per layer
+    nograd: list[list[float]] = field(default_factory=list)
+    recompute: list[list[float]] = field(default_factory=list)
+    backward: list[list[float]] = field(default_factory=list)
+    recompute_overhead: list[float] = field(default_factory=list)  # per recompute action
+
+
+@dataclass
+class StreamTimes:
+    """Every timed step of a cell at one micro-batch size, and the bytes each layer returns."""
+
+    layers: int
+    micro_batches: int
+    steps: list[Step]
+    out_bytes: list[int]  # per layer: bytes of everything it returns (the boundary after it)
+    in_shapes: list[list]  # per layer: its input's shapes and dtypes (``cache.tensor_shapes``)
+
+    def samples(self, kind: str, layer: int, ref: float | None = None) -> list[float]:
+        """Every timed call of ``layer`` of one kind (forward, nograd, recompute, backward), each put
+        on the reference speed ``ref`` when given (seconds x ref / that step's probe)."""
+        return [
+            row[layer] * (ref / s.probe_s if ref is not None else 1.0)
+            for s in self.steps
+            for row in getattr(s, kind)
+        ]
+
+    def actions(self, kind: str, ref: float | None = None) -> list[float]:
+        """Per micro-batch action: the cell's total of one kind (what an engine span covers)."""
+        return [
+            sum(row) * (ref / s.probe_s if ref is not None else 1.0)
+            for s in self.steps
+            for row in getattr(s, kind)
+        ]
+
+    def overheads(self, ref: float | None = None) -> list[float]:
+        return [
+            o * (ref / s.probe_s if ref is not None else 1.0)
+            for s in self.steps
+            for o in s.recompute_overhead
+        ]
+
+
+def fresh_input(x: Batch, requires_grad: bool) -> Batch:
+    """A leaf copy of ``x`` (its float tensors requiring grad when asked): a stage's received input."""
+    ts = [
+        t.detach().clone().requires_grad_(requires_grad and t.is_floating_point())
+        for t in as_tuple(x)
+    ]
+    return tuple(ts) if isinstance(x, tuple) else ts[0]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Boundaries:
+    """When each layer's backward ended: a hook on layer i's input fires when its gradient is complete."""
+
+    def __init__(self, L: int) -> None:
+        self.t = [0.0] * (
+            L + 1
+        )  # t[i]: layer i's backward done (t[0]: the call returned); t[L]: start
+        self.handles: list[Any] = []
+
+    def watch(self, i: int, x: Batch) -> None:
+        ts = [t for t in as_tuple(x) if t.requires_grad]
+        if ts:
+            self.handles.append(
+                torch.autograd.graph.register_multi_grad_hook(ts, self._stamp(i), mode="any")
+            )
+
+    def _stamp(self, i: int) -> Callable[[torch.Tensor], None]:
+        def hook(_grad: torch.Tensor) -> None:
+            self.t[i] = time.perf_counter()
+
+        return hook
+
+    def per_layer(self) -> list[float]:
+        """Seconds of each layer's backward; a boundary whose hook never fired (no gradient crossed
+        it) counts as the one after it."""
+        t = self.t
+        for i in range(len(t) - 2, 0, -1):
+            t[i] = max(t[i], t[i + 1])
+        for h in self.handles:
+            h.remove()
+        return [t[i] - t[i + 1] for i in range(len(t) - 1)]
+
+
+class _Cell:
+    """The layers being timed, as a stage holds them (copies, micro-batch BatchNorm, on ``device``)."""
+
+    def __init__(self, layers: Sequence[nn.Module], device: torch.device) -> None:
+        self.layers = [convert_batchnorm(copy.deepcopy(layer)).to(device) for layer in layers]
+        self.params = [p for layer in self.layers for p in layer.parameters()]
+        self.device = device
+
+    def forward(
+        self,
+        x: Batch,
+        loss: Callable[[Batch], torch.Tensor] | None,
+        bounds: _Boundaries | None,
+    ) -> tuple[Batch | torch.Tensor, list[float]]:
+        times = []
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            if bounds is not None and i > 0:
+                bounds.watch(i, x)
+            _sync(self.device)
+            t0 = time.perf_counter()
+            y = layer(x)
+            if i == last and loss is not None:
+                y = loss(y)
+            _sync(self.device)
+            times.append(time.perf_counter() - t0)
+            x = y
+        return x, times
+
+    def backward(
+        self, y: Batch | torch.Tensor, seeds: list[torch.Tensor] | None, bounds: _Boundaries
+    ) -> list[float]:
+        outs = [t for t in as_tuple(y) if t.requires_grad]
+        _sync(self.device)
+        bounds.t[-1] = time.perf_counter()
+        if outs:
+            torch.autograd.backward(outs, seeds if seeds is not None else None)
+        _sync(self.device)
+        bounds.t[0] = time.perf_counter()
+        return bounds.per_layer()
+
+    def end_step(self) -> None:
+        """What the engine does between steps, untimed: fold BatchNorm statistics, drop gradients."""
+        for layer in self.layers:
+            commit_batchnorm(layer)
+        for p in self.params:
+            p.grad = None
+
+
+def time_stream(
+    layers: Sequence[nn.Module],
+    inputs: Sequence[Batch],
+    targets: Sequence[Any] | None,
+    loss_fn: LossFn | None,
+    *,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    probe: Callable[[], float] | None = None,
+) -> StreamTimes:
+    """Time ``layers`` (a cell; copies are timed) on the micro-batches ``inputs`` (M of them, leaves
+    as the stage receives them), with ``loss_fn(output, targets[m])`` after the last layer when given
+    (else the output's gradient is a tensor of ones, as if received). ``repeats`` timed pairs of steps
+    (kept, remat) after ``warmup`` untimed ones; see the module doc."""
+    M = len(inputs)
+    if M < 1:
+        raise ValueError("inputs is empty; allowed: one micro-batch per call of the stream")
+    if loss_fn is not None and (targets is None or len(targets) != M):
+        raise ValueError("targets must hold one entry per micro-batch when loss_fn is given")
+    cell = _Cell(layers, device)
+    L = len(cell.layers)
+    meter = ActivationMeter(cell.params)
+
+    def loss_of(m: int) -> Callable[[Batch], torch.Tensor] | None:
+        if loss_fn is None:
+            return None
+        assert targets is not None
+        return lambda y: fp32_loss(loss_fn, y, targets[m], device.type) / M
+
+    seeds: list[torch.Tensor] | None = None
+    if loss_fn is None:  # made once, outside any timed region
+        with torch.no_grad():
+            y, _ = cell.forward(inputs[0], None, None)
+        seeds = [torch.ones_like(t) for t in as_tuple(y) if t.is_floating_point()]
+    out_bytes, in_shapes = _boundaries(cell, inputs[0])
+    steps: list[Step] = []
+    for r in range(warmup + repeats):
+        kept = Step(probe() if probe is not None else 1.0)
+        graphs: dict[int, tuple[Any, _Boundaries]] = {}
+        for m in range(M):
+            bounds = _Boundaries(L)
+            with meter.record(m):
+                y, times = cell.forward(inputs[m], loss_of(m), bounds)
+            graphs[m] = (y, bounds)
+            kept.forward.append(times)
+        for m in reversed(range(M)):
+            y, bounds = graphs.pop(m)
+            kept.backward.append(cell.backward(y, seeds, bounds))
+            meter.release(m)
+        cell.end_step()
+        remat = Step(probe() if probe is not None else 1.0)
+        rngs = {}
+        for m in range(M):
+            rngs[m] = save_rng(device)
+            with torch.no_grad():
+                _, times = cell.forward(inputs[m], loss_of(m), None)
+            remat.nograd.append(times)
+        for m in reversed(range(M)):
+            bounds = _Boundaries(L)
+            t0 = time.perf_counter()
+            with restored_rng(rngs.pop(m)), recomputing(), meter.record(m):
+                remat.recompute_overhead.append(time.perf_counter() - t0)
+                y, times = cell.forward(inputs[m], loss_of(m), bounds)
+            remat.recompute.append(times)
+            remat.backward.append(cell.backward(y, seeds, bounds))
+            meter.release(m)
+        cell.end_step()
+        if r >= warmup:
+            steps += [kept, remat]
+    return StreamTimes(L, M, steps, out_bytes, in_shapes)
+
+
+@torch.no_grad()
+def _boundaries(cell: _Cell, x: Batch) -> tuple[list[int], list[list]]:
+    """Each layer's output bytes (a tuple's tensors summed) and input shapes, from one no-grad pass."""
+    out, shapes = [], []
+    for layer in cell.layers:
+        shapes.append(tensor_shapes(as_tuple(x)))
+        x = layer(x)
+        out.append(sum(t.numel() * t.element_size() for t in as_tuple(x)))
+    cell.end_step()
+    return out, shapes

@@ -1,0 +1,36 @@
+"""A stage's peak activation bytes come from its own action list (``planner.memory``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpipe_repro.engine.errors import ArgumentError
+from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes
+
+A = StageActivation(input=3, saved=40, output=7, weights=10)  # graph = saved + weights = 50
+
+
+def closed_form(schedule: str, checkpoint: str, K: int, M: int, k: int) -> int:
+    """The table of the module doc (GPipe §2.3), written out."""
+    n = M if schedule == "gpipe" else min(K - k, M)
+    if checkpoint == "never":
+        return n * (A.input + A.graph + A.output)
+    if checkpoint == "always":
+        return n * A.input + A.graph
+    overlap = schedule == "1f1b" and M > 1 and K - k - 1 >= 1
+    return n * A.input + A.graph * (2 if overlap else 1) + A.output
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("checkpoint", ["never", "except_last", "always"])
+def test_the_walk_gives_the_papers_closed_forms(schedule, checkpoint):
+    for K in (1, 2, 4):
+        for M in (1, 2, 3, 8):
+            for k in range(K):
+                got = peak_activation_bytes(A, schedule, checkpoint, K, M, k)
+                assert got == closed_form(schedule, checkpoint, K, M, k), (K, M, k)
+
+
+def test_an_unknown_schedule_is_refused_not_read_as_1f1b():
+    with pytest.raises(ArgumentError, match="schedule='interleaved' is unknown"):
+        peak_activation_bytes(A, "interleaved", "never", 4, 8, 0)

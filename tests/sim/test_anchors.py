@@ -1,0 +1,66 @@
+"""Published profiles anchored on published training throughputs (``sim.anchors``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from gpipe_repro.sim.anchors import (
+    ANCHOR_MODELS,
+    MIN_ANCHORS,
+    TOLERANCE,
+    check,
+    fit,
+    scaled,
+    simulate_anchor,
+    trust,
+)
+from gpipe_repro.sim.hardware import PROFILES_DIR, load_config, load_profile
+
+PUBLISHED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if load_config(p).name != "measured")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_every_published_profile_has_cited_anchors_of_known_models(name):
+    hw = load_profile(name)
+    assert len(hw.anchors) >= MIN_ANCHORS
+    assert any(a.use == "fit" for a in hw.anchors) and any(a.use == "check" for a in hw.anchors)
+    for a in hw.anchors:
+        assert a.model in ANCHOR_MODELS and a.source.startswith("https://") and a.note
+
+
+def test_fitting_makes_the_fit_anchor_right_and_more_efficiency_is_faster():
+    p100 = load_profile("p100_pcie")
+    (fitted_anchor,) = [a for a in p100.anchors if a.use == "fit"]
+    fitted, factor = fit(scaled(p100, 0.5))  # from a curve half as high: the factor recovers it
+    assert abs(simulate_anchor(fitted, fitted_anchor).error) < 0.01
+    assert factor == pytest.approx(2.0, rel=0.05)
+    slow, fast = (simulate_anchor(scaled(p100, f), fitted_anchor) for f in (0.5, 1.0))
+    assert fast.predicted > slow.predicted  # compute-bound enough to follow the curve
+    assert all(e <= 1.0 for _, e in scaled(p100, 10.0).efficiency_curve)  # capped at peak
+
+
+def test_an_anchor_is_per_device_and_a_faster_variant_scales_the_peak():
+    p100 = load_profile("p100_pcie")
+    a = p100.anchors[0]
+    assert simulate_anchor(p100, a).published == pytest.approx(a.throughput / a.devices)
+    plain = simulate_anchor(p100, dataclasses.replace(a, peak_scale=1.0)).predicted
+    assert simulate_anchor(p100, a).predicted > plain  # the SXM2 variant's higher clock
+
+
+def test_trust_sums_up_the_anchors():
+    tpu = load_profile("tpu_v3")
+    t = trust(tpu)
+    errors = [abs(r.error) for r in check(tpu)]
+    assert t.checks == len(tpu.anchors) and t.max_error == pytest.approx(max(errors))
+    assert t.validated == (max(errors) <= TOLERANCE)
+    one = dataclasses.replace(tpu, anchors=tpu.anchors[:1])
+    assert not trust(one).validated  # a single anchor never validates a profile
+    assert math.isfinite(trust(one).max_error)

@@ -1,0 +1,141 @@
+"""Layers timed inside a stream of micro-batches, as a stage runs them (``sim.measured.stream``)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpipe_repro.sim.measured.profile import (
+    ProfileError,
+    check_recompute,
+    records,
+    stream_lengths,
+)
+from gpipe_repro.sim.measured.stream import Step, StreamTimes, fresh_input, time_stream
+
+FWD_S, BWD_S = 0.02, 0.03  # what the slow layer sleeps (far above the fast layers)
+
+
+class _Sleep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        time.sleep(FWD_S)
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        time.sleep(BWD_S)
+        return g
+
+
+class Slow(nn.Module):
+    """Sleeps FWD_S in its forward and BWD_S in its backward, whatever the input."""
+
+    def forward(self, x):
+        if isinstance(x, tuple):
+            return (_Sleep.apply(x[0]), x[1])
+        return _Sleep.apply(x)
+
+
+class Pair(nn.Module):
+    """(current, previous) -> (new, current), as AmoebaNet's cells pass them."""
+
+    def __init__(self, w: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(w, w)
+
+    def forward(self, x):
+        cur, prev = x if isinstance(x, tuple) else (x, x)
+        return (torch.relu(self.lin(cur) + prev), cur)
+
+
+class Head(nn.Module):
+    def __init__(self, w: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(w, 10)
+
+    def forward(self, x):
+        return self.lin(x[0] if isinstance(x, tuple) else x)
+
+
+@pytest.mark.parametrize("tuples", [False, True])
+def test_each_layer_is_charged_its_own_forward_backward_and_recompute(tuples):
+    torch.manual_seed(0)
+    w = 32
+    if tuples:  # a slow layer between two that pass (current, previous)
+        layers = [Pair(w), Slow(), Pair(w), Head(w)]
+    else:
+        layers = [nn.Linear(w, w), Slow(), nn.Linear(w, w), Head(w)]
+    M = 3
+    x = torch.randn(4, w)
+    t = time_stream(
+        layers,
+        [fresh_input(x, False) for _ in range(M)],
+        [torch.zeros(4, dtype=torch.long)] * M,
+        F.cross_entropy,
+        device=torch.device("cpu"),
+        warmup=1,
+        repeats=2,
+    )
+    assert t.micro_batches == M and len(t.steps) == 4  # a kept and a remat step per repeat
+    for kind, least in (("forward", FWD_S), ("nograd", FWD_S), ("recompute", FWD_S)):
+        assert len(t.samples(kind, 1)) == 2 * M
+        assert min(t.samples(kind, 1)) >= least
+        assert all(statistics.median(t.samples(kind, i)) < least / 4 for i in (0, 2, 3))
+    # the backward of the whole cell is split at the layer boundaries, the sleep lands in layer 1
+    # (medians for the fast layers: another process may take the core for a moment)
+    assert len(t.samples("backward", 1)) == 4 * M  # both steps' backwards
+    assert min(t.samples("backward", 1)) >= BWD_S
+    assert all(statistics.median(t.samples("backward", i)) < BWD_S / 4 for i in (0, 2, 3))
+    assert len(t.overheads()) == 2 * M and min(t.overheads()) > 0
+    assert t.out_bytes[-1] == 4 * 10 * 4 and len(t.in_shapes) == 4
+
+
+def _times(fwd: float, rec: float, nograd: float, over: float) -> StreamTimes:
+    """Two steps of a one-layer cell, two micro-batches, every call the same."""
+    kept = Step(1.0, forward=[[fwd], [fwd]], backward=[[1.0], [1.0]])
+    remat = Step(
+        1.0,
+        nograd=[[nograd], [nograd]],
+        recompute=[[rec], [rec]],
+        backward=[[1.0], [1.0]],
+        recompute_overhead=[over, over],
+    )
+    return StreamTimes(1, 2, [kept, remat], [8], [[]])
+
+
+def test_a_recompute_dearer_than_forward_plus_overhead_is_refused():
+    assert check_recompute(_times(1.0, 1.05, 0.8, 0.1), "here") == pytest.approx(0.1)
+    with pytest.raises(ProfileError, match="here: the recompute was profiled at 2000.000 ms"):
+        check_recompute(_times(1.0, 2.0, 0.8, 0.1), "here")
+    with pytest.raises(ProfileError, match="no-grad forward"):
+        check_recompute(_times(1.0, 1.0, 1.5, 0.1), "here")
+
+
+def test_records_pool_a_group_and_put_calls_on_the_reference_speed():
+    t = StreamTimes(
+        2,
+        1,
+        [Step(2.0, forward=[[1.0, 3.0]], backward=[[2.0, 2.0]]), Step(2.0, nograd=[[0.5, 0.5]])],
+        [8, 8],
+        [[], []],
+    )
+    apart = records(t, [0, 1], "median")
+    assert [c.forward_s for c in apart] == [1.0, 3.0]
+    pooled = records(t, [0, 0], "median")
+    assert [c.forward_s for c in pooled] == [2.0, 2.0]  # the median of both layers' calls
+    halved = records(t, [0, 1], "median", ref=1.0)  # probe 2.0 s at a reference of 1.0 s
+    assert [c.forward_s for c in halved] == [0.5, 1.5] and halved[0].backward_s == 1.0
+
+
+def test_stream_lengths():
+    assert stream_lengths([1, 4, 32], None) == {1: 32, 4: 8, 32: 1}  # one mini-batch of 32
+    assert stream_lengths([2, 8], 4) == {2: 4, 8: 4}
+    assert stream_lengths([2, 8], {2: 16, 8: 4}) == {2: 16, 8: 4}
+    with pytest.raises(ValueError, match="sizes \\[8\\]"):
+        stream_lengths([2, 8], {2: 16})
