@@ -10,7 +10,7 @@ from .partition import PartitionError, balance_by_cost, check_balance
 from .pipeline import Cell, Pipeline, stage_slice
 from .precision import PRECISIONS
 from .schedule import SCHEDULES, Action, bubble_fraction, stage_actions
-from .topology import Topology, init_topology, single_process
+from .topology import Topology, independent_pipelines, init_topology, single_process
 
 __all__ = [
     "Action",
@@ -30,6 +30,7 @@ __all__ = [
     "check_balance",
     "chrome_trace",
     "convert_batchnorm",
+    "independent_pipelines",
     "init_topology",
     "join",
     "launch",

@@ -21,7 +21,7 @@ from .comm import Channel
 from .errors import ArgumentError
 from .fifo import Fifo, nccl_order_from_env
 
-__all__ = ["Topology", "init_topology", "single_process", "backend_for"]
+__all__ = ["Topology", "init_topology", "independent_pipelines", "single_process", "backend_for"]
 
 
 @dataclass
@@ -130,6 +130,27 @@ def init_topology(
         if k == topo.stage:
             topo.dp_group = g
     _connect(topo, timeout_s, _one_group)
+    return topo
+
+
+def independent_pipelines(K: int, device: str = "cpu", timeout_s: float = 120.0) -> Topology | None:
+    """This rank's place among ``world // K`` independent pipelines of K stages each, in a process
+    group that is already initialised: ranks d*K .. d*K+K-1 form pipeline d, with its own channels
+    and no data-parallel group (each trains alone; the simulator's validation runs several at once).
+    Every rank of the group calls this in the same order (it creates process groups); a rank left
+    over (rank >= (world // K) * K) gets None."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    n = world // K
+    if K < 1 or n < 1:
+        raise ArgumentError("K", K, f"is invalid; allowed: 1 .. the world size {world}")
+    dev = torch.device(device)
+    order = nccl_order_from_env() and dev.type != "cuda"
+    mine = rank < n * K
+    topo = Topology(K=K, replicas=n, rank=rank if mine else 0, device=dev, nccl_order=order)
+    _connect(topo, timeout_s, False)  # every pipeline's groups, on every rank
+    if not mine:
+        return None
+    topo.replicas = 1  # no replica of it: no gradient all-reduce, no shared BatchNorm statistics
     return topo
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import time
 
-import torch
 import torch.distributed as dist
 
-from gpipe_repro.engine import Topology, init_topology
+from gpipe_repro.engine import independent_pipelines, init_topology
 from gpipe_repro.paper.validate_sim.emulate import run_emulated
 
 
@@ -18,12 +17,11 @@ def phases(runs: list[tuple], timeout_s: float = 60.0) -> list[dict | None]:
     W // K independent pipelines on ranks 0 .. (W // K) * K - 1 (the others wait at the barrier)."""
     world = int(os.environ["WORLD_SIZE"])
     init_topology(world, timeout_s=timeout_s)
-    rank = dist.get_rank()
     out: list[dict | None] = []
     for K, layers, configs, steps, balance in runs:
         dist.barrier()
-        if rank < (world // K) * K:
-            topo = Topology(K=K, replicas=1, rank=rank, device=torch.device("cpu"))
+        topo = independent_pipelines(K, timeout_s=timeout_s)  # collective: every rank
+        if topo is not None:
             t0 = time.perf_counter()
             res = run_emulated(topo, layers, configs, steps, balance)
             out.append({"results": res, "seconds": time.perf_counter() - t0})
