@@ -122,9 +122,12 @@ class Replay:
                     wait = waits_of(a.mb)[-1] if k < K - 1 else None  # a backward's: its last
                     first = rec or wait or bwd
                     rp.before[(k, i)] = first.start - prev
-                    if rec:
-                        rp.compute[("recompute", k, a.mb)] = (wait or bwd).start - rec.start
-                    rp.compute[("backward", k, a.mb)] = bwd.end - (wait.end if wait else bwd.start)
+                    if rec:  # its own span: the clock reads its end apart from the next start
+                        rp.compute[("recompute", k, a.mb)] = rec.end - rec.start
+                    # the backward runs from its wait's end, else from the recompute's end (the gap
+                    # between two spans is bookkeeping of this action), else from its own start
+                    begin = wait.end if wait else rec.end if rec else bwd.start
+                    rp.compute[("backward", k, a.mb)] = bwd.end - begin
                     if wait:
                         waited[("B", k, a.mb)] = wait.end
                     if k > 0:
