@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-targets lint format docs bench-engine bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
+.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,14 +24,17 @@ setup: $(STAMP) ## create .venv with the pinned CPU torch and the project (edita
 demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
 	$(BIN)/gpipe-run -m experiment=demo
 
-test: $(STAMP) ## the test suite (CPU, real gloo ranks; the quick paper targets: make test-targets)
-	$(BIN)/python -m pytest -q -m "not target"
+test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~10 min; the longest: make test-long, make test-targets)
+	$(BIN)/python -m pytest -q -m "not target and not long"
+
+test-long: $(STAMP) ## the minutes-long end-to-end tests and grid cells left out of make test (~9 min)
+	$(BIN)/python -m pytest -q -m long
 
 test-targets: $(STAMP) ## each paper target's quick variant end to end, its report checked (~10 min)
 	$(BIN)/python -m pytest -q -m target
 
 test-fast: $(STAMP) ## the tests not marked slow
-	$(BIN)/python -m pytest -q -m "not slow and not target"
+	$(BIN)/python -m pytest -q -m "not slow and not target and not long"
 
 lint: $(STAMP) ## ruff (check + format) and mypy (strict on the engine)
 	$(BIN)/ruff check src tests bench

@@ -27,7 +27,37 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything initialises CUDA
 
 
+# Tests marked ``long`` here (``make test-long``, not ``make test``): the minutes-long end-to-end runs
+# and the larger cells of grids whose small cells stay in ``make test`` — measured with
+# ``pytest --durations`` (seconds on 2 idle cores), so that ``make test`` stays near ten minutes.
+LONG = (
+    "tests/runner/test_soak.py::",  # 100 s: the short soak (make soak is the long one)
+    "tests/faults/test_faults.py::test_sigterm_stops_the_whole_sweep",  # 62 s
+    "tests/faults/test_faults.py::test_a_second_signal_stops_at_once",  # 13 s
+    "tests/faults/test_faults.py::test_concurrent_runs_never_share_a_folder",  # 12 s
+    "tests/engine/test_keyed_draws.py::test_with_dropout_any_k_and_remat_is_bit_identical_for_every_model",  # 41 s (the MLP's K-invariance stays: test_pipeline)
+    "tests/config/test_compose.py::test_every_experiment_runs_two_steps[t",  # 7-12 s each; demo stays
+    "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[table2",  # 19 s each
+    "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[table3",  # 7-9 s each
+    "tests/engine/test_events.py::test_measured_bubble_matches_formula[4-",  # 16-18 s each; K = 2 stays
+    "tests/engine/test_events.py::test_measured_bubble_matches_formula[2-1-",  # 10 s
+    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[a",  # ~7 s each
+    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[e",
+    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
+    "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[always",
+    "tests/test_multinode.py::test_submitit_local_one_task_per_rank",  # 18 s (torchrun's stays)
+    "tests/paper/test_table1.py::test_transformer_columns_report",  # 17 s
+    "tests/models/test_models_in_engine.py::test_amoebanet_d_small_learns_mnist_at_k2",  # 19 s
+    "tests/paper/validate_sim/test_validate_sim_cells.py::test_the_validation_pipeline_writes_its_report",  # 23 s
+    "tests/test_cli.py::test_multirun_gathers_every_job_failed_ones_too",  # 15 s
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long = pytest.mark.long
+    for item in items:
+        if item.nodeid.startswith(LONG):
+            item.add_marker(long)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
