@@ -74,15 +74,21 @@ def profile_sizes(cap: int) -> list[int]:
 
 
 def simulate_plan(
-    spec: RunConfig, hw: Hardware, costs: CostModel, balance: Sequence[int], micro_batch: int
+    spec: RunConfig,
+    hw: Hardware,
+    costs: CostModel,
+    balance: Sequence[int],
+    micro_batch: int,
+    checkpoint: Sequence[str] | None = None,
 ) -> SimResult:
-    """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``."""
+    """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``;
+    ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage)."""
     p = spec.pipeline
     return simulate(
         p.K,
         p.M,
         p.schedule,
-        p.checkpoint,
+        p.checkpoint if checkpoint is None else list(checkpoint),
         stage_costs(costs.layer_costs(micro_batch), balance),
         costs.link,
         costs.overhead_s,
