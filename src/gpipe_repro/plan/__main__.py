@@ -90,11 +90,11 @@ def _nothing_fits(space: Space, K: int, M: int, cap: int) -> str:
     for k, b in enumerate(bal):
         need.append(mem[k, start, start + b])
         start += b
-    gib = ", ".join(f"{n / GiB:.2f}" for n in need)
+    gib = ", ".join(f"{n / 2**20:.3f}" for n in need)
     return (
         f"plan.memory_gib={cap / GiB:.3g}: no configuration fits; the least any needs (K={K}, one "
         f"sample per micro-batch, 1f1b, remat {MODES[1]}, balance {'-'.join(map(str, bal))}) is "
-        f"[{gib}] GiB per stage; raise plan.memory_gib or plan.devices"
+        f"[{gib}] MiB per stage; raise plan.memory_gib or plan.devices"
     )
 
 
