@@ -23,6 +23,7 @@ import torch
 from ..config import RunConfig
 from ..config.device import DeviceMemory
 from ..config.plan import ModelPlan, RunPlan
+from ..engine.checkpoint import stage_mode
 from ..errors import UserError
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
@@ -111,7 +112,7 @@ def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
         M=spec.pipeline.M,
         micro_batch=micro_batch,
         schedule=spec.pipeline.schedule,
-        checkpoint=spec.pipeline.checkpoint,
+        checkpoint=stage_mode(spec.pipeline.checkpoint, 0),  # each layer alone: the first's mode
         optim=spec.optim.name,
         key=_model_key(spec, plan),
         precision=spec.train.precision,
