@@ -8,11 +8,15 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.partition import balance_by_cells, balance_by_cost
+from gpipe_repro.engine.schedule import peak_in_flight
 from gpipe_repro.plan.__main__ import main, plan
+from gpipe_repro.plan.search import _coef, alive
+from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes, sent_bytes
 from gpipe_repro.planner.stages import plan_stages
 from gpipe_repro.sim import Link, StageCost, simulate
 
@@ -94,3 +98,17 @@ def test_per_stage_remat_in_the_memory_planner_and_the_simulator():
         for v in (["never", "never"], ["always", "always"], ["never", "always"])
     }
     assert sims[("never", "always")] == [sims[("never", "never")][0], sims[("always", "always")][1]]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("mode", ["never", "always"])
+def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
+    a = StageActivation(input=7, saved=11, output=13, weights=5)
+    for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3)]:
+        for k in range(K):
+            ci, cs, co, cw = _coef(schedule, mode, K, M, k)
+            walk = peak_activation_bytes(a, schedule, mode, K, M, k) + sent_bytes(
+                a, schedule, mode, K, M, k
+            )
+            assert ci * 7 + cs * 11 + co * 13 + cw * 5 == walk, (K, M, k)
+            assert alive(schedule, K, M, k) == peak_in_flight(schedule, K, M, k)

@@ -13,7 +13,7 @@ remat only where memory needs it (remat never makes a stage faster). The all-nev
 partitions are candidates too. Memory per cell comes from the memory planner's per-layer meta
 measurements (``planner.stages``): state exactly, activations bounded from above (a cell saves at
 most its layers' own saved tensors plus their inputs), times the schedule's and mode's count of
-micro-batches alive (``planner.memory.peak_activation_bytes`` on unit activations: linear in them).
+micro-batches alive (the memory planner's closed forms, ``_coef``).
 The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
 
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
@@ -26,7 +26,6 @@ Candidates are simulated in order of that bound's samples/s; once the bound cann
 
 from __future__ import annotations
 
-import functools
 import heapq
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +35,7 @@ import numpy as np
 
 from ..engine import ArgumentError
 from ..engine.partition import balance_by_cells
-from ..planner.memory import StageActivation, peak_activation_bytes, sent_bytes, state_bytes
+from ..planner.memory import StageActivation, state_bytes
 from ..sim import CostModel, stage_costs
 from ..sim.costs import LayerCost
 
@@ -172,23 +171,24 @@ class Space:
         return self.state + np.maximum(np.rint(act), self.step)
 
 
-@functools.lru_cache(maxsize=65536)
+def alive(schedule: str, K: int, M: int, k: int) -> int:
+    """Micro-batches stage k holds at its peak: M under gpipe, min(K - k, M) under 1f1b
+    (``engine.schedule.peak_in_flight``'s closed form, checked against it in the tests)."""
+    return M if schedule == "gpipe" else min(K - k, M)
+
+
 def _coef(schedule: str, mode: str, K: int, M: int, k: int) -> tuple[float, float, float, float]:
     """Stage k's peak activations as a linear form of (input, saved, output, weights) of one
-    micro-batch: the memory planner's walk on unit activations (linear for never and always)."""
-
-    def peak(a: StageActivation) -> int:
-        return peak_activation_bytes(a, schedule, mode, K, M, k)
-
-    c_out = peak(StageActivation(0, 0, 1)) + sent_bytes(
-        StageActivation(0, 0, 1), schedule, mode, K, M, k
-    )
-    return (
-        float(peak(StageActivation(1, 0, 0))),
-        float(peak(StageActivation(0, 1, 0))),
-        float(c_out),
-        float(peak(StageActivation(0, 0, 0, 1))),
-    )
+    micro-batch: the memory planner's closed forms (``planner.memory``'s table; its walk,
+    ``peak_activation_bytes`` + ``sent_bytes``, is checked against them in the tests) — never:
+    n · (in + saved + out + weights); always: n · in + saved + weights, and the outputs sent but
+    still in transfer (n of them, none from the last stage); n = the micro-batches alive."""
+    n = alive(schedule, K, M, k)
+    if mode == "never":
+        return (n, n, n, n)
+    if mode == "always":
+        return (n, 1, n if k < K - 1 else 0, 1)
+    raise ValueError(f"mode={mode!r} is not searched; allowed: {', '.join(MODES)}")
 
 
 def _divisors(n: int, most: int) -> list[int]:
