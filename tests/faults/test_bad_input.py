@@ -51,6 +51,15 @@ COMMAND_LINE = [
 ]
 
 VALUES = [
+    (
+        ["pipeline.K=2", "pipeline.checkpoint=[never]"],
+        "pipeline.checkpoint=['never'] is not allowed; allowed: never, except_last, always, or a "
+        "list of pipeline.K=2 of them",
+    ),
+    (
+        ["pipeline.K=2", "pipeline.checkpoint=[never,sometimes]"],
+        "pipeline.checkpoint=['never', 'sometimes'] is not allowed",
+    ),
     (["pipeline.K=0"], "pipeline.K=0 is invalid; allowed: an integer >= 1"),
     (["pipeline.M=0"], "pipeline.M=0 is invalid; allowed: an integer >= 1"),
     (
@@ -160,6 +169,30 @@ def test_bad_values_are_one_line_naming_the_key(overrides, message):
     assert preflight(overrides) is None  # well-formed: the job runs and fails with its metrics.json
     err = _check(overrides)
     assert message in err and "\n" not in err, err
+
+
+# gpipe-plan (issue #19): its own mistakes, one line each, exit 2 (run in this process)
+PLAN_BASE = ["hardware=tpu_v3", "model.hidden=1024"]
+PLAN = [
+    ([*PLAN_BASE, "plan.devices=2", "plan.memory_gib=0.001"], "no configuration fits"),
+    ([*PLAN_BASE, "plan.devices=7"], "plan.devices=7 exceeds the model's 6 layers; allowed: 1..6"),
+    (["hardware=tpu_v9"], "hardware=tpu_v9 is not a hardware config"),
+    ([*PLAN_BASE, "plan.batch_size=some"], "plan.batch_size='some' is invalid"),
+    ([*PLAN_BASE, "plan.device=2"], "plan.device is not a config key"),
+    ([*PLAN_BASE, "plan.devices=0"], "plan.devices=0 is invalid; allowed: an integer >= 1"),
+]
+
+
+@pytest.mark.parametrize("args,message", PLAN, ids=[p[1] for p in PLAN])
+def test_gpipe_plan_mistakes_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    from gpipe_repro.plan.__main__ import main
+
+    assert main([*args, f"plan.out={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    if "fits" in message:  # the smallest need, per stage
+        assert "MiB per stage" in err[0] and err[0].count(",") >= 1
+    assert not (tmp_path / "plan.csv").exists()
 
 
 def _entry(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess:

@@ -31,6 +31,7 @@ from torch import nn
 
 from ..data import DataInfo, get_data
 from ..engine import ArgumentError, balance_by_cost, check_balance
+from ..engine.checkpoint import stage_mode
 from ..engine.cost import COUNTED_KINDS, layer_costs
 from ..engine.partition import check_k
 from ..errors import UserError
@@ -150,12 +151,13 @@ class _Planner:
     def stages(self, balance: Sequence[int], n: int, K: int | None = None) -> list[StagePlan]:
         """The stages' memory at ``n`` samples (sentences) per micro-batch."""
         s, p = self.spec, self.spec.pipeline
+        per_layer = K is not None and K != p.K  # each layer alone: the first stage's mode
         kw: dict[str, Any] = dict(
             K=K or p.K,
             M=p.M,
             micro_batch=n,
             schedule=p.schedule,
-            checkpoint=p.checkpoint,
+            checkpoint=stage_mode(p.checkpoint, 0) if per_layer else p.checkpoint,
             optim=s.optim.name,
             key=self.key,
             precision=s.train.precision,

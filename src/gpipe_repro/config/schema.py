@@ -50,10 +50,11 @@ class PipelineConfig:
 
     K: int = opt(1, "partitions (cells), one rank each", min=1)
     M: int = opt(1, "micro-batches per mini-batch; must divide train.batch_size / replicas", min=1)
-    checkpoint: str = opt(
+    checkpoint: Any = opt(
         DEFAULT_CHECKPOINT,
-        "rematerialisation (paper §2.3; torchgpipe's name)",
-        choices=CHECKPOINT_MODES,
+        "rematerialisation (paper §2.3; torchgpipe's name): one mode for every stage, or a list of "
+        "one mode per stage, e.g. [never,always]",
+        allowed=f"{', '.join(CHECKPOINT_MODES)}, or a list of K of them",
     )
     schedule: str = opt(
         DEFAULT_SCHEDULE,

@@ -12,6 +12,7 @@ from dataclasses import is_dataclass, replace
 from typing import Any
 
 from ..engine import ArgumentError
+from ..engine.checkpoint import CHECKPOINT_MODES
 from ..errors import UserError
 from ..options import check_fields
 from .schema import RunConfig
@@ -69,6 +70,17 @@ def validate(
     if t.micro_batch_size is not None:
         t = replace(t, batch_size=p.M * p.replicas * t.micro_batch_size)
         cfg = replace(cfg, train=t)
+    modes = [p.checkpoint] if isinstance(p.checkpoint, str) else list(p.checkpoint)
+    if (not isinstance(p.checkpoint, str) and len(modes) != p.K) or any(
+        m not in CHECKPOINT_MODES for m in modes
+    ):
+        raise UserError(
+            f"pipeline.checkpoint={p.checkpoint!r} is not allowed; allowed: "
+            f"{', '.join(CHECKPOINT_MODES)}, or a list of pipeline.K={p.K} of them"
+        )
+    if not isinstance(p.checkpoint, str):
+        cfg = replace(cfg, pipeline=replace(p, checkpoint=modes))
+        p = cfg.pipeline
     if p.balance is not None:
         if len(p.balance) != p.K:
             raise UserError(

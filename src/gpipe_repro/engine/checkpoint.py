@@ -13,7 +13,7 @@ then ``autograd.backward`` once the gradient is there. Recomputing forwards run 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +28,7 @@ __all__ = [
     "save_rng",
     "restored_rng",
     "uses_remat",
+    "stage_mode",
 ]
 
 CheckpointMode = Literal["never", "except_last", "always"]
@@ -48,6 +49,11 @@ def uses_remat(mode: str, mb: int, M: int) -> bool:
             "checkpoint", mode, f"is unknown; allowed: {', '.join(CHECKPOINT_MODES)}"
         )
     return mode == "always" or (mode == "except_last" and mb != M - 1)
+
+
+def stage_mode(checkpoint: str | Sequence[str], stage: int) -> str:
+    """Stage ``stage``'s mode: ``checkpoint`` is one mode for every stage, or one per stage."""
+    return checkpoint if isinstance(checkpoint, str) else checkpoint[stage]
 
 
 @dataclass

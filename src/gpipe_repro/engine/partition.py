@@ -15,7 +15,14 @@ import numpy as np
 
 from .errors import ArgumentError
 
-__all__ = ["PartitionError", "balance_by_cost", "check_balance", "check_k", "cell_costs"]
+__all__ = [
+    "PartitionError",
+    "balance_by_cost",
+    "balance_by_cells",
+    "check_balance",
+    "check_k",
+    "cell_costs",
+]
 
 
 class PartitionError(ArgumentError):
@@ -115,27 +122,40 @@ def balance_by_cost(costs: Sequence[float], K: int) -> list[int]:
     i_idx = np.arange(L + 1)[:, None]
     j_idx = np.arange(L + 1)[None, :]
     seg = np.where(i_idx < j_idx, seg, np.inf)
+    return balance_by_cells(np.broadcast_to(seg, (K, L + 1, L + 1)))
 
-    # Pass 1: best[k][j] = minimal bottleneck for the first j layers in k cells.
+
+def balance_by_cells(cell_cost: np.ndarray) -> list[int]:
+    """Exact min-max contiguous partition on a cost per cell position and layer range.
+
+    ``cell_cost[k, i, j]``: the cost of cell k holding layers i..j-1 (+inf where that cell may not
+    hold them, e.g. it would not fit a memory cap), shape (K, L+1, L+1). Minimises the largest cell
+    cost, ties broken by the lowest sum of squared cell costs (the two passes of ``balance_by_cost``,
+    which calls this with the same cost for every k). Raises ``PartitionError`` when no partition
+    has a finite cost."""
+    K, L = cell_cost.shape[0], cell_cost.shape[1] - 1
+    # Pass 1: best[j] after k cells = minimal bottleneck for the first j layers in k cells.
     best = np.full(L + 1, np.inf)
     best[0] = 0.0
-    for _ in range(K):
-        best = np.min(np.maximum(best[:, None], seg), axis=0)
+    for k in range(K):
+        best = np.min(np.maximum(best[:, None], cell_cost[k]), axis=0)
     bottleneck = best[L]
+    if not np.isfinite(bottleneck):
+        raise PartitionError("costs", f"{K} cells of {L} layers", "admit no partition")
     tol = 1e-9 * max(1.0, abs(bottleneck))
 
     # Pass 2: minimal sum of squares with every cell <= bottleneck, keeping back-pointers.
-    allowed = np.where(seg <= bottleneck + tol, seg, np.inf)
-    sq = allowed**2
     ss = np.full(L + 1, np.inf)
     ss[0] = 0.0
     parents: list[np.ndarray] = []
-    for _ in range(K):
+    for k in range(K):
+        seg = cell_cost[k]
+        sq = np.where(seg <= bottleneck + tol, seg, np.inf) ** 2
         cand = ss[:, None] + sq  # (i, j)
         parents.append(np.argmin(cand, axis=0))
         ss = np.min(cand, axis=0)
     if not np.isfinite(ss[L]):  # pragma: no cover - pass 1 guarantees feasibility
-        raise PartitionError("costs", list(costs), "admit no partition")
+        raise PartitionError("costs", f"{K} cells of {L} layers", "admit no partition")
     bounds = [L]
     j = L
     for k in range(K - 1, -1, -1):

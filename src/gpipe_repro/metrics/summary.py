@@ -138,7 +138,7 @@ def base_metrics(
         pipeline=PipelineInfo(
             K=p.K,
             M=p.M,
-            checkpoint=p.checkpoint,
+            checkpoint=p.checkpoint if isinstance(p.checkpoint, str) else ",".join(p.checkpoint),
             schedule=p.schedule,
             balance=list(p.balance) if p.balance else None,
             balance_by=p.balance_by,

@@ -30,7 +30,7 @@ from .memory import (
     step_temporary_bytes,
 )
 
-__all__ = ["StagePlan", "plan_stages", "layer_memory"]
+__all__ = ["StagePlan", "plan_stages", "layer_memory", "layer_activations"]
 
 MEASURE_BATCH = 2  # samples the meta pass runs at; everything scales linearly from there
 
@@ -114,6 +114,21 @@ def _measured(
     return _MEASURED[(key, precision, device_type)]
 
 
+def layer_activations(
+    layers: Sequence[nn.Module],
+    sample_fn: Callable[[int, str], Batch],
+    loss: Callable[[Any], torch.Tensor],
+    *,
+    key: object,
+    precision: str = "fp32",
+    device_type: str = MEASURE_DEVICE,
+) -> list[StageActivation]:
+    """Each layer alone, per sample of micro-batch (the last one with the loss): the measurements
+    ``plan_stages`` plans a one-layer stage from (memoised with its by ``key``)."""
+    meas = _measured(key, layers, _example(sample_fn), loss, precision, device_type)
+    return [meas.stage(i, i + 1).scaled(1 / MEASURE_BATCH) for i in range(len(layers))]
+
+
 def _example(sample_fn: Callable[[int, str], Batch]) -> Batch:
     return sample_fn(MEASURE_BATCH, "meta")
 
@@ -128,7 +143,7 @@ def plan_stages(
     M: int,
     micro_batch: int,
     schedule: str,
-    checkpoint: str,
+    checkpoint: str | Sequence[str],
     optim: str = "rmsprop",
     key: object = None,
     precision: str = "fp32",
@@ -136,8 +151,14 @@ def plan_stages(
     weight_decay: float = 0.0,
 ) -> list[StagePlan]:
     """Every stage's state, peak activations (sent outputs a transfer still holds included) and the
-    optimiser step's temporaries; ``key`` names the model for memoisation; ``precision`` and
+    optimiser step's temporaries; ``checkpoint``: one remat mode, or one per stage (each stage is
+    planned with its own); ``key`` names the model for memoisation; ``precision`` and
     ``device_type``: the activations as the engine keeps them there."""
+    modes = [checkpoint] * len(balance) if isinstance(checkpoint, str) else list(checkpoint)
+    if len(modes) != len(balance):
+        raise ValueError(
+            f"checkpoint has {len(modes)} modes for {len(balance)} stages; allowed: one, or one per stage"
+        )
     meas = (
         _measured(key, layers, _example(sample_fn), loss, precision, device_type)
         if key is not None
@@ -147,12 +168,11 @@ def plan_stages(
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
         unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0)
-        per = peak_activation_bytes(unit, schedule, checkpoint, K, M, k) + sent_bytes(
-            unit, schedule, checkpoint, K, M, k
+        mode = modes[k]
+        per = peak_activation_bytes(unit, schedule, mode, K, M, k) + sent_bytes(
+            unit, schedule, mode, K, M, k
         )
-        fixed = peak_activation_bytes(
-            StageActivation(0, 0, 0, a.weights), schedule, checkpoint, K, M, k
-        )
+        fixed = peak_activation_bytes(StageActivation(0, 0, 0, a.weights), schedule, mode, K, M, k)
         opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
         params = _params(layers[start : start + b])
         out.append(

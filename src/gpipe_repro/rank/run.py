@@ -27,6 +27,7 @@ from ..config.device import Device, device_for
 from ..config.plan import ModelPlan, RunPlan, plan_model
 from ..data import DataInfo, Dataset, get_data
 from ..engine import Pipeline, Topology, init_topology, stage_slice
+from ..engine.checkpoint import stage_mode
 from ..engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from ..engine.rng import derive_seed
 from ..metrics.contract import CurvePoint, EvalMetrics
@@ -120,7 +121,7 @@ class RankRun:
             topo,
             M=spec.pipeline.M,
             schedule=spec.pipeline.schedule,
-            checkpoint=spec.pipeline.checkpoint,
+            checkpoint=stage_mode(spec.pipeline.checkpoint, topo.stage),
             loss_fn=model.model.loss_fn,
             loss_reduction=model.model.loss_reduction,
             host_memory=spec.pipeline.host_memory,

@@ -23,6 +23,7 @@ import torch
 from ..config import RunConfig
 from ..config.device import DeviceMemory
 from ..config.plan import ModelPlan, RunPlan
+from ..engine.checkpoint import stage_mode
 from ..errors import UserError
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
@@ -74,15 +75,21 @@ def profile_sizes(cap: int) -> list[int]:
 
 
 def simulate_plan(
-    spec: RunConfig, hw: Hardware, costs: CostModel, balance: Sequence[int], micro_batch: int
+    spec: RunConfig,
+    hw: Hardware,
+    costs: CostModel,
+    balance: Sequence[int],
+    micro_batch: int,
+    checkpoint: Sequence[str] | None = None,
 ) -> SimResult:
-    """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``."""
+    """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``;
+    ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage)."""
     p = spec.pipeline
     return simulate(
         p.K,
         p.M,
         p.schedule,
-        p.checkpoint,
+        p.checkpoint if checkpoint is None else list(checkpoint),
         stage_costs(costs.layer_costs(micro_batch), balance),
         costs.link,
         costs.overhead_s,
@@ -105,7 +112,7 @@ def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
         M=spec.pipeline.M,
         micro_batch=micro_batch,
         schedule=spec.pipeline.schedule,
-        checkpoint=spec.pipeline.checkpoint,
+        checkpoint=stage_mode(spec.pipeline.checkpoint, 0),  # each layer alone: the first's mode
         optim=spec.optim.name,
         key=_model_key(spec, plan),
         precision=spec.train.precision,

@@ -164,7 +164,7 @@ def simulate(
     K: int,
     M: int,
     schedule: str,
-    checkpoint: str,
+    checkpoint: str | Sequence[str],
     stages: Sequence[StageCost],
     link: Link,
     overhead_s: float = 0.0,
@@ -177,6 +177,7 @@ def simulate(
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
+    ``checkpoint``: one remat mode for every stage, or one per stage (a list of K).
     ``stages[k]`` holds stage k's costs per micro-batch; ``stages[k].out_bytes`` is both the
     activation sent to k+1 and the gradient sent back from k+1. ``sender_busy``: a send occupies the
     sending stage for its transfer (gloo on CPU, the default) or overlaps with compute (nccl).
@@ -188,7 +189,13 @@ def simulate(
     fixed cost beyond its forward (restoring the RNG state). ``replay``: per-action and
     per-message costs replacing these where given (``Replay``).
     """
-    uses_remat(checkpoint, 0, M)  # validates the mode
+    modes = [checkpoint] * K if isinstance(checkpoint, str) else list(checkpoint)
+    if len(modes) != K:
+        raise ValueError(
+            f"checkpoint has {len(modes)} modes; allowed: one mode, or one per stage (K={K})"
+        )
+    for mode in modes:
+        uses_remat(mode, 0, M)  # validates the mode
     acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
     _check(K, M, stages, overhead_s)
     if not step_overhead_s >= 0:
@@ -264,7 +271,7 @@ def simulate(
     def step(s: _Stage) -> bool:
         """Run stage s's next action if its input is there; False when it must wait."""
         k, a = s.k, s.actions[s.pos]
-        remat = uses_remat(checkpoint, a.mb, M)
+        remat = uses_remat(modes[k], a.mb, M)
         cost = stages[k]
         if a.kind == "F":
             key = ("F", k, a.mb)

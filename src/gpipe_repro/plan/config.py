@@ -1,0 +1,69 @@
+"""``gpipe-plan``'s own options (``plan.*``) and how its command line splits from a run's.
+
+Every other override (``model=``, ``data=``, ``hardware=``, ``train.precision=`` ...) composes and
+validates a ``RunConfig`` exactly as ``gpipe-run`` does (``config.compose``); ``plan.*`` overrides are
+typed by ``PlanConfig`` and checked against its ``opt`` metadata (one line each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..errors import UserError
+from ..options import check_fields, opt
+
+__all__ = ["PlanConfig", "split_args", "plan_config"]
+
+PREFIX = "plan."
+
+
+@dataclass
+class PlanConfig:
+    """What ``gpipe-plan`` searches under: the devices, their memory, the mini-batch."""
+
+    devices: int = opt(1, "accelerators available (K * replicas <= devices)", min=1)
+    memory_gib: float | None = opt(
+        None, "memory cap per device, GiB; null = the hardware profile's memory", min=0.001
+    )
+    batch_size: str | None = opt(
+        None,
+        "the global mini-batch: an integer, fit (the largest that fits), or null = train.batch_size",
+        allowed="null, fit or an integer >= 1",
+    )
+    max_m: int = opt(64, "largest number of micro-batches searched", min=1)
+    top: int = opt(
+        10, "rows of the ranked table (the bound prunes against the last of them)", min=2
+    )
+    out: str = opt("plan", "folder for plan.csv and plan.md")
+
+
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(``plan.*`` overrides, the run's overrides)."""
+    mine = [a for a in argv if a.lstrip("+").startswith(PREFIX)]
+    return mine, [a for a in argv if a not in mine]
+
+
+def plan_config(args: list[str]) -> PlanConfig:
+    """``PlanConfig`` from ``plan.key=value`` overrides (UserError: one line)."""
+    base = OmegaConf.structured(PlanConfig)
+    for a in args:
+        key, eq, value = a.lstrip("+").removeprefix(PREFIX).partition("=")
+        if not eq:
+            raise UserError(f"{a!r} is not an override; allowed: plan.KEY=VALUE")
+        if key not in base:
+            keys = ", ".join(f"plan.{k}" for k in base)
+            raise UserError(f"plan.{key} is not a config key; allowed: {keys}")
+        try:
+            base.merge_with(OmegaConf.from_dotlist([f"{key}={value}"]))
+        except OmegaConfBaseException as err:
+            raise UserError(f"plan.{key}={value!r}: {str(err).splitlines()[0]}") from None
+    out = OmegaConf.to_object(base)
+    assert isinstance(out, PlanConfig)
+    check_fields(out, "plan")
+    b = out.batch_size
+    if b is not None and b != "fit" and not (b.isdigit() and int(b) >= 1):
+        raise UserError(f"plan.batch_size={b!r} is invalid; allowed: null, fit or an integer >= 1")
+    return out

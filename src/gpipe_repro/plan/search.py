@@ -1,0 +1,323 @@
+"""The search: every pipeline configuration of a model on D devices under a memory cap, scored.
+
+Searched: K (1..min(D, L)), replicas R (K * R <= D, R dividing the mini-batch), M (the divisors of
+the per-replica batch up to ``plan.max_m``; with ``plan.batch_size=fit``, powers of two), the
+schedule (gpipe, 1f1b), rematerialisation per stage (never / always for each stage) and the
+partition; the micro-batch follows (batch / R / M, or with ``fit`` the largest that fits).
+
+Partition and per-stage remat in one exact min-max (``engine.balance_by_cells``, GPipe §2.2): cell
+k may hold layers i..j-1 in mode never if that fits the cap, else in mode always if that fits, else
+not at all, at the cost of that mode (forward + backward, plus the recompute under remat). So for
+each (K, R, M, schedule) the partition minimises the slowest stage over every remat vector, with
+remat only where memory needs it (remat never makes a stage faster). The all-never and all-always
+partitions are candidates too. Memory per cell comes from the memory planner's per-layer meta
+measurements (``planner.stages``): state exactly, activations bounded from above (a cell saves at
+most its layers' own saved tensors plus their inputs), times the schedule's and mode's count of
+micro-batches alive (the memory planner's closed forms, ``_coef``).
+The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
+
+Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
+micro-batch 0 on stages before k, stage k's M forwards and backwards (recompute included), and the
+backwards of the last micro-batch on stages before k (plus the step's fixed cost): a stage cannot
+start before its first input exists, and its last gradient still has to flow back to stage 0.
+Candidates are simulated in order of that bound's samples/s; once the bound cannot beat the
+``plan.top``-th best simulated, the rest are skipped: the table's rows are exactly the best.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine import ArgumentError
+from ..engine.partition import balance_by_cells
+from ..planner.memory import StageActivation, state_bytes
+from ..sim import CostModel, stage_costs
+from ..sim.costs import LayerCost
+
+__all__ = ["Candidate", "Stats", "Space", "search", "SCHEDULES", "MODES"]
+
+SCHEDULES = ("gpipe", "1f1b")
+MODES = ("never", "always")
+MAX_FIT = 2**16  # the largest micro-batch ``fit`` tries
+
+
+@dataclass(frozen=True)
+class Candidate:
+    K: int
+    replicas: int
+    M: int
+    schedule: str
+    checkpoint: tuple[str, ...]  # per stage
+    balance: tuple[int, ...]
+    micro_batch: int  # per replica, dataset units
+    batch_size: int  # global
+    bound_s: float  # the lower bound on the step time
+    step_s: float = 0.0  # simulated
+    bubble: float = 0.0
+    stage_bytes: tuple[int, ...] = ()  # planned (bound, then exact for shown rows)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size / self.step_s if self.step_s else self.batch_size / self.bound_s
+
+    @property
+    def remat(self) -> str:
+        modes = set(self.checkpoint)
+        return self.checkpoint[0] if len(modes) == 1 else ",".join(m[0] for m in self.checkpoint)
+
+
+@dataclass
+class Stats:
+    enumerated: int = 0  # candidates scored: by memory, then by bound or by the simulator
+    over_cap: int = 0  # (K, R, M, schedule, remat) where no partition fits
+    pruned: int = 0
+    simulated: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.enumerated / self.seconds if self.seconds else 0.0
+
+
+class CachedCosts:
+    """A cost model whose per-layer costs are computed once per micro-batch (the search asks the
+    same few sizes thousands of times)."""
+
+    def __init__(self, costs: CostModel) -> None:
+        self.inner = costs
+        self.link = costs.link
+        self.overhead_s = costs.overhead_s
+        self.step_overhead_s = costs.step_overhead_s
+        self._memo: dict[int, list[LayerCost]] = {}
+
+    @property
+    def recompute_overhead_s(self) -> float:
+        return self.inner.recompute_overhead_s
+
+    def layer_costs(self, micro_batch: int) -> list[LayerCost]:
+        if micro_batch not in self._memo:
+            self._memo[micro_batch] = self.inner.layer_costs(micro_batch)
+        return self._memo[micro_batch]
+
+
+@dataclass
+class Space:
+    """The model as the search sees it: per-layer memory (per sample) and costs at a micro-batch."""
+
+    layers: list[StageActivation]  # per sample
+    params: list[int]
+    optim: str
+    costs: CachedCosts
+    cap: int  # bytes per device
+    unit: int = 1  # dataset units per sample (token batches: tokens per sentence)
+    step_bytes: Callable[[int], int] = lambda params: 0
+    _times: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        L = len(self.layers)
+        i = np.arange(L + 1)[:, None]
+        j = np.arange(L + 1)[None, :]
+        self.valid = i < j
+        jm = np.clip(j - 1, 0, L - 1)
+        ii = np.clip(i, 0, L - 1)
+
+        def seg(v: Sequence[float] | np.ndarray) -> np.ndarray:
+            p = np.concatenate([[0.0], np.cumsum(np.asarray(v, dtype=np.float64))])
+            return p[None, :] - p[:, None]
+
+        inp = np.array([a.input for a in self.layers], dtype=np.float64)
+        self.inp = np.broadcast_to(inp[ii], (L + 1, L + 1))
+        self.out = np.broadcast_to(
+            np.array([a.output for a in self.layers], float)[jm], (L + 1, L + 1)
+        )
+        # saved tensors of a cell <= its layers' own plus the inputs of all but its first layer
+        inner = seg(inp) - inp[ii]
+        self.saved = seg([a.saved for a in self.layers]) + inner
+        self.weights = seg([a.weights for a in self.layers])
+        nparams = seg(self.params)
+        self.state = np.vectorize(lambda p: state_bytes(int(p), self.optim))(np.maximum(nparams, 0))
+        self.step = np.vectorize(lambda p: self.step_bytes(int(p)))(np.maximum(nparams, 0))
+
+    def times(self, micro_batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell seconds per micro-batch, mode never and always (inf where i >= j)."""
+        if micro_batch not in self._times:
+            lc = self.costs.layer_costs(micro_batch)
+            c = self.costs
+            f = np.concatenate([[0.0], np.cumsum([x.forward_s for x in lc])])
+            fn = np.concatenate([[0.0], np.cumsum([x.forward_nograd_s for x in lc])])
+            b = np.concatenate([[0.0], np.cumsum([x.backward_s for x in lc])])
+
+            def seg(p: np.ndarray) -> np.ndarray:
+                return p[None, :] - p[:, None]
+
+            never = seg(f) + seg(b) + 2 * c.overhead_s
+            always = seg(fn) + seg(f) + seg(b) + 2 * c.overhead_s + c.recompute_overhead_s
+            self._times[micro_batch] = (
+                np.where(self.valid, never, np.inf),
+                np.where(self.valid, always, np.inf),
+            )
+        return self._times[micro_batch]
+
+    def memory(self, schedule: str, mode: str, K: int, M: int, n: int) -> np.ndarray:
+        """Bytes per cell position k and layer range, shape (K, L+1, L+1), at n samples."""
+        co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 4)
+        c = [co[:, q][:, None, None] for q in range(4)]
+        act = n * (c[0] * self.inp + c[1] * self.saved + c[2] * self.out) + c[3] * self.weights
+        return self.state + np.maximum(np.rint(act), self.step)
+
+
+def alive(schedule: str, K: int, M: int, k: int) -> int:
+    """Micro-batches stage k holds at its peak: M under gpipe, min(K - k, M) under 1f1b
+    (``engine.schedule.peak_in_flight``'s closed form, checked against it in the tests)."""
+    return M if schedule == "gpipe" else min(K - k, M)
+
+
+def _coef(schedule: str, mode: str, K: int, M: int, k: int) -> tuple[float, float, float, float]:
+    """Stage k's peak activations as a linear form of (input, saved, output, weights) of one
+    micro-batch: the memory planner's closed forms (``planner.memory``'s table; its walk,
+    ``peak_activation_bytes`` + ``sent_bytes``, is checked against them in the tests) — never:
+    n · (in + saved + out + weights); always: n · in + saved + weights, and the outputs sent but
+    still in transfer (n of them, none from the last stage); n = the micro-batches alive."""
+    n = alive(schedule, K, M, k)
+    if mode == "never":
+        return (n, n, n, n)
+    if mode == "always":
+        return (n, 1, n if k < K - 1 else 0, 1)
+    raise ValueError(f"mode={mode!r} is not searched; allowed: {', '.join(MODES)}")
+
+
+def _divisors(n: int, most: int) -> list[int]:
+    return [m for m in range(1, min(n, most) + 1) if n % m == 0]
+
+
+def _partitions(
+    space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int
+) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
+    """The mixed, all-never and all-always min-max partitions that fit (deduplicated)."""
+    never_t, always_t = space.times(micro_batch)
+    fits_n = space.memory(schedule, "never", K, M, n) <= space.cap
+    fits_a = space.memory(schedule, "always", K, M, n) <= space.cap
+    costs = {
+        "mixed": np.where(fits_n, never_t, np.where(fits_a, always_t, np.inf)),
+        "never": np.where(fits_n, never_t, np.inf),
+        "always": np.where(fits_a, always_t, np.inf),
+    }
+    out: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    for kind, cost in costs.items():
+        try:
+            bal = balance_by_cells(cost)
+        except ArgumentError:
+            continue
+        modes, start = [], 0
+        for k, b in enumerate(bal):
+            ok_never = bool(fits_n[k, start, start + b]) and kind != "always"
+            modes.append("never" if ok_never else "always")
+            start += b
+        key = (tuple(bal), tuple(modes))
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def _fits_any(space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int) -> bool:
+    fits_a = space.memory(schedule, "always", K, M, n) <= space.cap
+    try:
+        balance_by_cells(np.where(fits_a, space.times(micro_batch)[1], np.inf))
+    except ArgumentError:
+        return False
+    return True
+
+
+def _largest(space: Space, K: int, M: int, schedule: str) -> int:
+    """The largest micro-batch (samples) some partition fits at, 0 if none (bisection: memory
+    grows with the micro-batch)."""
+    if not _fits_any(space, K, M, schedule, 1, space.unit):
+        return 0
+    lo, hi = 1, 2
+    while hi <= MAX_FIT and _fits_any(space, K, M, schedule, hi, hi * space.unit):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _fits_any(space, K, M, schedule, mid, mid * space.unit) else (lo, mid)
+    return lo
+
+
+def bound(space: Space, c: Candidate) -> float:
+    """The lower bound on ``c``'s step time (module doc)."""
+    st = stage_costs(space.costs.layer_costs(c.micro_batch), c.balance)
+    o = space.costs.overhead_s
+    fw, bw = [], []
+    for s, mode in zip(st, c.checkpoint, strict=True):
+        remat = mode == "always"
+        fw.append((s.forward_nograd_s if remat else s.forward_s) + o)
+        extra = s.forward_s + space.costs.recompute_overhead_s if remat else 0.0
+        bw.append(s.backward_s + o + extra)
+    best = max(sum(fw[:k]) + c.M * (fw[k] + bw[k]) + sum(bw[:k]) for k in range(c.K))
+    return best + space.costs.step_overhead_s
+
+
+def enumerate_candidates(
+    space: Space, devices: int, batch: int | None, max_m: int, stats: Stats
+) -> list[Candidate]:
+    """Every (K, R, M, schedule, remat, partition) that fits the cap (``batch`` None: fit)."""
+    L = len(space.layers)
+    out: list[Candidate] = []
+    for K in range(1, min(devices, L) + 1):
+        for R in range(1, devices // K + 1):
+            if batch is not None and batch % R:
+                continue
+            per = None if batch is None else batch // R
+            ms = (
+                [m for m in (2**e for e in range(20)) if m <= max_m]
+                if per is None
+                else _divisors(per // space.unit if space.unit > 1 else per, max_m)
+            )
+            for M in ms:
+                for schedule in SCHEDULES if M > 1 else SCHEDULES[:1]:  # same at M = 1
+                    if per is None:
+                        n = _largest(space, K, M, schedule)
+                        mb = n * space.unit
+                    else:
+                        mb = per // M
+                        n = max(1, mb // space.unit)
+                    stats.enumerated += 3
+                    parts = _partitions(space, K, M, schedule, n, mb) if n else []
+                    stats.over_cap += 3 - len(parts)
+                    for bal, modes in parts:
+                        c = Candidate(K, R, M, schedule, modes, bal, mb, mb * M * R, 0.0)
+                        out.append(Candidate(**{**c.__dict__, "bound_s": bound(space, c)}))
+    return out
+
+
+def search(
+    space: Space,
+    devices: int,
+    batch: int | None,
+    max_m: int,
+    top: int,
+    simulate: Callable[[Candidate], tuple[float, float]],
+) -> tuple[list[Candidate], Stats]:
+    """The ``top`` best candidates by simulated samples/s (``simulate(c)``: step seconds, bubble)."""
+    stats = Stats()
+    t0 = time.perf_counter()
+    cands = enumerate_candidates(space, devices, batch, max_m, stats)
+    cands.sort(key=lambda c: -c.samples_per_s)
+    best: list[tuple[float, int, Candidate]] = []  # a min-heap of the top samples/s
+    for i, c in enumerate(cands):
+        if len(best) >= top and c.samples_per_s <= best[0][0]:
+            stats.pruned += len(cands) - i  # sorted by the bound: none after this can enter
+            break
+        step, bubble = simulate(c)
+        stats.simulated += 1
+        done = Candidate(**{**c.__dict__, "step_s": step, "bubble": bubble})
+        heapq.heappush(best, (done.samples_per_s, i, done))
+        if len(best) > top:
+            heapq.heappop(best)
+    stats.seconds = time.perf_counter() - t0
+    ranked = [c for _, _, c in sorted(best, key=lambda t: (-t[0], t[1]))]
+    return ranked, stats

@@ -1,0 +1,114 @@
+"""gpipe-plan (issue #19): the search is exact under its pruning, never proposes a candidate over the
+cap, and refuses bad input in one line; per-stage remat in the partitioner, simulator and planner."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpipe_repro.config.compose import compose
+from gpipe_repro.config.plan import plan_model
+from gpipe_repro.engine.partition import balance_by_cells, balance_by_cost
+from gpipe_repro.engine.schedule import peak_in_flight
+from gpipe_repro.plan.__main__ import main, plan
+from gpipe_repro.plan.search import _coef, alive
+from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes, sent_bytes
+from gpipe_repro.planner.stages import plan_stages
+from gpipe_repro.sim import Link, StageCost, simulate
+
+GiB = 2**30
+# the default model (an MLP on digits) on a published device: planned in about a second
+BASE = ["hardware=tpu_v3", "model.hidden=1024"]
+CAP = "plan.memory_gib=0.025"
+
+
+def test_pruning_keeps_the_exhaustive_ranking_and_no_row_exceeds_the_cap(tmp_path):
+    pruned, _ = plan([*BASE, "plan.devices=4", CAP, "plan.top=4", f"plan.out={tmp_path}/a"])
+    full, _ = plan([*BASE, "plan.devices=4", CAP, "plan.top=2000", f"plan.out={tmp_path}/b"])
+    assert len(full) > 40  # nothing pruned: every candidate that fits was simulated
+    assert [c.samples_per_s for c in pruned] == [c.samples_per_s for c in full[:4]]
+    for c in full:
+        assert max(c.stage_bytes) <= 0.025 * GiB  # planned exactly
+        assert c.bound_s <= c.step_s * (1 + 1e-9)  # the bound pruning relies on
+        assert c.K * c.replicas <= 4 and c.batch_size == 64
+    rates = [c.samples_per_s for c in full]
+    assert rates == sorted(rates, reverse=True)
+    assert any(len(set(c.checkpoint)) == 2 for c in full)  # per-stage remat vectors are searched
+
+
+def test_the_cap_binds_and_fit_fills_it(tmp_path):
+    loose, _ = plan([*BASE, "plan.devices=2", "plan.memory_gib=1", f"plan.out={tmp_path}/a"])
+    tight, _ = plan([*BASE, "plan.devices=2", CAP, f"plan.out={tmp_path}/b"])
+    assert max(loose[0].stage_bytes) > 0.025 * GiB  # the loose pick would not fit the tight cap
+    assert max(tight[0].stage_bytes) <= 0.025 * GiB
+    fit, _ = plan([*BASE, "plan.devices=2", CAP, "plan.batch_size=fit", f"plan.out={tmp_path}/c"])
+    assert fit[0].batch_size > 64 and max(fit[0].stage_bytes) <= 0.025 * GiB
+
+
+def test_cli_prints_the_table_and_command_and_writes_the_files(tmp_path, capsys):
+    assert main([*BASE, "plan.devices=2", CAP, f"plan.out={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    pick = next(ln for ln in out.splitlines() if ln.startswith("the pick: gpipe-run "))
+    rows = list(csv.DictReader(open(tmp_path / "plan.csv")))
+    best = rows[0]
+    assert f"pipeline.K={best['K']} " in pick and f"pipeline.M={best['M']} " in pick
+    assert "faster than the runner-up" in out and "candidates scored" in out
+    assert (tmp_path / "plan.md").read_text().count("\n| ") == len(rows) + 1
+
+
+def test_console_script_runs_the_module():
+    r = subprocess.run(
+        [sys.executable, "-m", "gpipe_repro.plan", "plan.devices=0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stderr.strip().startswith("gpipe-plan: error: plan.devices=0")
+
+
+def test_balance_by_cells_equals_balance_by_cost_and_respects_forbidden_cells():
+    costs = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    L, K = len(costs), 3
+    p = np.concatenate([[0.0], np.cumsum(costs)])
+    seg = np.where(np.arange(L + 1)[:, None] < np.arange(L + 1), p[None, :] - p[:, None], np.inf)
+    assert balance_by_cells(np.broadcast_to(seg, (K, L + 1, L + 1))) == balance_by_cost(costs, K)
+    cells = np.array([seg] * K)
+    cells[0, 0, 3:] = np.inf  # the first cell may hold at most two layers
+    bal = balance_by_cells(cells)
+    assert bal[0] <= 2 and sum(bal) == L
+
+
+def test_per_stage_remat_in_the_memory_planner_and_the_simulator():
+    spec = compose(["pipeline.K=2", "pipeline.M=4"])
+    m = plan_model(spec)
+    kw = dict(K=2, M=4, micro_batch=8, schedule="gpipe", key="per-stage-test")
+    args = (m.layers, m.info.example, m.model.planning_loss, [3, 3])
+    never = plan_stages(*args, checkpoint="never", **kw)
+    always = plan_stages(*args, checkpoint="always", **kw)
+    mixed = plan_stages(*args, checkpoint=["never", "always"], **kw)
+    assert mixed == [never[0], always[1]] and never[1] != always[1]
+    st = [StageCost(1.0, 0.5, 2.0, 100), StageCost(1.5, 0.7, 2.5, 0)]
+    link = Link(0.0, 1e12)
+    sims = {
+        tuple(v): simulate(2, 4, "gpipe", v, st, link).busy_s
+        for v in (["never", "never"], ["always", "always"], ["never", "always"])
+    }
+    assert sims[("never", "always")] == [sims[("never", "never")][0], sims[("always", "always")][1]]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("mode", ["never", "always"])
+def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
+    a = StageActivation(input=7, saved=11, output=13, weights=5)
+    for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3)]:
+        for k in range(K):
+            ci, cs, co, cw = _coef(schedule, mode, K, M, k)
+            walk = peak_activation_bytes(a, schedule, mode, K, M, k) + sent_bytes(
+                a, schedule, mode, K, M, k
+            )
+            assert ci * 7 + cs * 11 + co * 13 + cw * 5 == walk, (K, M, k)
+            assert alive(schedule, K, M, k) == peak_in_flight(schedule, K, M, k)
