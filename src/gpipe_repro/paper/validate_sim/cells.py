@@ -128,6 +128,18 @@ def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], li
     }
 
 
+def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
+    """The engine for one cell (its M, schedule and checkpoint) on this rank's layers."""
+    return Pipeline(
+        layers,
+        topo,
+        M=cfg["M"],
+        schedule=cfg["schedule"],
+        checkpoint=cfg["checkpoint"],
+        loss_fn=loss_fn,
+    )
+
+
 def real_rank(
     model: str,
     K: int,
@@ -145,14 +157,7 @@ def real_rank(
     x, y = vm.sample(N)
     out = []
     for cfg in cells:
-        pipe = Pipeline(
-            copy.deepcopy(mine),
-            topo,
-            M=cfg["M"],
-            schedule=cfg["schedule"],
-            checkpoint=cfg["checkpoint"],
-            loss_fn=vm.loss,
-        )
+        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss)
         opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
         times = _timed(pipe, opt, x, y, warmup, steps, probe=True)
         out.append(_result(cfg, pipe, times))
@@ -179,14 +184,7 @@ def emulated_rank(
         n = N // cfg["M"]
         layers = emulated_layers(meta, vm.sample(n)[0], costs[n])
         mine = layers[stage_slice(balance, topo.stage)]
-        pipe = Pipeline(
-            mine,
-            topo,
-            M=cfg["M"],
-            schedule=cfg["schedule"],
-            checkpoint=cfg["checkpoint"],
-            loss_fn=emulated_loss,
-        )
+        pipe = _cell_pipeline(mine, topo, cfg, emulated_loss)
         x = vm.sample(N)[0]
         times = _timed(pipe, None, x, None, warmup, steps, sum(c.cost.update_s for c in mine))
         out.append(_result(cfg, pipe, times))
