@@ -90,7 +90,6 @@ def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path)
     spec = compose(
         [
             "model=tuplenet",
-            "model.dropout=0",
             "data=digits",
             "train.steps=6",
             "train.warmup_steps=2",
