@@ -22,6 +22,16 @@ backwards of the last micro-batch on stages before k (plus the step's fixed cost
 start before its first input exists, and its last gradient still has to flow back to stage 0.
 Candidates are simulated in order of that bound's samples/s; once the bound cannot beat the
 ``plan.top``-th best simulated, the rest are skipped: the table's rows are exactly the best.
+
+What makes the scoring fast (the same candidates, bounds and ranking as solving each
+(K, R, M, schedule) on its own): the partitions of one K are solved together, C problems per numpy
+operation (``engine.balance_by_bands``), and only on the layer ranges a partition of L layers into
+K non-empty cells can use (cell k starts at k..L-K+k); before that min-max, a boolean walk over the
+same ranges finds the configurations where no partition fits in any mode (most of them under a
+tight cap: three candidates over the cap each, never solved). The fit masks depend on a cell's
+position only through (mode, samples, micro-batches alive, last stage), so they are computed once
+per such key; the partitions once per (K, micro-batch, micro-batches alive per stage), shared
+across replicas and M; the bound's per-cell sums once per (micro-batch, layer range).
 """
 
 from __future__ import annotations
