@@ -12,7 +12,7 @@ import pytest
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.partition import PartitionError, balance_by_cells, balance_by_cells_many
-from gpipe_repro.plan.__main__ import _space
+from gpipe_repro.plan.choose import _space
 from gpipe_repro.plan.search import SCHEDULES, Stats, _divisors, _partitions, enumerate_candidates
 from gpipe_repro.runner.simulated import _hardware
 
