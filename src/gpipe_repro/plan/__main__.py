@@ -34,6 +34,8 @@ def plan(argv: list[str]) -> tuple[list[Candidate], str]:
     spec = compose([*run_args, "backend=sim"])
     if pc.batch_size not in (None, "fit"):
         spec = replace(spec, train=replace(spec.train, batch_size=int(pc.batch_size)))
+    if pc.devices is None:
+        raise UserError("plan.devices=None: gpipe-plan needs a count; allowed: an integer >= 1")
     model = plan_model(spec)
     batch = None if pc.batch_size == "fit" else spec.train.batch_size
     r = rank_configurations(

@@ -129,7 +129,7 @@ class Space:
     _times: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _fits: dict[tuple[str, int, int, bool], np.ndarray] = field(default_factory=dict)
     _cells: dict[tuple[int, int, int], StageCost] = field(default_factory=dict)
-    _parts: dict[tuple[Any, ...], list[tuple[tuple[int, ...], tuple[str, ...]]]] = field(
+    _parts: dict[_Shape, list[tuple[tuple[int, ...], tuple[str, ...]]]] = field(
         default_factory=dict
     )
 
