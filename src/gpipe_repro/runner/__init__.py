@@ -61,7 +61,7 @@ def run(
     written — when ``out`` holds another run's results (``runner.folder``)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
     if not owner:
-        if spec.backend == "engine":  # a simulated run is rank 0's alone
+        if spec.backend == "engine" and spec.plan.mode != "auto":  # sim: rank 0's alone
             with _nccl_env(spec):
                 _run_as_other_rank(spec, out)
         return None
@@ -83,6 +83,11 @@ def run(
     wb: WandbRun | None = None
     files: list[Path] = []
     try:
+        if spec.plan.mode == "auto" and launcher != "local":
+            raise UserError(
+                f"plan=auto runs under gpipe-run's own launcher, not {launcher}: this job's ranks "
+                "started before the planner chose K; run gpipe-plan and pass its pick's options"
+            )
         with _nccl_env(spec):
             model = plan_model(spec)
             planned = plan(spec, model)
