@@ -23,34 +23,29 @@ RUN = ["train.steps=3", "train.warmup_steps=1", "train.progress=false", "train.e
 AUTO = ["plan=auto", "plan.devices=2", "plan.memory_gib=0.006"]
 
 
+SHAPE = ("K", "M", "replicas", "schedule")
+
+
 def planner_pick(tmp_path: Path, extra: list[str]) -> dict[str, object]:
     """gpipe-plan's best row for the same model, data, hardware, batch, devices and cap."""
     shown, _ = plan([*MODEL, *extra, f"plan.out={tmp_path / 'plan'}"])
     c = shown[0]
-    return dict(
-        K=c.K,
-        M=c.M,
-        replicas=c.replicas,
-        schedule=c.schedule,
-        balance=list(c.balance),
-        checkpoint=",".join(c.checkpoint) if len(set(c.checkpoint)) > 1 else c.checkpoint[0],
-        step_s=c.step_s,
-        stage_bytes=list(c.stage_bytes),
-    )
+    modes = ",".join(c.checkpoint) if len(set(c.checkpoint)) > 1 else c.checkpoint[0]
+    return {f: getattr(c, f) for f in SHAPE} | {
+        "balance": list(c.balance),
+        "checkpoint": modes,
+        "step_s": c.step_s,
+        "stage_bytes": list(c.stage_bytes),
+    }
 
 
 def as_run(m) -> dict[str, object]:
-    p, a = m.pipeline, m.plan.auto
-    return dict(
-        K=p.K,
-        M=p.M,
-        replicas=p.replicas,
-        schedule=p.schedule,
-        balance=p.balance,
-        checkpoint=p.checkpoint,
-        step_s=a.predicted_step_time_s,
-        stage_bytes=a.predicted_stage_bytes,
-    )
+    """The same, as the run ran it (its pipeline) and recorded it (plan.auto)."""
+    a = m.plan.auto
+    return {f: getattr(m.pipeline, f) for f in (*SHAPE, "balance", "checkpoint")} | {
+        "step_s": a.predicted_step_time_s,
+        "stage_bytes": a.predicted_stage_bytes,
+    }
 
 
 def test_a_real_run_with_plan_auto_runs_gpipe_plan_pick_and_records_it(tmp_path):
