@@ -189,7 +189,7 @@ def auto_conflict(overrides: list[str]) -> str | None:
 def _auto_devices(cfg: RunConfig, cuda_devices: int) -> RunConfig:
     """plan=auto: refuse pipeline options set beside it; resolve ``plan.devices`` where the engine
     runs (null: this host's CUDA devices where it has any and ``device`` allows them, else one CPU
-    rank per ``train.threads`` cores, so the ranks never share a core)."""
+    rank per ``train.threads`` of the cores this process may run on, so no two ranks share one)."""
     from .schema import PipelineConfig, TrainConfig
 
     defaults = {"pipeline": PipelineConfig(), "train": TrainConfig()}
@@ -206,7 +206,8 @@ def _auto_devices(cfg: RunConfig, cuda_devices: int) -> RunConfig:
     if cfg.device != "cpu" and cuda_devices > 0:
         devices = cuda_devices
     else:
-        devices = max(1, (os.cpu_count() or 1) // cfg.train.threads)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        devices = max(1, (cores or 1) // cfg.train.threads)
     return replace(cfg, plan=replace(cfg.plan, devices=devices))
 
 
