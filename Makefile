@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
+.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,12 @@ docs: $(STAMP) ## regenerate docs/ (options, metrics.json contract) from the cod
 
 bench-engine: $(STAMP) ## engine benchmark -> reports/engine/ (ours vs torch pipelining, K=2 speed-up, overhead)
 	$(BIN)/python bench/engine.py --out reports/engine
+
+PLAN_BENCH := model=transformer_lm model.L=48 model.d=2048 model.H=8192 model.A=32 data=synthetic \
+	data.kind=tokens data.vocab=32000 data.seq_len=1024 hardware=tpu_v3 plan.devices=48 \
+	plan.batch_size=960 plan.max_m=128 plan.top=3
+bench-plan: $(STAMP) ## gpipe-plan's search speed on one core (Transformer-48, 48 TPU v3, 14,505 candidates): its search line
+	@out=$$(mktemp -d) && taskset -c 0 $(BIN)/gpipe-plan $(PLAN_BENCH) plan.out=$$out | tail -1; rm -rf $$out
 
 bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs retain -> reports/engine/hostmem.md
 	$(BIN)/python bench/hostmem.py --out reports/engine

@@ -48,6 +48,9 @@ COMMAND_LINE = [
     (["-m", "pipeline.K=1,abc"], "pipeline.K='abc' is not an integer"),
     (["pipeline.K=[1"], ""),
     (["hydra.run.dir=/etc/hostname/run"], "is a file, not a folder"),
+    (["pipeline.K=4", "plan=auto"], "pipeline.K=4 conflicts with plan=auto, which chooses it"),
+    (["plan=auto", "pipeline=1f1b"], "pipeline=1f1b conflicts with plan=auto, which chooses it"),
+    (["plan=sometimes"], "plan=sometimes is not a plan config; allowed: auto, manual"),
 ]
 
 VALUES = [
@@ -135,6 +138,7 @@ VALUES = [
     ),
     (["data=cifar10"], "data.root is not set; cifar10 is read from a local folder"),
     (["backend=sim", "hardware=tpu_v3", "hardware.link_hops=0"], "hardware.link_hops=0 is invalid"),
+    (["backend=sim", "plan=auto"], "plan=auto with backend=sim needs plan.devices"),
 ]
 
 

@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..options import allowed_text
 from .schema import RunConfig
 from .store import GROUPS, group_options, register
-from .validate import validate
+from .validate import auto_conflict, validate
 
 __all__ = ["CONF_DIR", "preflight", "compose", "to_spec", "config_keys", "sweep_world_size"]
 
@@ -159,6 +159,9 @@ def preflight(argv: list[str]) -> str | None:
         line = f"{ov.get_key_element()}={values[0]}" if values else str(ov.input_line)
         variants.append([f"{ov.get_key_element()}={v}" for v in values[1:]])
         firsts.append(line)
+    conflict = auto_conflict(firsts)
+    if conflict:
+        return conflict
     jobs = [firsts] + [
         firsts[:i] + [alt] + firsts[i + 1 :] for i, alts in enumerate(variants) for alt in alts
     ]

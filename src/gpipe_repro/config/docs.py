@@ -74,6 +74,7 @@ def markdown() -> str:
         ("sweep", "SweepConfig"),
         ("sim", "SimConfig"),
         ("hardware", "HardwareConfig"),
+        ("plan", "AutoPlanConfig"),
     ]:
         sub = typing.get_type_hints(RunConfig)[section]
         lines += [

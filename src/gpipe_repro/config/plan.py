@@ -35,6 +35,7 @@ from ..engine.checkpoint import stage_mode
 from ..engine.cost import COUNTED_KINDS, layer_costs
 from ..engine.partition import check_k
 from ..errors import UserError
+from ..metrics.contract import AutoPlanInfo
 from ..models import ModelSpec, get_model
 from ..planner.stages import StagePlan, plan_stages
 from .device import DeviceMemory
@@ -115,6 +116,7 @@ class RunPlan:
     stages: list[StagePlan]
     memory: DeviceMemory
     measure_time: bool = False  # the ranks measure per-layer time and choose the partition with it
+    auto: AutoPlanInfo | None = None  # plan=auto: the planner's pick (``runner.autoplan``)
 
     @property
     def world_size(self) -> int:

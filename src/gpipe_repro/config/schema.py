@@ -31,6 +31,9 @@ __all__ = [
     "LoggerConfig",
     "SweepConfig",
     "SimConfig",
+    "PlanSearchConfig",
+    "AutoPlanConfig",
+    "PLAN_MODES",
     "RunConfig",
     "DEVICES",
     "LOGGERS",
@@ -240,6 +243,41 @@ class SimConfig:
     profile_repeats: int = opt(5, "timed repeats per layer and size (their median)", min=1)
 
 
+PLAN_MODES = ("manual", "auto")
+
+
+@dataclass
+class PlanSearchConfig:
+    """What the planner (``gpipe-plan``, ``plan=auto``) searches under (issue #19)."""
+
+    devices: int | None = opt(
+        None,
+        "accelerators the pipeline may use (K * replicas <= devices); null = what the launcher "
+        "would use: this host's CUDA devices, or on a CPU host one rank per train.threads cores",
+        min=1,
+    )
+    memory_gib: float | None = opt(
+        None,
+        "memory cap per device, GiB; null = the device's (the engine's budget, a CPU host's "
+        "shared between the ranks) or the hardware profile's (backend=sim)",
+        min=0.001,
+    )
+    max_m: int = opt(64, "largest number of micro-batches searched", min=1)
+
+
+@dataclass
+class AutoPlanConfig(PlanSearchConfig):
+    """``plan=auto``: the pipeline options (K, replicas, M, schedule, per-stage remat, balance)
+    are the planner's best configuration for this run, chosen before it starts."""
+
+    mode: str = opt(
+        "manual",
+        "manual: the pipeline.* options as given; auto: the planner's pick for the run's model, "
+        "data, hardware, precision and train.batch_size (pipeline.* must then be left unset)",
+        choices=PLAN_MODES,
+    )
+
+
 @dataclass
 class RunConfig:
     """The root: one run (one Hydra job)."""
@@ -257,6 +295,9 @@ class RunConfig:
     logger: LoggerConfig = opt(LoggerConfig())
     sweep: SweepConfig = opt(SweepConfig())
     sim: SimConfig = opt(SimConfig())
+    plan: AutoPlanConfig = opt(
+        AutoPlanConfig(), "plan=auto: the pipeline options chosen by the planner (gpipe-plan)"
+    )
     seed: int = opt(0, "seeds weights (per layer), data order and dropout", min=0)
     device: str = opt(
         "auto",

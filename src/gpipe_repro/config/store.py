@@ -15,7 +15,7 @@ from datetime import datetime
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from .schema import LOGGERS, LoggerConfig, PipelineConfig, RunConfig
+from .schema import LOGGERS, PLAN_MODES, AutoPlanConfig, LoggerConfig, PipelineConfig, RunConfig
 
 __all__ = ["register", "group_options", "GROUPS"]
 
@@ -26,6 +26,7 @@ GROUPS = (
     "pipeline",
     "logger",
     "hardware",
+    "plan",
     "experiment",
     "mt_size",  # conf/mt_size/: Fig. 3's model sizes
     "table5_run",  # conf/table5_run/: Table 5's batch and length pairs
@@ -46,6 +47,7 @@ def _groups() -> dict[str, dict[str, object]]:
         # the paper's fill-drain is `gpipe`; each other schedule of the engine is an option of its own
         "pipeline": {name: replace(PipelineConfig(), schedule=name) for name in SCHEDULES},
         "logger": {name: LoggerConfig(name=name) for name in LOGGERS},
+        "plan": {mode: AutoPlanConfig(mode=mode) for mode in PLAN_MODES},  # plan=auto
     }
 
 

@@ -8,6 +8,7 @@ terms) are mapped to config keys here and nowhere else (``engine_error``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import is_dataclass, replace
 from typing import Any
 
@@ -17,7 +18,15 @@ from ..errors import UserError
 from ..options import check_fields
 from .schema import RunConfig
 
-__all__ = ["validate", "engine_error", "resolve_backend", "resolve_device", "ENGINE_KEYS"]
+__all__ = [
+    "validate",
+    "engine_error",
+    "resolve_backend",
+    "resolve_device",
+    "auto_conflict",
+    "ENGINE_KEYS",
+    "AUTO_PLANNED",
+]
 
 # The engine's parameter names -> the config keys that set them.
 ENGINE_KEYS = {
@@ -119,7 +128,10 @@ def validate(
         )
     from .device import local_ranks
 
-    here = local_ranks(max(cfg.world_size, sweep_world or 0))  # this host's ranks: one GPU each
+    if cfg.plan.mode == "auto":
+        cfg = _auto_devices(cfg, _cuda_count(cuda_available, 1))
+    ranks = cfg.plan.devices if cfg.plan.mode == "auto" else cfg.world_size
+    here = local_ranks(max(ranks or 1, sweep_world or 0))  # this host's ranks: one GPU each
     count = _cuda_count(cuda_available, here)
     device = resolve_device(cfg.device, count > 0, here, count)
     backend = resolve_backend(cfg.backend, device, here, count)
@@ -137,7 +149,66 @@ def validate(
             "device(s); one rank per device: lower pipeline.K, or simulate with backend=sim "
             "(or backend=auto)"
         )
+    if cfg.plan.mode == "auto" and backend == "sim" and cfg.plan.devices is None:
+        raise UserError(
+            "plan=auto with backend=sim needs plan.devices (a simulated device has no count); "
+            "allowed: an integer >= 1"
+        )
     return replace(cfg, device=device, backend=backend)
+
+
+# What plan=auto chooses itself: a user's value for any of these is refused (``preflight`` names
+# the override; this names a value set anywhere else, e.g. by an experiment).
+AUTO_PLANNED = (
+    "pipeline.K",
+    "pipeline.M",
+    "pipeline.replicas",
+    "pipeline.schedule",
+    "pipeline.checkpoint",
+    "pipeline.balance",
+    "train.micro_batch_size",
+    "train.batch_mode",
+)
+
+
+def auto_conflict(overrides: list[str]) -> str | None:
+    """One line when a command line sets plan=auto and an option it chooses (even to its
+    default), or None."""
+    keys = {o.partition("=")[0].lstrip("+~"): o for o in overrides}
+    auto = next(
+        (o for k, o in keys.items() if k in ("plan", "plan.mode") and o.endswith("=auto")), None
+    )
+    if auto is None:
+        return None
+    for key, o in keys.items():
+        if key in AUTO_PLANNED or key == "pipeline":
+            return f"{o} conflicts with {auto}, which chooses it; allowed: one of them"
+    return None
+
+
+def _auto_devices(cfg: RunConfig, cuda_devices: int) -> RunConfig:
+    """plan=auto: refuse pipeline options set beside it; resolve ``plan.devices`` where the engine
+    runs (null: this host's CUDA devices where it has any and ``device`` allows them, else one CPU
+    rank per ``train.threads`` of the cores this process may run on, so no two ranks share one)."""
+    from .schema import PipelineConfig, TrainConfig
+
+    defaults = {"pipeline": PipelineConfig(), "train": TrainConfig()}
+    for key in AUTO_PLANNED:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value != getattr(defaults[section], name):
+            raise UserError(
+                f"{key}={value} conflicts with plan=auto, which chooses it; allowed: leave {key} "
+                "unset, or plan=manual"
+            )
+    if cfg.plan.devices is not None or cfg.backend == "sim":
+        return cfg
+    if cfg.device != "cpu" and cuda_devices > 0:
+        devices = cuda_devices
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        devices = max(1, (cores or 1) // cfg.train.threads)
+    return replace(cfg, plan=replace(cfg.plan, devices=devices))
 
 
 def _cuda_count(cuda_available: bool | None, ranks_here: int) -> int:

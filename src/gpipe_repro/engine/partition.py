@@ -19,6 +19,9 @@ __all__ = [
     "PartitionError",
     "balance_by_cost",
     "balance_by_cells",
+    "balance_by_cells_many",
+    "balance_by_bands",
+    "cell_band",
     "check_balance",
     "check_k",
     "cell_costs",
@@ -129,37 +132,76 @@ def balance_by_cells(cell_cost: np.ndarray) -> list[int]:
     """Exact min-max contiguous partition on a cost per cell position and layer range.
 
     ``cell_cost[k, i, j]``: the cost of cell k holding layers i..j-1 (+inf where that cell may not
-    hold them, e.g. it would not fit a memory cap), shape (K, L+1, L+1). Minimises the largest cell
-    cost, ties broken by the lowest sum of squared cell costs (the two passes of ``balance_by_cost``,
-    which calls this with the same cost for every k). Raises ``PartitionError`` when no partition
-    has a finite cost."""
+    hold them, e.g. it would not fit a memory cap), shape (K, L+1, L+1); entries with i >= j are
+    never read (a cell holds at least one layer). Minimises the largest cell cost, ties broken by
+    the lowest sum of squared cell costs (the two passes of ``balance_by_cost``, which calls this
+    with the same cost for every k). Raises ``PartitionError`` when no partition has a finite cost."""
     K, L = cell_cost.shape[0], cell_cost.shape[1] - 1
-    # Pass 1: best[j] after k cells = minimal bottleneck for the first j layers in k cells.
-    best = np.full(L + 1, np.inf)
-    best[0] = 0.0
-    for k in range(K):
-        best = np.min(np.maximum(best[:, None], cell_cost[k]), axis=0)
-    bottleneck = best[L]
-    if not np.isfinite(bottleneck):
+    (bal,) = balance_by_cells_many(cell_cost[None])
+    if bal is None:
         raise PartitionError("costs", f"{K} cells of {L} layers", "admit no partition")
-    tol = 1e-9 * max(1.0, abs(bottleneck))
+    return bal
+
+
+def cell_band(cost: np.ndarray, k: int, K: int) -> np.ndarray:
+    """The band of ``cost[..., i, j]`` (shape (..., L+1, L+1)) that cell k of K can hold: starts
+    k..L-K+k (rows), ends k+1..L-K+k+1 (columns), a view of shape (..., W, W), W = L-K+1."""
+    W = cost.shape[-1] - K
+    return cost[..., k : k + W, k + 1 : k + 1 + W]
+
+
+def balance_by_cells_many(cell_cost: np.ndarray) -> list[list[int] | None]:
+    """``balance_by_cells`` of C problems at once, shape (C, K, L+1, L+1); None where a problem
+    admits no partition (``balance_by_bands`` on each cell's band)."""
+    K = cell_cost.shape[1]
+    if K > cell_cost.shape[2] - 1:
+        return [None] * cell_cost.shape[0]
+    W = cell_cost.shape[2] - K
+    upper = np.triu(np.ones((W, W), dtype=bool))  # a <= b: start k + a before end k + 1 + b
+    return balance_by_bands(
+        [np.where(upper, cell_band(cell_cost[:, k], k, K), np.inf) for k in range(K)]
+    )
+
+
+def balance_by_bands(bands: Sequence[np.ndarray]) -> list[list[int] | None]:
+    """The min-max partitions of C problems given only what a partition can use: ``bands[k]``,
+    shape (C, W, W), is cell k's cost of layers k+a..k+b (``cell_band``; W = L-K+1; +inf where
+    a > b: no empty cell). None where a problem admits no partition.
+
+    Both passes run on all C problems together (one numpy operation per cell position for all of
+    them) and only on the band of layer ranges a cell can hold in a partition of L layers into K
+    non-empty cells. Every element computed is the one the full (L+1) x (L+1) recurrence of
+    ``balance_by_cells`` computes, so the result is the same partition, ties included (the first
+    minimum in layer order)."""
+    K = len(bands)
+    C, W = bands[0].shape[0], bands[0].shape[-1]
+    L = W + K - 1
+    # Pass 1: best[:, a] = minimal bottleneck of the first k + a layers in k cells.
+    best = np.full((C, W), np.inf)
+    best[:, 0] = 0.0
+    for k in range(K):
+        best = np.min(np.maximum(best[:, :, None], bands[k]), axis=1)
+    bottleneck = best[:, W - 1]
+    tol = 1e-9 * np.maximum(1.0, np.abs(bottleneck))
 
     # Pass 2: minimal sum of squares with every cell <= bottleneck, keeping back-pointers.
-    ss = np.full(L + 1, np.inf)
-    ss[0] = 0.0
+    ss = np.full((C, W), np.inf)
+    ss[:, 0] = 0.0
+    limit = (bottleneck + tol)[:, None, None]
     parents: list[np.ndarray] = []
     for k in range(K):
-        seg = cell_cost[k]
-        sq = np.where(seg <= bottleneck + tol, seg, np.inf) ** 2
-        cand = ss[:, None] + sq  # (i, j)
-        parents.append(np.argmin(cand, axis=0))
-        ss = np.min(cand, axis=0)
-    if not np.isfinite(ss[L]):  # pragma: no cover - pass 1 guarantees feasibility
-        raise PartitionError("costs", f"{K} cells of {L} layers", "admit no partition")
-    bounds = [L]
-    j = L
-    for k in range(K - 1, -1, -1):
-        j = int(parents[k][j])
-        bounds.append(j)
-    bounds.reverse()
-    return [bounds[i + 1] - bounds[i] for i in range(K)]
+        cand = ss[:, :, None] + np.where(bands[k] <= limit, bands[k], np.inf) ** 2
+        parents.append(np.argmin(cand, axis=1))
+        ss = np.min(cand, axis=1)
+    out: list[list[int] | None] = []
+    for c in range(C):
+        if not (np.isfinite(bottleneck[c]) and np.isfinite(ss[c, W - 1])):
+            out.append(None)
+            continue
+        bounds, b = [L], W - 1  # cell k ends at layer k + 1 + b
+        for k in range(K - 1, -1, -1):
+            b = int(parents[k][c, b])  # it starts at layer k + b
+            bounds.append(k + b)
+        bounds.reverse()
+        out.append([bounds[i + 1] - bounds[i] for i in range(K)])
+    return out

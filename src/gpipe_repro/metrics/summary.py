@@ -171,6 +171,7 @@ def plan_info(plan: RunPlan) -> PlanInfo:
         memory_shared=mem.shared,
         memory_budget_bytes=mem.budget(plan.world_size if mem.shared else 1),
         planned_stage_bytes=plan.planned_bytes(),
+        auto=plan.auto,
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..config.schema import PlanSearchConfig
 from ..errors import UserError
 from ..options import check_fields, opt
 
@@ -21,19 +22,17 @@ PREFIX = "plan."
 
 
 @dataclass
-class PlanConfig:
-    """What ``gpipe-plan`` searches under: the devices, their memory, the mini-batch."""
+class PlanConfig(PlanSearchConfig):
+    """What ``gpipe-plan`` searches under: the devices, their memory, the mini-batch (the search's
+    options are ``plan=auto``'s, ``config.schema.PlanSearchConfig``; a published device has no
+    count, so ``plan.devices`` defaults to one)."""
 
-    devices: int = opt(1, "accelerators available (K * replicas <= devices)", min=1)
-    memory_gib: float | None = opt(
-        None, "memory cap per device, GiB; null = the hardware profile's memory", min=0.001
-    )
+    devices: int | None = opt(1, "accelerators available (K * replicas <= devices)", min=1)
     batch_size: str | None = opt(
         None,
         "the global mini-batch: an integer, fit (the largest that fits), or null = train.batch_size",
         allowed="null, fit or an integer >= 1",
     )
-    max_m: int = opt(64, "largest number of micro-batches searched", min=1)
     top: int = opt(
         10, "rows of the ranked table (the bound prunes against the last of them)", min=2
     )

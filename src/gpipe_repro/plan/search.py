@@ -22,6 +22,16 @@ backwards of the last micro-batch on stages before k (plus the step's fixed cost
 start before its first input exists, and its last gradient still has to flow back to stage 0.
 Candidates are simulated in order of that bound's samples/s; once the bound cannot beat the
 ``plan.top``-th best simulated, the rest are skipped: the table's rows are exactly the best.
+
+What makes the scoring fast (the same candidates, bounds and ranking as solving each
+(K, R, M, schedule) on its own): the partitions of one K are solved together, C problems per numpy
+operation (``engine.balance_by_bands``), and only on the layer ranges a partition of L layers into
+K non-empty cells can use (cell k starts at k..L-K+k); before that min-max, a boolean walk over the
+same ranges finds the configurations where no partition fits in any mode (most of them under a
+tight cap: three candidates over the cap each, never solved). The fit masks depend on a cell's
+position only through (mode, samples, micro-batches alive, last stage), so they are computed once
+per such key; the partitions once per (K, micro-batch, micro-batches alive per stage), shared
+across replicas and M; the bound's per-cell sums once per (micro-batch, layer range).
 """
 
 from __future__ import annotations
@@ -29,14 +39,14 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from ..engine import ArgumentError
-from ..engine.partition import balance_by_cells
+from ..engine.partition import balance_by_bands, cell_band
 from ..planner.memory import StageActivation, state_bytes
-from ..sim import CostModel, stage_costs
+from ..sim import CostModel, StageCost, stage_costs
 from ..sim.costs import LayerCost
 
 __all__ = ["Candidate", "Stats", "Space", "search", "SCHEDULES", "MODES"]
@@ -117,6 +127,11 @@ class Space:
     unit: int = 1  # dataset units per sample (token batches: tokens per sentence)
     step_bytes: Callable[[int], int] = lambda params: 0
     _times: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _fits: dict[tuple[str, int, int, bool], np.ndarray] = field(default_factory=dict)
+    _cells: dict[tuple[int, int, int], StageCost] = field(default_factory=dict)
+    _parts: dict[_Shape, list[tuple[tuple[int, ...], tuple[str, ...]]]] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         L = len(self.layers)
@@ -166,9 +181,29 @@ class Space:
     def memory(self, schedule: str, mode: str, K: int, M: int, n: int) -> np.ndarray:
         """Bytes per cell position k and layer range, shape (K, L+1, L+1), at n samples."""
         co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 4)
-        c = [co[:, q][:, None, None] for q in range(4)]
+        return self._bytes([co[:, q][:, None, None] for q in range(4)], n)
+
+    def _bytes(self, c: Sequence[Any], n: int) -> np.ndarray:
         act = n * (c[0] * self.inp + c[1] * self.saved + c[2] * self.out) + c[3] * self.weights
         return self.state + np.maximum(np.rint(act), self.step)
+
+    def cell(self, micro_batch: int, start: int, stop: int) -> StageCost:
+        """Layers start..stop-1 as one stage (``sim.stage_costs``'s sums, memoised: the bound asks
+        for the same cells across M, replicas and schedules)."""
+        key = (micro_batch, start, stop)
+        if key not in self._cells:
+            lc = self.costs.layer_costs(micro_batch)
+            self._cells[key] = stage_costs(lc[start:stop], [stop - start])[0]
+        return self._cells[key]
+
+    def fits(self, mode: str, n: int, alive: int, last: bool) -> np.ndarray:
+        """Whether a cell holding ``alive`` micro-batches of n samples fits the cap, per layer range
+        (the same bytes as ``memory``, which depend on the cell's position only through these)."""
+        key = (mode, n, alive, last and mode == "always")
+        if key not in self._fits:
+            c = _coef_of(mode, alive, last)
+            self._fits[key] = self._bytes(c, n) <= self.cap
+        return self._fits[key]
 
 
 def alive(schedule: str, K: int, M: int, k: int) -> int:
@@ -183,11 +218,14 @@ def _coef(schedule: str, mode: str, K: int, M: int, k: int) -> tuple[float, floa
     ``peak_activation_bytes`` + ``sent_bytes``, is checked against them in the tests) — never:
     n · (in + saved + out + weights); always: n · in + saved + weights, and the outputs sent but
     still in transfer (n of them, none from the last stage); n = the micro-batches alive."""
-    n = alive(schedule, K, M, k)
+    return _coef_of(mode, alive(schedule, K, M, k), k == K - 1)
+
+
+def _coef_of(mode: str, n: int, last: bool) -> tuple[float, float, float, float]:
     if mode == "never":
         return (n, n, n, n)
     if mode == "always":
-        return (n, 1, n if k < K - 1 else 0, 1)
+        return (n, 1, 0 if last else n, 1)
     raise ValueError(f"mode={mode!r} is not searched; allowed: {', '.join(MODES)}")
 
 
@@ -195,42 +233,104 @@ def _divisors(n: int, most: int) -> list[int]:
     return [m for m in range(1, min(n, most) + 1) if n % m == 0]
 
 
-def _partitions(
-    space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int
-) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
+Parts = list[tuple[tuple[int, ...], tuple[str, ...]]]
+KINDS = ("mixed", "never", "always")
+CHUNK = 2**22  # cost elements solved at once (32 MiB of float64)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a (K, R, M, schedule)'s partitions depend on: the micro-batch (costs), the samples in
+    it and each stage's micro-batches alive (memory). Configurations with the same shape share
+    their partitions: the solve is cached on it."""
+
+    K: int
+    micro_batch: int
+    n: int
+    alive: tuple[int, ...]
+
+    @staticmethod
+    def of(K: int, M: int, schedule: str, n: int, micro_batch: int) -> _Shape:
+        return _Shape(K, micro_batch, n, tuple(alive(schedule, K, M, k) for k in range(K)))
+
+
+def _masks(space: Space, s: _Shape) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per cell position, whether each layer range fits in mode never and in mode always."""
+    return [
+        (space.fits("never", s.n, a, k == s.K - 1), space.fits("always", s.n, a, k == s.K - 1))
+        for k, a in enumerate(s.alive)
+    ]
+
+
+def _fitting(space: Space, K: int, allowed: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
+    """Whether a partition fits, per problem: ``allowed[c][k]`` says which layer ranges cell k
+    may hold; a walk over the ranges a partition can use (cheap beside the min-max solve, and
+    most shapes of a tight cap have no partition at all)."""
+    W = len(space.layers) + 1 - K
+    upper = cell_band(space.valid, 0, K)
+    reach = np.zeros((len(allowed), W), dtype=bool)
+    reach[:, 0] = True
+    for k in range(K):
+        may = np.stack([cell_band(a[k], k, K) for a in allowed]) & upper
+        reach = np.any(reach[:, :, None] & may, axis=1)
+    return reach[:, W - 1]
+
+
+def _partitions_many(space: Space, shapes: Sequence[_Shape]) -> list[Parts]:
+    """For each shape (all of one K): the mixed, all-never and all-always min-max partitions that
+    fit (deduplicated), solved together on the layer ranges a partition can use
+    (``balance_by_bands``) and cached."""
+    todo = list(dict.fromkeys(s for s in shapes if s not in space._parts))
+    if todo:
+        either = [[n | a for n, a in _masks(space, s)] for s in todo]  # some mode fits
+        ok = _fitting(space, todo[0].K, either)
+        space._parts.update({s: [] for s, fit in zip(todo, ok, strict=True) if not fit})
+        todo = [s for s, fit in zip(todo, ok, strict=True) if fit]
+    if todo:
+        K, W = todo[0].K, len(space.layers) + 1 - todo[0].K
+        per = max(1, CHUNK // (3 * K * W * W))
+        for lo in range(0, len(todo), per):
+            group = todo[lo : lo + per]
+            masks = [_masks(space, s) for s in group]
+            bands = []
+            for k in range(K):
+                cells = []
+                for s, m in zip(group, masks, strict=True):
+                    never_t, always_t = (cell_band(t, k, K) for t in space.times(s.micro_batch))
+                    fits_n, fits_a = (cell_band(f, k, K) for f in m[k])
+                    cells += [
+                        np.where(fits_n, never_t, np.where(fits_a, always_t, np.inf)),
+                        np.where(fits_n, never_t, np.inf),
+                        np.where(fits_a, always_t, np.inf),
+                    ]
+                bands.append(np.stack(cells))
+            sols = balance_by_bands(bands)
+            for g, (s, m) in enumerate(zip(group, masks, strict=True)):
+                out: Parts = []
+                for kind, bal in zip(KINDS, sols[3 * g : 3 * g + 3], strict=True):
+                    if bal is None:
+                        continue
+                    modes, start = [], 0
+                    for k, b in enumerate(bal):
+                        ok_never = bool(m[k][0][start, start + b]) and kind != "always"
+                        modes.append("never" if ok_never else "always")
+                        start += b
+                    key = (tuple(bal), tuple(modes))
+                    if key not in out:
+                        out.append(key)
+                space._parts[s] = out
+    return [space._parts[s] for s in shapes]
+
+
+def _partitions(space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int) -> Parts:
     """The mixed, all-never and all-always min-max partitions that fit (deduplicated)."""
-    never_t, always_t = space.times(micro_batch)
-    fits_n = space.memory(schedule, "never", K, M, n) <= space.cap
-    fits_a = space.memory(schedule, "always", K, M, n) <= space.cap
-    costs = {
-        "mixed": np.where(fits_n, never_t, np.where(fits_a, always_t, np.inf)),
-        "never": np.where(fits_n, never_t, np.inf),
-        "always": np.where(fits_a, always_t, np.inf),
-    }
-    out: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
-    for kind, cost in costs.items():
-        try:
-            bal = balance_by_cells(cost)
-        except ArgumentError:
-            continue
-        modes, start = [], 0
-        for k, b in enumerate(bal):
-            ok_never = bool(fits_n[k, start, start + b]) and kind != "always"
-            modes.append("never" if ok_never else "always")
-            start += b
-        key = (tuple(bal), tuple(modes))
-        if key not in out:
-            out.append(key)
-    return out
+    return _partitions_many(space, [_Shape.of(K, M, schedule, n, micro_batch)])[0]
 
 
 def _fits_any(space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int) -> bool:
-    fits_a = space.memory(schedule, "always", K, M, n) <= space.cap
-    try:
-        balance_by_cells(np.where(fits_a, space.times(micro_batch)[1], np.inf))
-    except ArgumentError:
-        return False
-    return True
+    """Whether some partition fits with every stage in mode always (the least memory)."""
+    masks = _masks(space, _Shape.of(K, M, schedule, n, micro_batch))
+    return bool(_fitting(space, K, [[a for _, a in masks]])[0])
 
 
 def _largest(space: Space, K: int, M: int, schedule: str) -> int:
@@ -249,10 +349,11 @@ def _largest(space: Space, K: int, M: int, schedule: str) -> int:
 
 def bound(space: Space, c: Candidate) -> float:
     """The lower bound on ``c``'s step time (module doc)."""
-    st = stage_costs(space.costs.layer_costs(c.micro_batch), c.balance)
     o = space.costs.overhead_s
-    fw, bw = [], []
-    for s, mode in zip(st, c.checkpoint, strict=True):
+    fw, bw, start = [], [], 0
+    for b, mode in zip(c.balance, c.checkpoint, strict=True):
+        s = space.cell(c.micro_batch, start, start + b)
+        start += b
         remat = mode == "always"
         fw.append((s.forward_nograd_s if remat else s.forward_s) + o)
         extra = s.forward_s + space.costs.recompute_overhead_s if remat else 0.0
@@ -264,10 +365,12 @@ def bound(space: Space, c: Candidate) -> float:
 def enumerate_candidates(
     space: Space, devices: int, batch: int | None, max_m: int, stats: Stats
 ) -> list[Candidate]:
-    """Every (K, R, M, schedule, remat, partition) that fits the cap (``batch`` None: fit)."""
+    """Every (K, R, M, schedule, remat, partition) that fits the cap (``batch`` None: fit); the
+    partitions of one K are solved together (``_partitions_many``)."""
     L = len(space.layers)
     out: list[Candidate] = []
     for K in range(1, min(devices, L) + 1):
+        configs: list[tuple[int, int, str, int, _Shape | None]] = []
         for R in range(1, devices // K + 1):
             if batch is not None and batch % R:
                 continue
@@ -285,12 +388,17 @@ def enumerate_candidates(
                     else:
                         mb = per // M
                         n = max(1, mb // space.unit)
-                    stats.enumerated += 3
-                    parts = _partitions(space, K, M, schedule, n, mb) if n else []
-                    stats.over_cap += 3 - len(parts)
-                    for bal, modes in parts:
-                        c = Candidate(K, R, M, schedule, modes, bal, mb, mb * M * R, 0.0)
-                        out.append(Candidate(**{**c.__dict__, "bound_s": bound(space, c)}))
+                    shape = _Shape.of(K, M, schedule, n, mb) if n else None
+                    configs.append((R, M, schedule, mb, shape))
+        shapes = [c[4] for c in configs if c[4] is not None]
+        solved = iter(_partitions_many(space, shapes))
+        for R, M, schedule, mb, shape in configs:
+            parts = next(solved) if shape is not None else []
+            stats.enumerated += 3
+            stats.over_cap += 3 - len(parts)
+            for bal, modes in parts:
+                c = Candidate(K, R, M, schedule, modes, bal, mb, mb * M * R, 0.0)
+                out.append(replace(c, bound_s=bound(space, c)))
     return out
 
 

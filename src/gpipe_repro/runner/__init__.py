@@ -24,7 +24,7 @@ import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from ..metrics.writer import OutputError
 from ..rank import DIVERGED, RankContext, run_rank
 from ..wandb_logger import WandbRun
 from . import folder
+from .autoplan import auto_plan
 from .folder import FolderInUse
 from .guard import check_memory
 from .local import launch_local
@@ -60,7 +61,7 @@ def run(
     written — when ``out`` holds another run's results (``runner.folder``)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
     if not owner:
-        if spec.backend == "engine":  # a simulated run is rank 0's alone
+        if spec.backend == "engine" and spec.plan.mode != "auto":  # sim: rank 0's alone
             with _nccl_env(spec):
                 _run_as_other_rank(spec, out)
         return None
@@ -82,6 +83,11 @@ def run(
     wb: WandbRun | None = None
     files: list[Path] = []
     try:
+        if spec.plan.mode == "auto" and launcher != "local":
+            raise UserError(
+                f"plan=auto runs under gpipe-run's own launcher, not {launcher}: this job's ranks "
+                "started before the planner chose K; run gpipe-plan and pass its pick's options"
+            )
         with _nccl_env(spec):
             model = plan_model(spec)
             planned = plan(spec, model)
@@ -122,17 +128,29 @@ def run(
 def plan(spec: RunConfig, model: ModelPlan) -> RunPlan:
     """The run's plan, against the memory it will run in: the hardware profile's (``backend=sim``),
     or the devices the ranks run on — the GPU with the least free memory among this host's, or this
-    host's RAM shared by its ranks."""
+    host's RAM shared by its ranks. ``plan=auto``: the pipeline options are the planner's pick,
+    chosen here once (``runner.autoplan``)."""
+    if spec.plan.mode == "auto":
+        assert spec.plan.devices is not None  # resolved at validation
+        device = None if spec.backend == "sim" else _engine_memory(spec, spec.plan.devices)
+        spec, auto, choice = auto_plan(spec, model, device)
+        return replace(_plan(spec, model), auto=auto, choice=choice)
+    return _plan(spec, model)
+
+
+def _plan(spec: RunConfig, model: ModelPlan) -> RunPlan:
     if spec.backend == "sim":
         memory, times, source = sim_planning(spec, model)
         return plan_run(spec, model, memory, time_costs=times, time_source=source)
     return plan_run(spec, model, _engine_memory(spec), device_type=spec.device)
 
 
-def _engine_memory(spec: RunConfig) -> DeviceMemory:
+def _engine_memory(spec: RunConfig, ranks: int | None = None) -> DeviceMemory:
+    """The memory the ranks run in (``ranks``: how many, default the run's world size)."""
     if spec.device != "cuda":
         return device_for("cpu").memory()
-    here = min(local_ranks(spec.world_size), max(1, device_for("cuda").count()))
+    world = spec.world_size if ranks is None else ranks
+    here = min(local_ranks(world), max(1, device_for("cuda").count()))
     return min((device_for("cuda", i).memory() for i in range(here)), key=lambda m: m.budget())
 
 

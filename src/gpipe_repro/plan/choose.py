@@ -1,0 +1,142 @@
+"""The planner on a composed run: its search space, the search, the exact check of the shown rows.
+
+One function, ``rank_configurations``, for both callers: ``gpipe-plan`` (which prints and writes the
+ranking) and ``gpipe-run plan=auto`` (which runs the best row, ``runner.autoplan``). The model is on
+the meta device; per-layer costs come from the run's ``hardware`` (``runner.simulated``), memory from
+the memory planner (``planner.stages``). What is searched and how it is pruned: ``plan.search``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..config import RunConfig
+from ..config.plan import ModelPlan
+from ..data import get_data
+from ..engine.partition import balance_by_cells
+from ..errors import UserError
+from ..planner.memory import step_temporary_bytes
+from ..planner.stages import layer_activations, plan_stages
+from ..runner.simulated import _hardware, simulate_plan
+from ..sim import CostModel, Hardware
+from .search import MODES, CachedCosts, Candidate, Space, Stats, search
+
+__all__ = ["Ranked", "rank_configurations"]
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """The search's answer: the rows that fit (planned exactly), best first, and how it went."""
+
+    shown: list[Candidate]
+    stats: Stats
+    hardware: Hardware
+    cap: int  # bytes per device
+
+
+def _key(spec: RunConfig, model: ModelPlan) -> str:
+    return f"{spec.model!r}|{model.info!r}"  # the run's plan memoises under the same key
+
+
+def _space(spec: RunConfig, model: ModelPlan, cap: int, costs: CostModel) -> Space:
+    opt = spec.optim.name if spec.optim.name in ("rmsprop", "sgd", "adam") else "rmsprop"
+    wd = float(getattr(spec.optim, "weight_decay", 0.0))
+    acts = layer_activations(
+        model.layers,
+        model.info.example,
+        model.model.planning_loss,
+        key=_key(spec, model),
+        precision=spec.train.precision,
+    )
+    unit = model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1
+    return Space(
+        layers=acts,
+        params=[sum(p.numel() for p in layer.parameters()) for layer in model.layers],
+        optim=opt,
+        costs=CachedCosts(costs),
+        cap=cap,
+        unit=unit,
+        step_bytes=lambda n: step_temporary_bytes(n, opt, wd, "cpu"),
+    )
+
+
+def _exact(spec: RunConfig, model: ModelPlan, space: Space, c: Candidate) -> tuple[int, ...]:
+    """The candidate's per-stage peak, planned exactly (``planner.stages.plan_stages``)."""
+    stages = plan_stages(
+        model.layers,
+        model.info.example,
+        model.model.planning_loss,
+        c.balance,
+        K=c.K,
+        M=c.M,
+        micro_batch=max(1, c.micro_batch // space.unit),
+        schedule=c.schedule,
+        checkpoint=list(c.checkpoint),
+        optim=space.optim,
+        key=_key(spec, model),
+        precision=spec.train.precision,
+    )
+    return tuple(s.total for s in stages)
+
+
+def _nothing_fits(space: Space, K: int, M: int, cap: int) -> str:
+    """One line naming the smallest need per stage: the least-memory partition of K stages at
+    one sample per micro-batch, 1f1b, remat always."""
+    mem = space.memory("1f1b", "always", K, M, 1)
+    bal = balance_by_cells(np.where(space.valid, mem, np.inf))
+    need, start = [], 0
+    for k, b in enumerate(bal):
+        need.append(mem[k, start, start + b])
+        start += b
+    gib = ", ".join(f"{n / 2**20:.3f}" for n in need)
+    return (
+        f"plan.memory_gib={cap / GiB:.3g}: no configuration fits; the least any needs (K={K}, one "
+        f"sample per micro-batch, 1f1b, remat {MODES[1]}, balance {'-'.join(map(str, bal))}) is "
+        f"[{gib}] MiB per stage; raise plan.memory_gib or plan.devices"
+    )
+
+
+def rank_configurations(
+    spec: RunConfig,
+    model: ModelPlan,
+    *,
+    devices: int,
+    cap: int | None,
+    batch: int | None,
+    max_m: int,
+    top: int,
+) -> Ranked:
+    """The ``top`` fastest configurations of ``spec``'s model on ``devices`` devices whose stages
+    fit ``cap`` bytes each (None: the hardware profile's memory); ``batch`` None: the largest that
+    fits. Raises UserError (one line) for more devices than layers, no memory, nothing that fits."""
+    L = len(model.layers)
+    if devices > L:
+        raise UserError(
+            f"plan.devices={devices} exceeds the model's {L} layers; allowed: 1..{L} "
+            "(one stage per device at most)"
+        )
+    hw, costs = _hardware(spec, model)
+    cap = cap if cap is not None else hw.memory_bytes
+    if cap <= 0:
+        raise UserError(f"hardware={hw.name} states no memory; set plan.memory_gib")
+    space = _space(spec, model, cap, costs)
+
+    def simulate(c: Candidate) -> tuple[float, float]:
+        s = replace(spec, pipeline=replace(spec.pipeline, K=c.K, M=c.M, schedule=c.schedule))
+        r = simulate_plan(s, hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
+        return r.step_s, r.bubble_fraction
+
+    ranked, stats = search(space, devices, batch, max_m, top, simulate)
+    shown = []
+    for c in ranked:  # the shown rows, planned exactly; never one over the cap
+        exact = _exact(spec, model, space, c)
+        if max(exact) <= cap:
+            shown.append(replace(c, stage_bytes=exact))
+    shown.sort(key=lambda c: (-c.samples_per_s, max(c.stage_bytes)))  # ties: the least memory
+    if not shown:
+        raise UserError(_nothing_fits(space, min(devices, L), max_m, cap))
+    return Ranked(shown, stats, hw, cap)
