@@ -17,9 +17,9 @@ from gpipe_repro.sim.anchors import (
     simulate_anchor,
     trust,
 )
-from gpipe_repro.sim.hardware import PROFILES_DIR, load_config, load_profile
+from gpipe_repro.sim.hardware import load_profile, published_names
 
-PUBLISHED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if load_config(p).name != "measured")
+PUBLISHED = published_names()
 
 
 @pytest.fixture(autouse=True)

@@ -41,6 +41,7 @@ __all__ = [
     "load_config",
     "load_profile",
     "profile_of",
+    "published_names",
 ]
 
 MEASURED = "measured"  # the profile that times this device (``measured.MeasuredDevice``)
@@ -177,6 +178,11 @@ def load_config(name_or_path: str | Path) -> HardwareConfig:
         raise HardwareError(f"{where}: {str(err).splitlines()[0]}") from None
     assert isinstance(out, HardwareConfig)
     return out
+
+
+def published_names(folder: Path = PROFILES_DIR) -> list[str]:
+    """The published profiles of ``folder`` (every YAML file but ``measured``), by file name."""
+    return sorted(p.stem for p in folder.glob("*.yaml") if load_config(p).name != MEASURED)
 
 
 def load_profile(name_or_path: str | Path) -> HardwareProfile:
