@@ -214,11 +214,12 @@ def rests_on(
         ks = [k for k in cpu if k.input == u.input]
         bad = [k for k in ks if not k.within]
         if bad:
-            worst = max((e for k in bad for _, e in k.errors), key=abs)
+            worst, at = max(((e, k) for k in bad for _, e in k.errors), key=lambda p: abs(p[0]))
+            median = statistics.median(e for k in ks for _, e in k.errors)
             problems.append(
-                f"the roofline's per-layer costs (a time-balanced partition is cut on them) miss this CPU's "
-                f"{u.input} layers: {len(bad)} of {len(ks)} kinds outside {TOLERANCE:.0%}, worst "
-                f"{worst:+.0%}"
+                "the roofline's per-layer costs (a time-balanced partition is cut on them) miss "
+                f"this CPU's {u.input} layers: {len(bad)} of {len(ks)} kinds outside "
+                f"{TOLERANCE:.0%}, median {median:+.0%}, worst {worst:+.0%} ({at.model} {at.kind})"
             )
         if problems:
             line = f"{head}: every one rests on a roofline not anchored well enough: "
