@@ -83,14 +83,21 @@ def test_a_cell_rests_on_its_roofline_unless_the_profile_and_the_layers_are_anch
     ]
     ok = kinds(_cpu("tuplenet", "PairCell", [0.1, -0.15]) + _cpu("tokennet", "Block", [0.1, 0.1]))
     verdicts = rests_on(summaries, used, ok)
-    assert [v for v, _ in verdicts] == [True, False, False, False]
+    assert [v for v, _ in verdicts] == [
+        True,
+        False,
+        False,
+        False,
+    ]  # "bad" is used: no line of its own
+    unused = rests_on([*summaries, _summary("idle", False, "image")], used, ok)[-1]
+    assert unused == (False, unused[1]) and unused[1].startswith("idle: its targets are not met")
     assert "none of good's anchors is fed tokens (image only)" in verdicts[1][1]
     assert "bad's targets are not met" in verdicts[2][1]
     assert "no published run checks other" in verdicts[3][1]
     assert all(f"{u.cells} cells on {u.hardware}" in line for u, (_, line) in zip(used, verdicts))
     # the same image cells, once this CPU's image layers miss by more than 20% at one micro-batch
     off = kinds(_cpu("tuplenet", "PairCell", [0.1, -0.5]))
-    ((fine, line),) = rests_on(summaries, used[:1], off)
+    ((fine, line),) = rests_on(summaries[:1], used[:1], off)
     assert (
         not fine and "1 of 1 kinds outside 20%, median -20%, worst -50% (tuplenet PairCell)" in line
     )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...models import MODELS
-from ...sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult
+from ...sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult, validated, within
 from ...sim.anchors.cpu import LayerPair
 from .uses import INPUTS, UseRow
 
@@ -71,7 +71,7 @@ def anchor_rows(results: Sequence[AnchorResult]) -> list[AnchorRow]:
                 r.predicted,
                 r.error,
                 a.use,
-                abs(r.error) <= TOLERANCE,
+                within(r.error),
                 a.source,
                 a.note,
             )
@@ -97,8 +97,12 @@ class DeviceSummary:
         return self.anchors >= MIN_ANCHORS
 
     @property
+    def each(self) -> bool:
+        return self.anchors > 0 and self.within == self.anchors
+
+    @property
     def met(self) -> bool:
-        return self.enough and self.within == self.anchors
+        return validated(self.anchors, self.within)
 
     def line(self) -> str:
         """The targets, met or not, in one line."""
@@ -106,7 +110,7 @@ class DeviceSummary:
             f"{self.anchors} anchor(s) (>= {MIN_ANCHORS}: {'met' if self.enough else 'not met'})"
         )
         each = f"{self.within} of {self.anchors} within {TOLERANCE:.0%}"
-        each += f" (each: {'met' if self.anchors and self.within == self.anchors else 'not met'})"
+        each += f" (each: {'met' if self.each else 'not met'})"
         worst = f", worst {self.worst:+.1%}" if self.worst is not None else ""
         checks = f"{self.checks_within} of {self.checks} checks within {TOLERANCE:.0%}"
         verdict = "target met" if self.met else "target NOT met"
@@ -159,7 +163,7 @@ def cpu_rows(pairs: Sequence[LayerPair]) -> list[CpuRow]:
         meas, roof = sum(p.measured_s for p in ps), sum(p.roofline_s for p in ps)
         err = roof / meas - 1.0
         fed = INPUTS[MODELS[model].data_kind]
-        rows.append(CpuRow(model, fed, kind, len(ps), n, meas, roof, err, abs(err) <= TOLERANCE))
+        rows.append(CpuRow(model, fed, kind, len(ps), n, meas, roof, err, within(err)))
     return rows
 
 
@@ -178,7 +182,7 @@ class KindSummary:
 
     @property
     def within(self) -> bool:
-        return all(abs(e) <= TOLERANCE for _, e in self.errors)
+        return all(within(e) for _, e in self.errors)
 
 
 def kinds(rows: Sequence[CpuRow]) -> list[KindSummary]:
@@ -195,7 +199,8 @@ def rests_on(
     enough for it, and the line that says so. End to end: the profile's targets met and one of its
     anchors fed the same input (images or tokens); per layer (what a time-balanced partition is cut
     on): every layer kind of this CPU's models fed that input within ``TOLERANCE`` (``cpu``; not
-    judged when empty)."""
+    judged when empty). Then one line per profile whose targets are not met and that no experiment
+    uses."""
     by_name = {s.device: s for s in summaries}
     out = []
     for u in used:
@@ -234,4 +239,10 @@ def rests_on(
         out.append(
             (True, f"{head}: anchored ({s.inputs} anchors within {TOLERANCE:.0%}{per_layer})")
         )
+    for s in summaries:
+        if not s.met and s.device not in {u.hardware for u in used}:
+            line = (
+                f"{s.device}: its targets are not met; no experiment simulates on it (a run with "
+            )
+            out.append((False, line + f"hardware={s.device} rests on its roofline alone)"))
     return out

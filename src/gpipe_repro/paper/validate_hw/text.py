@@ -32,11 +32,10 @@ def _devices(summaries: list[DeviceSummary]) -> list[str]:
     ]
     for s in summaries:
         worst = f"{s.worst:+.1%}" if s.worst is not None else "-"
-        each = s.anchors > 0 and s.within == s.anchors
         lines.append(
             f"| {s.device} | {s.anchors} | {s.within} | {s.checks} | {s.checks_within} | {worst} | "
             f"{s.inputs or '-'} | {'met' if s.enough else 'not met'} | "
-            f"{'met' if each else 'not met'} | {'**met**' if s.met else '**not met**'} |"
+            f"{'met' if s.each else 'not met'} | {'**met**' if s.met else '**not met**'} |"
         )
     return [*lines, "", *(f"- {s.line()}" for s in summaries), ""]
 

@@ -48,10 +48,22 @@ __all__ = [
     "check",
     "fit",
     "trust",
+    "validated",
+    "within",
 ]
 
 TOLERANCE = 0.20  # |predicted / published - 1| an anchor must stay within
 MIN_ANCHORS = 2
+
+
+def within(error: float) -> bool:
+    """Whether an anchor's relative error meets the target."""
+    return abs(error) <= TOLERANCE
+
+
+def validated(anchors: int, within: int) -> bool:
+    """A profile's targets: at least ``MIN_ANCHORS`` anchors, every one within ``TOLERANCE``."""
+    return anchors >= MIN_ANCHORS and within == anchors
 
 
 @dataclass(frozen=True)
@@ -249,7 +261,7 @@ def trust(hw: HardwareProfile) -> Trust:
     worst = max((abs(e) for e in errors), default=None)
     fitted = sum(a.use == "fit" for a in hw.anchors)
     return Trust(
-        validated=len(errors) >= MIN_ANCHORS and worst is not None and worst <= TOLERANCE,
+        validated=validated(len(errors), sum(map(within, errors))),
         max_error=worst,
         checks=len(errors),
         basis=f"published training throughputs ({len(errors)} anchors, {fitted} fitted)",
