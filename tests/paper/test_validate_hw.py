@@ -28,8 +28,10 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_CACHE", str(tmp_path / "cache"))
 
 
-def _result(device: str, predicted: float, use: str = "check", seq: int = 0) -> AnchorResult:
-    anchor = Anchor("resnet50", 32, seq, "half", 4, 400.0, use, source="https://example.org")
+def _result(
+    device: str, predicted: float, use: str = "check", seq: int = 0, batch: int = 32
+) -> AnchorResult:
+    anchor = Anchor("resnet50", batch, seq, "half", 4, 400.0, use, source="https://example.org")
     return AnchorResult(device, anchor, 100.0, predicted)  # published: 400 / 4 devices
 
 
@@ -45,7 +47,7 @@ def test_a_device_with_one_anchor_fails_its_at_least_two_line():
         [
             _result("solo", 101.0, "fit"),
             _result("pair", 100.0, "fit"),
-            _result("pair", 110.0),
+            _result("pair", 110.0, batch=64),
             _result("off", 100.0, "fit"),
             _result("off", 130.0),
         ]
@@ -54,15 +56,16 @@ def test_a_device_with_one_anchor_fails_its_at_least_two_line():
     assert not by["solo"].met and not by["solo"].enough
     assert ">= 2: not met" in by["solo"].line() and "target NOT met" in by["solo"].line()
     assert by["pair"].met and by["pair"].line().endswith("target met")
-    assert (by["pair"].checks, by["pair"].checks_within) == (1, 1)
+    assert (by["pair"].checks, by["pair"].checks_within, by["pair"].checks_new) == (1, 1, 1)
     off = by["off"]  # two anchors, one over 20%: enough, but not each within
     assert off.enough and not off.met and "1 of 2 within 20% (each: not met)" in off.line()
     assert off.worst == pytest.approx(0.30) and (off.checks, off.checks_within) == (1, 0)
+    assert off.checks_new == 0  # its check has its fit anchor's setting: it checks no new point
     assert by["bare"].anchors == 0 and not by["bare"].met  # a profile without anchors has a row
 
 
 def _summary(device: str, met: bool, inputs: str) -> DeviceSummary:
-    return DeviceSummary(device, 2, 2 if met else 1, 1, 1 if met else 0, 0.1, inputs)
+    return DeviceSummary(device, 2, 2 if met else 1, 1, 1 if met else 0, 1, 0.1, inputs)
 
 
 def _cpu(model: str, kind: str, errors: list[float]) -> list[CpuRow]:

@@ -54,6 +54,11 @@ class AnchorRow:
     def input(self) -> str:
         return "tokens" if self.seq else "image"
 
+    @property
+    def setting(self) -> tuple[str, int, int, str]:
+        """What the simulation sees (the published run's device count is not simulated)."""
+        return self.model, self.batch, self.seq, self.precision
+
 
 def anchor_rows(results: Sequence[AnchorResult]) -> list[AnchorRow]:
     rows = []
@@ -89,6 +94,7 @@ class DeviceSummary:
     within: int
     checks: int  # anchors the curve was not fitted on
     checks_within: int
+    checks_new: int  # checks at a setting (model, batch, seq, precision) no fit anchor has
     worst: float | None  # the signed error of largest magnitude
     inputs: str  # what the anchored models are fed: image, tokens or image+tokens
 
@@ -113,6 +119,7 @@ class DeviceSummary:
         each += f" (each: {'met' if self.each else 'not met'})"
         worst = f", worst {self.worst:+.1%}" if self.worst is not None else ""
         checks = f"{self.checks_within} of {self.checks} checks within {TOLERANCE:.0%}"
+        checks += f" ({self.checks_new} at a setting no fit anchor has)"
         verdict = "target met" if self.met else "target NOT met"
         return f"{self.device}: {count}; {each}{worst}; {checks}: {verdict}"
 
@@ -123,6 +130,7 @@ def devices(rows: Sequence[AnchorRow], names: Sequence[str] = ()) -> list[Device
     for d in sorted({r.device for r in rows} | set(names)):
         rs = [r for r in rows if r.device == d]
         checks = [r for r in rs if r.role == "check"]
+        fitted = {r.setting for r in rs if r.role == "fit"}
         out.append(
             DeviceSummary(
                 d,
@@ -130,6 +138,7 @@ def devices(rows: Sequence[AnchorRow], names: Sequence[str] = ()) -> list[Device
                 sum(r.within for r in rs),
                 len(checks),
                 sum(r.within for r in checks),
+                sum(r.setting not in fitted for r in checks),
                 max((r.error for r in rs), key=abs, default=None),
                 "+".join(sorted({r.input for r in rs})),
             )
