@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim table2 table3
+.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -103,6 +103,9 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a f
 
 validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
+
+validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
+	$(BIN)/python -m gpipe_repro.paper validate-hw --publish
 
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless

@@ -55,6 +55,7 @@ LONG = (
     "tests/engine/test_hostmem.py::test_retain_removes_steady_state_page_faults",  # 11 s, a measurement
     "tests/runner/test_transfer.py::test_the_fine_tune_is_the_same_at_k1_and_k2",  # 10 s
     "tests/faults/test_faults.py::test_divergence_is_reported_as_diverged",  # 7 s
+    "tests/paper/test_validate_hw.py::test_the_command_checks_this_cpus_roofline_per_layer_kind",  # 45 s
 )
 
 

@@ -17,9 +17,9 @@ from gpipe_repro.sim.anchors import (
     simulate_anchor,
     trust,
 )
-from gpipe_repro.sim.hardware import PROFILES_DIR, load_config, load_profile
+from gpipe_repro.sim.hardware import load_profile, published_names
 
-PUBLISHED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if load_config(p).name != "measured")
+PUBLISHED = published_names()
 
 
 @pytest.fixture(autouse=True)
@@ -64,3 +64,15 @@ def test_trust_sums_up_the_anchors():
     one = dataclasses.replace(tpu, anchors=tpu.anchors[:1])
     assert not trust(one).validated  # a single anchor never validates a profile
     assert math.isfinite(trust(one).max_error)
+
+
+def test_the_command_prints_each_anchors_error_and_writes_only_a_fit(capsys):
+    from gpipe_repro.sim.anchors.__main__ import main
+
+    main(["tpu_v3"])
+    lines = capsys.readouterr().out.splitlines()
+    errors = [f"{r.error:+.1%}" for r in check(load_profile("tpu_v3"))]
+    assert lines[0] == "tpu_v3:" and [ln.split()[-1] for ln in lines[1:]] == errors
+    with pytest.raises(SystemExit) as stop:
+        main(["tpu_v3", "--write"])  # --write without --fit would write an unfitted curve
+    assert stop.value.code == 2 and "--write writes the fitted curve" in capsys.readouterr().err

@@ -6,7 +6,8 @@ timed (``measured.MeasuredDevice``); every other file describes a published devi
 end-to-end throughputs it is anchored on. To add a device, copy a file, cite the vendor's figures in
 its header, and list at least two ``anchors`` (measured training throughputs of known models on it,
 ``sim.anchors.ANCHOR_MODELS``); ``python -m gpipe_repro.sim.anchors NAME --fit`` fits the curve's
-plateau to the anchors marked ``fit`` and reports the error of every anchor.
+plateau to the anchors marked ``fit`` and reports the error of every anchor; ``make validate-hw``
+reports every profile's anchors against the targets (``published_names``: every file but ``measured``).
 
 The roofline (``sim.roofline``) turns counted FLOPs and bytes into seconds on such a device, with
 an efficiency-versus-operation-size curve (Calculon's, see reference/SIMULATION.md).
@@ -41,6 +42,7 @@ __all__ = [
     "load_config",
     "load_profile",
     "profile_of",
+    "published_names",
 ]
 
 MEASURED = "measured"  # the profile that times this device (``measured.MeasuredDevice``)
@@ -64,7 +66,8 @@ class HardwareConfig:
     two ``anchors`` (published training throughputs of models of sim.anchors.ANCHOR_MODELS, each with
     its source, batch, precision and device count), then ``python -m gpipe_repro.sim.anchors NAME
     --fit --write`` fits the efficiency curve's height on the anchors marked ``fit`` and prints every
-    anchor's error; a run's metrics.json carries the profile's ``trust`` (validated, worst error)."""
+    anchor's error, and ``make validate-hw`` reports it against the targets (at least 2 anchors, each
+    within 20%); a run's metrics.json carries the profile's ``trust`` (validated, worst error)."""
 
     name: str = opt(MEASURED, "the profile's name; measured = this device, timed")
     peak_flops_fp32: float = opt(0.0, "peak FLOP/s in fp32", min=0)
@@ -177,6 +180,11 @@ def load_config(name_or_path: str | Path) -> HardwareConfig:
         raise HardwareError(f"{where}: {str(err).splitlines()[0]}") from None
     assert isinstance(out, HardwareConfig)
     return out
+
+
+def published_names(folder: Path = PROFILES_DIR) -> list[str]:
+    """The published profiles of ``folder`` (every YAML file but ``measured``), by file name."""
+    return sorted(p.stem for p in folder.glob("*.yaml") if load_config(p).name != MEASURED)
 
 
 def load_profile(name_or_path: str | Path) -> HardwareProfile:

@@ -14,17 +14,13 @@ marked ``check`` test the profile on numbers it was not fitted to. ``trust`` sum
 reports (``interface.Trust``, cached on disk): validated when it has at least ``MIN_ANCHORS`` anchors
 and every one is within ``TOLERANCE``.
 
-(the command line is ``__main__``)
+(the command line is ``__main__``; the report of every profile, ``make validate-hw``)
 
-    python -m gpipe_repro.sim.anchors                      # every published profile: one row per anchor
+    python -m gpipe_repro.sim.anchors                      # every published profile: each anchor's error
     python -m gpipe_repro.sim.anchors a100 --fit           # the fitted curve of a100, and its errors
     python -m gpipe_repro.sim.anchors a100 --fit --write   # ... written into conf/hardware/a100.yaml
-    python -m gpipe_repro.sim.anchors --cpu                # this CPU's roofline vs its measured costs
 
-``--cpu`` checks the roofline the same way on the one device whose costs can be measured here: the
-validation models' per-layer costs timed as the engine incurs them (``measured.profile``) against the
-roofline of a CPU profile calibrated from micro-benchmarks only (peak matmul rate and curve, copy
-bandwidth; the shortest operation: one eager operator call, timed), per model and micro-batch.
+``cpu`` checks the roofline on the one device whose costs can be measured here, layer by layer.
 """
 
 from __future__ import annotations
@@ -52,10 +48,22 @@ __all__ = [
     "check",
     "fit",
     "trust",
+    "validated",
+    "within",
 ]
 
 TOLERANCE = 0.20  # |predicted / published - 1| an anchor must stay within
 MIN_ANCHORS = 2
+
+
+def within(error: float) -> bool:
+    """Whether an anchor's relative error meets the target."""
+    return abs(error) <= TOLERANCE
+
+
+def validated(anchors: int, within: int) -> bool:
+    """A profile's targets: at least ``MIN_ANCHORS`` anchors, every one within ``TOLERANCE``."""
+    return anchors >= MIN_ANCHORS and within == anchors
 
 
 @dataclass(frozen=True)
@@ -253,7 +261,7 @@ def trust(hw: HardwareProfile) -> Trust:
     worst = max((abs(e) for e in errors), default=None)
     fitted = sum(a.use == "fit" for a in hw.anchors)
     return Trust(
-        validated=len(errors) >= MIN_ANCHORS and worst is not None and worst <= TOLERANCE,
+        validated=validated(len(errors), sum(map(within, errors))),
         max_error=worst,
         checks=len(errors),
         basis=f"published training throughputs ({len(errors)} anchors, {fitted} fitted)",

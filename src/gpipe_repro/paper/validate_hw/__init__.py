@@ -1,0 +1,1 @@
+"""``make validate-hw``: published hardware profiles checked against published training throughputs."""
