@@ -98,6 +98,13 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a f
 validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~20 min)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
 
+.PHONY: validate-plan validate-plan-quick
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (see its predicted wall time)
+	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
+
+validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
+	$(BIN)/python -m gpipe_repro.paper validate-plan --quick $(if $(SWEEP_ROOT),--out $(SWEEP_ROOT)/validate-plan,)
+
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
 	-$(BIN)/gpipe-run -m experiment=table2_amoebanet

@@ -12,6 +12,7 @@ from .artefact import Artefact
 from .sweep import Sweep
 from .table1 import artefact as table1
 from .table4 import artefact as table4
+from .validate_plan import artefact as validate_plan
 from .validate_sim import artefact as validate_sim
 
 ARTEFACTS: dict[str, Artefact[Any]] = {
@@ -26,6 +27,7 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         fig3.ARTEFACT,
         fig3_tricks.ARTEFACT,
         validate_sim.ARTEFACT,
+        validate_plan.ARTEFACT,
         Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
     )
 }
