@@ -149,11 +149,14 @@ class Predictor:
         out.sort(key=lambda p: (p.step_s, max(p.stage_bytes)))  # ties: the least memory
         return out
 
+    def naive(self) -> int:
+        """The K = 1, M = 1, remat-never peak: the whole mini-batch's activations on one device."""
+        c = Candidate(1, 1, 1, "gpipe", ("never",), (len(self.layers),), N, N, 0.0)
+        return max(self.exact(c))
+
     def caps(self) -> dict[str, int]:
         """The three caps in bytes (module doc)."""
-        naive = max(
-            self.exact(Candidate(1, 1, 1, "gpipe", ("never",), (len(self.layers),), N, N, 0.0))
-        )
+        naive = self.naive()
         least = min(max(p.stage_bytes) for p in self.ranked(2**62))
         out = {}
         for name, point in CAP_POINTS.items():
