@@ -3,7 +3,7 @@
     python -m gpipe_repro.paper validate-plan --publish   # make validate-plan -> reports/plan/
     python -m gpipe_repro.paper validate-plan --quick     # make validate-plan-quick -> outputs/
 
-Scenarios and grid: ``run.Settings`` (``--quick``: two models, two caps, K <= 4, M <= 8). Collect:
+Scenarios and grid: ``run.Settings`` (``--quick``: two models, two caps, K <= 4, M <= 4). Collect:
 ``run.collect`` (``validation.csv``, ``calibration.json``). Render: ``text.markdown`` (``plan.md``,
 ``plan.png``), from those files alone.
 """
@@ -35,7 +35,7 @@ class ValidatePlan(Artefact[PlanRow]):
     page = "plan"
 
     def options(self, parser: argparse.ArgumentParser) -> None:
-        help = "two models, two caps, K <= 4, M <= 8: every step in a few minutes"
+        help = "two models, two caps, K <= 4, M <= 4: every step in a few minutes"
         parser.add_argument("--quick", action="store_true", help=help)
 
     def variant(self, opts: argparse.Namespace) -> str | None:

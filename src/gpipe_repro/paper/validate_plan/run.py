@@ -61,7 +61,7 @@ class Settings:
             models=["transformer", "imbalanced"],
             caps=["loose", "tight"],
             Ks=[1, 2, 4],
-            max_m=8,
+            max_m=4,
             warmup=1,
             steps=2,
             repeats=3,

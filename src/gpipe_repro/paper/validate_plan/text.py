@@ -136,6 +136,7 @@ def markdown(rows: Sequence[PlanRow], prov: Provenance, out: Path) -> list[Path]
         *_memory_table(sums),
         "",
         _memory_error(rows),
+        "",
         "Measured: the CPU allocator's peak during one training step plus the state (weights, "
         "gradients, RMSProp), each stage a real rank (emulated configurations: one more untimed "
         "launch with real ranks).",

@@ -18,6 +18,10 @@ group's timeout), so it sees the machine as the one-process profile did, not the
 competing with it. Emulated cells do not probe: their compute is sleeping, which does not follow
 the host.
 
+For the planner's validation (``paper.validate_plan``) a cell may also carry its own partition
+(``balance``) and one remat mode per stage, and ``real_rank(memory=True)`` measures each rank's
+peak memory over one more step (``peak_bytes``: the CPU allocator's events, ``planner.allocator``).
+
 In emulation mode (``emulate``) every layer sleeps its profiled cost at the cell's micro-batch
 instead of computing, so K = 4 and 8 ranks fit on 2 cores: the schedule, the transfers (real gloo, real
 sizes) and the engine's own overhead are real, the compute is the calibrated duration.
