@@ -28,9 +28,10 @@ import torch
 
 from ...engine.hostmem import apply_host_memory
 from ...errors import UserError
-from ...sim.measured import LayerProfile, ProfileError, device_model, profile_layers
+from ...sim.measured import LayerProfile, ProfileError, device_model
 from ...sim.measured.speed import reference_s
 from ..validate_sim.models import N, model
+from ..validate_sim.run import profile_model
 from .measure import REAL_K, measure_configs
 from .predict import Planned, Predictor, rule_configs
 from .summary import MIB, RULES, PlanRow
@@ -81,20 +82,11 @@ def _sizes(s: Settings) -> list[int]:
 def _profile(
     name: str, s: Settings, sizes: list[int], ref: float, log: Callable[[str], None]
 ) -> LayerProfile:
-    """The model's layers profiled (``profile_layers``); a profile the machine's noise made
+    """The model's layers profiled (``validate_sim.run.profile_model``); a profile the machine's noise made
     inconsistent (``ProfileError``) is taken again, ``PROFILE_TRIES`` times at most."""
-    vm = model(name)
     for attempt in range(1, PROFILE_TRIES + 1):
         try:
-            return profile_layers(
-                vm.layers(s.seed),
-                vm.sample,
-                sizes,
-                loss_fn=vm.loss,
-                repeats=s.repeats,
-                use_cache=False,
-                normalize_to=ref,
-            )
+            return profile_model(name, sizes, s.repeats, s.seed, ref)
         except ProfileError as err:
             log(f"{name}: profile {attempt}/{PROFILE_TRIES} rejected: {err}")
             if attempt == PROFILE_TRIES:
