@@ -55,6 +55,16 @@ def test_regret_rank_and_spearman_of_a_scenario():
     assert s.candidates == 4
 
 
+def test_spearman_within_each_kind():
+    rows = _scenario("m/loose", [1.0, 2.0, 4.0, 3.0])
+    for r in rows[2:]:
+        r.kind = "emulated"
+    (s,) = summarize(rows)
+    assert s.spearman_by_kind["real"] == pytest.approx(1.0)
+    assert s.spearman_by_kind["emulated"] == pytest.approx(-1.0)  # two values, swapped
+    assert s.spearman == pytest.approx(0.8)
+
+
 def test_a_perfect_pick_has_no_regret_and_rank_one():
     (s,) = summarize(_scenario("m/tight", [1.0, 2.0, 3.0]))
     assert s.regret == 0.0 and s.best_rank == 1 and s.spearman == pytest.approx(1.0)

@@ -92,10 +92,18 @@ class Summary:
     repeat: float | None  # median repeatability over the candidates
     pick_peak_mib: float | None  # the pick's largest measured stage peak; None: not measured
     gains: dict[str, float | None]  # rule -> gain of the pick (None: the rule does not fit)
+    spearman_by_kind: dict[str, float | None]  # real | emulated -> Spearman within that kind
 
     @property
     def pick_over_cap(self) -> bool | None:
         return None if self.pick_peak_mib is None else self.pick_peak_mib > self.cap_mib
+
+
+def _rho(rows: Sequence[PlanRow]) -> float | None:
+    """Spearman of predicted and measured step time (None: fewer than two distinct values)."""
+    return spearman(
+        [r.predicted_step_s for r in rows], [float(r.measured_step_s or 0) for r in rows]
+    )
 
 
 def summarize(rows: Sequence[PlanRow]) -> list[Summary]:
@@ -130,13 +138,11 @@ def summarize(rows: Sequence[PlanRow]) -> list[Summary]:
                 best,
                 1 - best.measured_step_s / pick.measured_step_s,
                 best.planner_rank or 0,
-                spearman(
-                    [r.predicted_step_s for r in cands],
-                    [float(r.measured_step_s or 0) for r in cands],
-                ),
+                _rho(cands),
                 statistics.median(reps) if reps else None,
                 max(mp) if mp else None,
                 gains,
+                {k: _rho([r for r in cands if r.kind == k]) for k in ("real", "emulated")},
             )
         )
     return out

@@ -38,15 +38,20 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:+.1%}"
 
 
+def _rho(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
 def _scenario_table(sums: Sequence[Summary]) -> list[str]:
-    head = "| scenario | cap MiB | measured | pick | pick samples/s | best measured | best samples/s | regret | repeatability | rank of best | Spearman |"
-    out = [head, "|" + "---|" * 11]
+    head = "| scenario | cap MiB | measured | pick | pick samples/s | best measured | best samples/s | regret | repeatability | rank of best | Spearman | real / emulated |"
+    out = [head, "|" + "---|" * 12]
     for s in sums:
         out.append(
             f"| {s.scenario} | {s.cap_mib:.2f} | {s.candidates} | {_cfg(s.pick)} | "
             f"{_sps(s.pick.measured_step_s):.0f} | {_cfg(s.best)} | {_sps(s.best.measured_step_s):.0f} | "
             f"{s.regret:.1%} | {'—' if s.repeat is None else f'{s.repeat:.1%}'} | {s.best_rank} | "
-            f"{'—' if s.spearman is None else f'{s.spearman:.3f}'} |"
+            f"{_rho(s.spearman)} | {_rho(s.spearman_by_kind['real'])} / "
+            f"{_rho(s.spearman_by_kind['emulated'])} |"
         )
     return out
 
@@ -122,7 +127,8 @@ def markdown(rows: Sequence[PlanRow], prov: Provenance, out: Path) -> list[Path]
         "Regret: 1 - the pick's measured samples/s over the best measured configuration's. "
         "Repeatability: the same configuration in two rounds, |a - b| / mean, median over the "
         "scenario's configurations — a regret below it is within the machine's noise. Rank of best: "
-        "the best measured configuration's place in the planner's list.",
+        "the best measured configuration's place in the planner's list. Spearman real / emulated: "
+        "within the configurations run for real (K <= 2) and within the emulated ones alone.",
         "",
         "## The pick against the rules of thumb",
         "",
