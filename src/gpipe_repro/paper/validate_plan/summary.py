@@ -93,6 +93,7 @@ class Summary:
     pick_peak_mib: float | None  # the pick's largest measured stage peak; None: not measured
     gains: dict[str, float | None]  # rule -> gain of the pick (None: the rule does not fit)
     spearman_by_kind: dict[str, float | None]  # real | emulated -> Spearman within that kind
+    wait: float | None  # median share of a step a rank waited for a core (other load)
 
     @property
     def pick_over_cap(self) -> bool | None:
@@ -121,6 +122,7 @@ def summarize(rows: Sequence[PlanRow]) -> list[Summary]:
         best = min(cands, key=lambda r: (r.measured_step_s, r.planner_rank))
         assert best.measured_step_s is not None and pick.measured_step_s is not None
         reps = [x for r in cands if (x := repeatability(r)) is not None]
+        waits = [r.core_wait_share for r in cands if r.core_wait_share is not None]
         gains: dict[str, float | None] = {}
         for rule in RULES:
             got = [r for r in rs if rule in r.rules.split(";")]
@@ -143,6 +145,7 @@ def summarize(rows: Sequence[PlanRow]) -> list[Summary]:
                 max(mp) if mp else None,
                 gains,
                 {k: _rho([r for r in cands if r.kind == k]) for k in ("real", "emulated")},
+                statistics.median(waits) if waits else None,
             )
         )
     return out

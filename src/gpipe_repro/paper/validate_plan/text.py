@@ -43,15 +43,16 @@ def _rho(x: float | None) -> str:
 
 
 def _scenario_table(sums: Sequence[Summary]) -> list[str]:
-    head = "| scenario | cap MiB | measured | pick | pick samples/s | best measured | best samples/s | regret | repeatability | rank of best | Spearman | real / emulated |"
-    out = [head, "|" + "---|" * 12]
+    head = "| scenario | cap MiB | measured | pick | pick samples/s | best measured | best samples/s | regret | repeatability | rank of best | Spearman | real / emulated | core wait |"
+    out = [head, "|" + "---|" * 13]
     for s in sums:
         out.append(
             f"| {s.scenario} | {s.cap_mib:.2f} | {s.candidates} | {_cfg(s.pick)} | "
             f"{_sps(s.pick.measured_step_s):.0f} | {_cfg(s.best)} | {_sps(s.best.measured_step_s):.0f} | "
             f"{s.regret:.1%} | {'—' if s.repeat is None else f'{s.repeat:.1%}'} | {s.best_rank} | "
             f"{_rho(s.spearman)} | {_rho(s.spearman_by_kind['real'])} / "
-            f"{_rho(s.spearman_by_kind['emulated'])} |"
+            f"{_rho(s.spearman_by_kind['emulated'])} | "
+            f"{'—' if s.wait is None else f'{s.wait:.0%}'} |"
         )
     return out
 
@@ -128,7 +129,9 @@ def markdown(rows: Sequence[PlanRow], prov: Provenance, out: Path) -> list[Path]
         "Repeatability: the same configuration in two rounds, |a - b| / mean, median over the "
         "scenario's configurations — a regret below it is within the machine's noise. Rank of best: "
         "the best measured configuration's place in the planner's list. Spearman real / emulated: "
-        "within the configurations run for real (K <= 2) and within the emulated ones alone.",
+        "within the configurations run for real (K <= 2) and within the emulated ones alone. Core "
+        "wait: the median share of a step a rank was runnable but waited for a core (other load "
+        "on the machine; `validate_sim.cells.run_delay_s`).",
         "",
         "## The pick against the rules of thumb",
         "",
