@@ -99,7 +99,7 @@ validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emul
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
 
 .PHONY: validate-plan validate-plan-quick
-validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (~65 min as predicted by validate-plan-quick; needs a quiet machine)
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (about an hour as predicted by validate-plan-quick; needs a quiet machine)
 	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
 
 validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
