@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw table2 table3
+.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -106,6 +106,12 @@ validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emul
 
 validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
 	$(BIN)/python -m gpipe_repro.paper validate-hw --publish
+
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (about an hour as predicted by validate-plan-quick; needs a quiet machine)
+	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
+
+validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
+	$(BIN)/python -m gpipe_repro.paper validate-plan --quick $(if $(SWEEP_ROOT),--out $(SWEEP_ROOT)/validate-plan,)
 
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless

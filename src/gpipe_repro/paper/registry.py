@@ -13,6 +13,7 @@ from .sweep import Sweep
 from .table1 import artefact as table1
 from .table4 import artefact as table4
 from .validate_hw import artefact as validate_hw
+from .validate_plan import artefact as validate_plan
 from .validate_sim import artefact as validate_sim
 
 ARTEFACTS: dict[str, Artefact[Any]] = {
@@ -28,6 +29,7 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         fig3_tricks.ARTEFACT,
         validate_sim.ARTEFACT,
         validate_hw.ARTEFACT,
+        validate_plan.ARTEFACT,
         Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
     )
 }

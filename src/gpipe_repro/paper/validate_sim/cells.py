@@ -18,6 +18,10 @@ group's timeout), so it sees the machine as the one-process profile did, not the
 competing with it. Emulated cells do not probe: their compute is sleeping, which does not follow
 the host.
 
+For the planner's validation (``paper.validate_plan``) a cell may also carry its own partition
+(``balance``) and one remat mode per stage, and ``real_rank(memory=True)`` measures each rank's
+peak memory over one more step (``peak_bytes``: the CPU allocator's events, ``planner.allocator``).
+
 In emulation mode (``emulate``) every layer sleeps its profiled cost at the cell's micro-batch
 instead of computing, so K = 4 and 8 ranks fit on 2 cores: the schedule, the transfers (real gloo, real
 sizes) and the engine's own overhead are real, the compute is the calibrated duration.
@@ -28,18 +32,21 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ...engine import Event, Pipeline, init_topology, single_process, stage_slice
+from ...engine.checkpoint import stage_mode
 from ...engine.hostmem import apply_host_memory
+from ...planner.allocator import allocator_peak
+from ...planner.memory import state_bytes
 from ...sim.costs import LayerCost
 from ...sim.measured.speed import probe_s
 from .emulate import emulated_layers, emulated_loss, sleep_until
-from .models import MODELS, N
+from .models import N, model
 
 __all__ = [
     "real_rank",
@@ -129,43 +136,65 @@ def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], li
 
 
 def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
-    """The engine for one cell (its M, schedule and checkpoint) on this rank's layers."""
+    """The engine for one cell (its M, schedule and checkpoint: one mode, or one per stage) on this
+    rank's layers."""
     return Pipeline(
         layers,
         topo,
         M=cfg["M"],
         schedule=cfg["schedule"],
-        checkpoint=cfg["checkpoint"],
+        checkpoint=stage_mode(cfg["checkpoint"], topo.stage),
         loss_fn=loss_fn,
     )
 
 
+def peak_bytes(pipe: Pipeline, opt: torch.optim.Optimizer, x: Any, y: Any) -> int:
+    """This rank's peak memory over one more training step, optimiser step included: the CPU
+    allocator's peak of bytes allocated during it (``planner.allocator``) plus the state already
+    allocated (weights, gradients, RMSProp's square averages)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    topo = pipe.topo
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return allocator_peak(prof) + state_bytes(sum(p.numel() for p in pipe.parameters()))
+
+
 def real_rank(
-    model: str,
+    name: str,
     K: int,
     balance: list[int],
     cells: list[dict],
     warmup: int,
     steps: int,
     timeout_s: float = 120.0,
+    memory: bool = False,
 ) -> list[dict]:
-    """One rank of a real K-stage pipeline running ``cells`` (dicts with M, schedule, checkpoint)."""
+    """One rank of a real K-stage pipeline running ``cells`` (dicts with M, schedule, checkpoint,
+    and optionally their own ``balance``); ``memory``: after the timed steps, one more step
+    measures the rank's peak (``peak_bytes``)."""
     topo = _topology(K, timeout_s)
     apply_host_memory("retain")
-    vm = MODELS[model]
-    mine = vm.layers()[stage_slice(balance, topo.stage)]
+    vm = model(name)
+    every = vm.layers()
     x, y = vm.sample(N)
     out = []
     for cfg in cells:
+        mine = every[stage_slice(cfg.get("balance", balance), topo.stage)]
         pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss)
         opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
         times = _timed(pipe, opt, x, y, warmup, steps, probe=True)
-        out.append(_result(cfg, pipe, times))
+        res = _result(cfg, pipe, times)
+        if memory:
+            res["peak_bytes"] = peak_bytes(pipe, opt, x, y)
+        out.append(res)
     return out
 
 
 def emulated_rank(
-    model: str,
+    name: str,
     K: int,
     balance: list[int],
     cells: list[dict],
@@ -174,16 +203,17 @@ def emulated_rank(
     steps: int,
     timeout_s: float = 120.0,
 ) -> list[dict]:
-    """One rank of an emulated K-stage pipeline; ``costs[n]``: every layer's cost at micro-batch n."""
+    """One rank of an emulated K-stage pipeline; ``costs[n]``: every layer's cost at micro-batch n;
+    a cell may carry its own ``balance``."""
     topo = _topology(K, timeout_s)
     apply_host_memory("retain")
-    vm = MODELS[model]
+    vm = model(name)
     meta = vm.meta_layers()
     out = []
     for cfg in cells:
         n = N // cfg["M"]
         layers = emulated_layers(meta, vm.sample(n)[0], costs[n])
-        mine = layers[stage_slice(balance, topo.stage)]
+        mine = layers[stage_slice(cfg.get("balance", balance), topo.stage)]
         pipe = _cell_pipeline(mine, topo, cfg, emulated_loss)
         x = vm.sample(N)[0]
         times = _timed(pipe, None, x, None, warmup, steps, sum(c.cost.update_s for c in mine))
@@ -200,6 +230,7 @@ class CellTimes:
     waits: list[float]  # each step: the largest share of it any rank waited for a core
     probes: list[float]  # each step: the first rank's probe seconds before it (empty: not probed)
     events: list[dict]  # every rank's events of the last step
+    peaks: list[int] = field(default_factory=list)  # per stage: its peak bytes (``memory``)
 
 
 def step_times(per_rank: Sequence[list[dict]]) -> list[CellTimes]:
@@ -214,7 +245,8 @@ def step_times(per_rank: Sequence[list[dict]]) -> list[CellTimes]:
         first_probes = first.get("probes") or []
         probes = list(first_probes) if first_probes and min(first_probes) > 0 else []
         events = [e for r in per_rank for e in r[i]["events"]]
-        out.append(CellTimes(first["cell"], times, waits, probes, events))
+        peaks = [r[i]["peak_bytes"] for r in per_rank if "peak_bytes" in r[i]]
+        out.append(CellTimes(first["cell"], times, waits, probes, events, peaks))
     return out
 
 

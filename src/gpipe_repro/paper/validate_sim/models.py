@@ -24,9 +24,9 @@ from torch import nn
 
 from ...models.amoebanet import amoebanet_layers
 from ...models.materialize import materialize
-from ...models.transformer import transformer_lm_layers
+from ...models.transformer import transformer_lm_layers, transformer_mt_layers
 
-__all__ = ["ValidationModel", "MODELS", "N"]
+__all__ = ["ValidationModel", "MODELS", "PLAN_MODELS", "N", "model"]
 
 N = 32
 
@@ -66,6 +66,14 @@ def _images(
 def _tokens(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(2000 + n)
     return torch.randint(0, 512, (n, 32), generator=g), torch.randint(0, 512, (n, 32), generator=g)
+
+
+def _pairs(n: int) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """(source, target) token pairs of 16 tokens, no padding, and the target as the labels."""
+    g = torch.Generator().manual_seed(3000 + n)
+    src = torch.randint(1, 512, (n, 16), generator=g)
+    tgt = torch.randint(1, 512, (n, 16), generator=g)
+    return (src, tgt), tgt
 
 
 def classify_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -128,3 +136,20 @@ MODELS: dict[str, ValidationModel] = {
         classify_loss,
     ),
 }
+
+
+# Measured only by the planner's validation (``paper.validate_plan``), not swept by validate-sim.
+PLAN_MODELS: dict[str, ValidationModel] = {
+    "translation": ValidationModel(
+        "translation",
+        "T(3, 256, 2): d=64, vocabulary 512, 16 source and 16 target tokens: 8 layers",
+        lambda: transformer_mt_layers(3, 256, 2, d=64, V=512),
+        _pairs,
+        lm_loss,
+    ),
+}
+
+
+def model(name: str) -> ValidationModel:
+    """A validation model by name, the planner's validation's own included."""
+    return MODELS[name] if name in MODELS else PLAN_MODELS[name]

@@ -46,7 +46,7 @@ from ...sim.measured import DeviceModel, LayerProfile, device_model, profile_lay
 from ...sim.measured.speed import normalized, reference_s
 from ...sim.simulate import SimResult, simulate
 from . import cells as C
-from .models import MODELS, N
+from .models import MODELS, N, model
 
 __all__ = [
     "Settings",
@@ -58,6 +58,7 @@ __all__ = [
     "VARIANTS",
     "TRACE_CELL",
     "KEY",
+    "profile_model",
 ]
 
 # The calibrated model, and each of its modelling choices undone: the report shows what each one buys.
@@ -191,6 +192,23 @@ def dilated(costs: dict[int, list[LayerCost]], d: float) -> dict[int, list[Layer
         ]
         for n, cs in costs.items()
     }
+
+
+def profile_model(
+    name: str, sizes: list[int], repeats: int, seed: int, ref: float | None
+) -> LayerProfile:
+    """A validation model's seeded layers profiled afresh at ``sizes`` with its real loss, on the
+    speed probe's reference ``ref`` (None: as measured)."""
+    vm = model(name)
+    return profile_layers(
+        vm.layers(seed),
+        vm.sample,
+        sizes,
+        loss_fn=vm.loss,
+        repeats=repeats,
+        use_cache=False,
+        normalize_to=ref,
+    )
 
 
 def fit_slope(points: list[tuple[float, float]]) -> float:
@@ -344,17 +362,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     sizes = sorted({N // M for M in s.Ms})
     profiles: dict[str, LayerProfile] = {}
     for name in dict.fromkeys(s.models + s.emulated_models):
-        vm = MODELS[name]
         t0 = time.perf_counter()
-        profiles[name] = profile_layers(
-            vm.layers(s.seed),
-            vm.sample,
-            sizes,
-            loss_fn=vm.loss,
-            repeats=s.repeats,
-            use_cache=False,
-            normalize_to=ref,
-        )
+        profiles[name] = profile_model(name, sizes, s.repeats, s.seed, ref)
         log(f"profiled {name} at micro-batches {sizes} in {time.perf_counter() - t0:.1f} s")
     dm = device_model(use_cache=False)
     overshoot = C.sleep_overshoot()

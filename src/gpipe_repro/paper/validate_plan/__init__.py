@@ -1,0 +1,1 @@
+"""The planner validated against an exhaustive measured sweep (``make validate-plan``, issue #19)."""

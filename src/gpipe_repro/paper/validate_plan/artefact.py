@@ -1,0 +1,61 @@
+"""The planner's validation as an artefact: plan each scenario, measure every configuration, compare.
+
+    python -m gpipe_repro.paper validate-plan --publish   # make validate-plan -> reports/plan/
+    python -m gpipe_repro.paper validate-plan --quick     # make validate-plan-quick -> outputs/
+
+Scenarios and grid: ``run.Settings`` (``--quick``: two models, two caps, K <= 4, M <= 4). Collect:
+``run.collect`` (``validation.csv``, ``calibration.json``). Render: ``text.markdown`` (``plan.md``,
+``plan.png``), from those files alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ...errors import UserError
+from ..artefact import Artefact, Report
+from ..provenance import Provenance
+from .run import Settings, collect
+from .summary import PlanRow
+from .text import markdown
+
+
+class ValidatePlan(Artefact[PlanRow]):
+    """The planner's pick against every configuration measured, per model and memory cap (#19)."""
+
+    name = "validate-plan"
+    folder = "plan"
+    row = PlanRow
+    command = "make validate-plan"
+    csv = "validation.csv"
+    siblings = ("calibration.json",)
+    page = "plan"
+
+    def options(self, parser: argparse.ArgumentParser) -> None:
+        help = "two models, two caps, K <= 4, M <= 4: every step in a few minutes"
+        parser.add_argument("--quick", action="store_true", help=help)
+
+    def variant(self, opts: argparse.Namespace) -> str | None:
+        return "quick" if getattr(opts, "quick", False) else None
+
+    def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[PlanRow]:
+        if source is not None:
+            raise UserError("--from takes its validation.csv (re-render), not a folder")
+        t0 = time.perf_counter()
+
+        def log(msg: str) -> None:
+            print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
+
+        rows, calib = collect(Settings.quick() if opts.quick else Settings(), log)
+        calib["quick"] = bool(opts.quick)
+        (out / "calibration.json").write_text(json.dumps(calib, indent=1))
+        return Report(rows, Provenance.here(calib["device"]["device"]))
+
+    def render(self, report: Report[PlanRow], out: Path) -> list[Path]:
+        return markdown(report.rows, report.provenance, out)
+
+
+ARTEFACT = ValidatePlan()

@@ -1,0 +1,189 @@
+"""The planner's side of a scenario: its ranked list, the caps, the rules of thumb, all predicted.
+
+The planner (``plan.search``) sees a validation model as ``gpipe-plan`` sees a run's: per-layer
+memory from the memory planner's meta measurements (``planner.stages.layer_activations``), costs
+from this machine's measured profile and calibration (``sim.measured``), scored by the simulator
+with the measured hardware's settings (``runner.simulated.simulate_plan``'s call). As
+``gpipe-plan`` does, the listed candidates are planned exactly (``planner.stages.plan_stages``) and
+one over the cap is dropped. The list is every candidate of the measurable space (``top`` = all:
+nothing pruned), restricted to K in the settings' Ks and one replica: K x replicas <= 2 runs for
+real here, K = 4, 8 in emulation.
+
+Caps (per model, from the planner's memory, so each model gets the same three regimes): ``naive``
+= the K = 1, M = 1, remat-never peak (the whole mini-batch's activations on one device), ``least``
+= the smallest peak of any candidate; loose = 1.05 naive (everything fits), mid and tight lie 50% and
+15% of the way from ``least`` to ``naive`` (K = 1 without remat no longer fits; at tight, little
+but deep pipelines and remat does).
+
+Rules of thumb (``summary.RULES``), each the pick with one choice made the usual way: equal layers
+per stage, the partition balancing parameters, M = 4K, remat on every stage; where the pick's remat
+no longer fits, remat always (what a user would try next); over the cap even so: it does not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from ...engine import balance_by_cost
+from ...engine.pipeline import DEFAULT_LOOKAHEAD
+from ...models import class_planning_loss, token_planning_loss
+from ...plan.search import CachedCosts, Candidate, Space, search
+from ...planner.memory import step_temporary_bytes
+from ...planner.stages import layer_activations, plan_stages
+from ...sim.costs import stage_costs
+from ...sim.measured import DeviceModel, LayerProfile, MeasuredCosts
+from ...sim.simulate import simulate
+from ..validate_sim.models import N, ValidationModel
+
+__all__ = ["Planned", "Predictor", "CAP_POINTS", "rule_configs"]
+
+OPTIM = "rmsprop"  # the cells' optimiser
+CAP_POINTS = {
+    "loose": None,
+    "mid": 0.5,
+    "tight": 0.15,
+}  # the way from least to naive (loose: 1.05 naive)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A configuration with the planner's prediction (``Candidate`` + exact per-stage peaks)."""
+
+    c: Candidate
+    step_s: float
+    stage_bytes: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        c = self.c
+        return (c.K, c.M, c.schedule, c.checkpoint, c.balance)
+
+
+def _sample_fn(vm: ValidationModel) -> Callable[[int, str], Any]:
+    def sample(n: int, device: str) -> Any:
+        x = vm.sample(n)[0]
+        return tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device)
+
+    return sample
+
+
+class Predictor:
+    """One model's planner: search under a cap, exact peaks, any configuration simulated."""
+
+    def __init__(
+        self, vm: ValidationModel, profile: LayerProfile, dm: DeviceModel, Ks: list[int], max_m: int
+    ) -> None:
+        self.vm, self.dm, self.Ks, self.max_m = vm, dm, Ks, max_m
+        self.layers = vm.meta_layers()
+        self.loss = (
+            token_planning_loss
+            if vm.name in ("transformer", "translation")
+            else class_planning_loss
+        )
+        self.key = f"validate-plan|{vm.name}"
+        self.sample = _sample_fn(vm)
+        self.costs = MeasuredCosts(
+            profile, dm.link, dm.overhead_s, step_overhead_s=dm.step_overhead_s
+        )
+        self.acts = layer_activations(self.layers, self.sample, self.loss, key=self.key)
+        self.params = [sum(p.numel() for p in la.parameters()) for la in self.layers]
+
+    def simulate(self, c: Candidate) -> tuple[float, float]:
+        """The simulator on the measured costs, as the ``measured`` hardware runs it."""
+        r = simulate(
+            c.K,
+            c.M,
+            c.schedule,
+            list(c.checkpoint),
+            stage_costs(self.costs.layer_costs(c.micro_batch), c.balance),
+            self.costs.link,
+            self.costs.overhead_s,
+            sender_busy=self.dm.sender_busy,
+            step_overhead_s=self.costs.step_overhead_s,
+            lookahead=DEFAULT_LOOKAHEAD,
+            recompute_overhead_s=self.costs.recompute_overhead_s,
+        )
+        return r.step_s, r.bubble_fraction
+
+    def exact(self, c: Candidate) -> tuple[int, ...]:
+        stages = plan_stages(
+            self.layers,
+            self.sample,
+            self.loss,
+            c.balance,
+            K=c.K,
+            M=c.M,
+            micro_batch=c.micro_batch,
+            schedule=c.schedule,
+            checkpoint=list(c.checkpoint),
+            optim=OPTIM,
+            key=self.key,
+        )
+        return tuple(s.total for s in stages)
+
+    def planned(self, c: Candidate) -> Planned:
+        return Planned(c, self.simulate(c)[0], self.exact(c))
+
+    def ranked(self, cap: int) -> list[Planned]:
+        """The planner's list under ``cap``: best predicted first, none over the cap."""
+        space = Space(
+            layers=self.acts,
+            params=self.params,
+            optim=OPTIM,
+            costs=CachedCosts(self.costs),
+            cap=cap,
+            step_bytes=lambda n: step_temporary_bytes(n, OPTIM, 0.0, "cpu"),
+        )
+        with torch.no_grad():
+            cands, _ = search(space, max(self.Ks), N, self.max_m, 10**9, self.simulate)
+        keep = [c for c in cands if c.K in self.Ks and c.replicas == 1]
+        out = [
+            p
+            for p in (Planned(c, c.step_s, self.exact(c)) for c in keep)
+            if max(p.stage_bytes) <= cap
+        ]
+        out.sort(key=lambda p: (p.step_s, max(p.stage_bytes)))  # ties: the least memory
+        return out
+
+    def naive(self) -> int:
+        """The K = 1, M = 1, remat-never peak: the whole mini-batch's activations on one device."""
+        c = Candidate(1, 1, 1, "gpipe", ("never",), (len(self.layers),), N, N, 0.0)
+        return max(self.exact(c))
+
+    def caps(self) -> dict[str, int]:
+        """The three caps in bytes (module doc)."""
+        naive = self.naive()
+        least = min(max(p.stage_bytes) for p in self.ranked(2**62))
+        out = {}
+        for name, point in CAP_POINTS.items():
+            out[name] = int(1.05 * naive) if point is None else int(least + point * (naive - least))
+        return out
+
+
+def _equal(L: int, K: int) -> tuple[int, ...]:
+    return tuple(L // K + (1 if k < L % K else 0) for k in range(K))
+
+
+def rule_configs(pred: Predictor, pick: Planned, cap: int) -> dict[str, Planned]:
+    """Each rule of thumb applied to the pick (module doc): the configuration that fits, or the
+    remat-always one over the cap (it does not fit)."""
+    c, L = pick.c, len(pred.layers)
+    always = ("always",) * c.K
+    m4 = min(4 * c.K, N)
+    variants = {
+        "equal_layers": replace(c, balance=_equal(L, c.K)),
+        "params": replace(c, balance=tuple(balance_by_cost([float(p) for p in pred.params], c.K))),
+        "M=4K": replace(c, M=m4, micro_batch=N // m4),
+        "remat_always": replace(c, checkpoint=always),
+    }
+    out: dict[str, Planned] = {}
+    for rule, v in variants.items():
+        for modes in (v.checkpoint, always):
+            out[rule] = pred.planned(replace(v, checkpoint=modes))
+            if max(out[rule].stage_bytes) <= cap:
+                break
+    return out

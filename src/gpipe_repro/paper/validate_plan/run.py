@@ -1,0 +1,224 @@
+"""``make validate-plan``: per model, calibrate, plan under three caps, measure every configuration.
+
+1. **Calibrate** as the simulator's validation does (nothing fitted to the configurations measured):
+   the speed probe's reference, each model's layers profiled at every micro-batch the search uses
+   (``sim.measured.profile_layers``, on the reference speed), the device's link and overheads.
+2. **Plan** (``predict``): the caps, then per cap the planner's list and the rules of thumb.
+3. **Measure** (``measure``): the union over the caps of every listed and every rule's fitting
+   configuration, each once per round (a configuration listed under two caps is measured once).
+4. **Rows** (``summary.PlanRow``): per scenario, every listed configuration (its rank) and every
+   rule's configuration, prediction beside measurement.
+
+``calibration.json`` keeps the settings, the seconds of each phase and the counts the full target's
+wall time is predicted from (``predicted_full_s``: the quick run's seconds per configuration and
+round, and per profiled size, times the full grid's counts, scaled from the quick's by the grids'
+sizes: an estimate, said so where it is shown).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from ...engine.hostmem import apply_host_memory
+from ...errors import UserError
+from ...sim.measured import LayerProfile, ProfileError, device_model
+from ...sim.measured.speed import reference_s
+from ..validate_sim.models import N, model
+from ..validate_sim.run import profile_model
+from .measure import REAL_K, measure_configs
+from .predict import Planned, Predictor, rule_configs
+from .summary import MIB, RULES, PlanRow
+
+__all__ = ["Settings", "collect", "ms_of"]
+
+PROFILE_TRIES = 3
+
+
+@dataclass
+class Settings:
+    models: list[str] = field(
+        default_factory=lambda: ["amoebanet", "transformer", "translation", "imbalanced"]
+    )
+    caps: list[str] = field(default_factory=lambda: ["loose", "mid", "tight"])
+    Ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    max_m: int = 32
+    rounds: int = 2
+    warmup: int = 2
+    steps: int = 3
+    repeats: int = 5  # profile repeats per layer and size
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> Settings:
+        """Small scenarios, every step of the full run (a few minutes)."""
+        return cls(
+            models=["transformer", "imbalanced"],
+            caps=["loose", "tight"],
+            Ks=[1, 2, 4],
+            max_m=4,
+            warmup=1,
+            steps=2,
+            repeats=3,
+        )
+
+
+def ms_of(s: Settings) -> list[int]:
+    """The M searched: divisors of the mini-batch up to ``max_m``."""
+    return [m for m in range(1, min(N, s.max_m) + 1) if N % m == 0]
+
+
+def _sizes(s: Settings) -> list[int]:
+    Ms = ms_of(s) + [min(4 * K, N) for K in s.Ks]  # the rule M = 4K too
+    return sorted({N // m for m in Ms})
+
+
+def _profile(
+    name: str, s: Settings, sizes: list[int], ref: float, log: Callable[[str], None]
+) -> LayerProfile:
+    """The model's layers profiled (``validate_sim.run.profile_model``); a profile the machine's noise made
+    inconsistent (``ProfileError``) is taken again, ``PROFILE_TRIES`` times at most."""
+    for attempt in range(1, PROFILE_TRIES + 1):
+        try:
+            return profile_model(name, sizes, s.repeats, s.seed, ref)
+        except ProfileError as err:
+            log(f"{name}: profile {attempt}/{PROFILE_TRIES} rejected: {err}")
+            if attempt == PROFILE_TRIES:
+                raise UserError(f"{name}: {err}") from None
+    raise AssertionError("unreachable")
+
+
+def _row(
+    sc: str, name: str, cap: str, cap_b: int, p: Planned, rank: int | None, rules: list[str]
+) -> PlanRow:
+    c = p.c
+    return PlanRow(
+        scenario=sc,
+        model=name,
+        cap=cap,
+        cap_mib=round(cap_b / MIB, 3),
+        K=c.K,
+        M=c.M,
+        schedule=c.schedule,
+        checkpoint="/".join(c.checkpoint),
+        balance="-".join(map(str, c.balance)),
+        kind="real" if c.K <= REAL_K else "emulated",
+        micro_batch=c.micro_batch,
+        planner_rank=rank,
+        rules=";".join(rules),
+        fits=max(p.stage_bytes) <= cap_b,
+        predicted_step_s=p.step_s,
+        predicted_peak_mib="/".join(f"{b / MIB:.3f}" for b in p.stage_bytes),
+    )
+
+
+def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dict[str, Any]]:
+    """Every scenario's rows and the calibration (module doc)."""
+    torch.set_num_threads(1)
+    apply_host_memory("retain")
+    t_start = time.perf_counter()
+    load_before = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    ref = reference_s()
+    dm = device_model(use_cache=False)
+    sizes = _sizes(s)
+    rows: list[PlanRow] = []
+    phases = {"profile": 0.0, "plan": 0.0, "measure": 0.0}
+    counts = {"configs": 0, "config_rounds": 0, "real": 0, "emulated": 0}
+    caps_mib: dict[str, dict[str, float]] = {}
+    for name in s.models:
+        vm = model(name)
+        t0 = time.perf_counter()
+        prof = _profile(name, s, sizes, ref, log)
+        phases["profile"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pred = Predictor(vm, prof, dm, s.Ks, s.max_m)
+        caps = {k: v for k, v in pred.caps().items() if k in s.caps}
+        caps_mib[name] = {"naive": pred.naive() / MIB, **{k: v / MIB for k, v in caps.items()}}
+        plans: dict[str, tuple[list[Planned], dict[str, Planned]]] = {}
+        for cap, cap_b in caps.items():
+            ranked = pred.ranked(cap_b)
+            plans[cap] = (ranked, rule_configs(pred, ranked[0], cap_b) if ranked else {})
+        phases["plan"] += time.perf_counter() - t0
+        keys = [
+            p.key
+            for cap, (ranked, rules) in plans.items()
+            for p in [*ranked, *rules.values()]
+            if max(p.stage_bytes) <= caps[cap]
+        ]
+        t0 = time.perf_counter()
+        got = measure_configs(name, keys, prof, ref, s.rounds, s.warmup, s.steps, s.seed, log)
+        phases["measure"] += time.perf_counter() - t0
+        counts["configs"] += len(got)
+        counts["config_rounds"] += len(got) * s.rounds
+        counts["real"] += sum(k[0] <= REAL_K for k in got)
+        counts["emulated"] += sum(k[0] > REAL_K for k in got)
+        for cap, (ranked, rules) in plans.items():
+            sc = f"{name}/{cap}"
+            by_rule: dict[Any, list[str]] = {}
+            for rule in RULES:
+                if rule in rules:
+                    by_rule.setdefault(rules[rule].key, []).append(rule)
+            listed = {p.key for p in ranked}
+            shown: list[tuple[Planned, int | None]] = [(p, i + 1) for i, p in enumerate(ranked)]
+            extra = {
+                rules[r].key: rules[r] for r in RULES if r in rules and rules[r].key not in listed
+            }
+            shown += [(p, None) for p in extra.values()]
+            for p, rank in shown:
+                row = _row(sc, name, cap, caps[cap], p, rank, by_rule.get(p.key, []))
+                m = got.get(p.key) if row.fits else None
+                if m is not None:
+                    row.measured_step_s = m.step_s
+                    row.round1_s = m.rounds[0]
+                    row.round2_s = m.rounds[1] if len(m.rounds) > 1 else None
+                    row.measured_peak_mib = "/".join(f"{b / MIB:.3f}" for b in m.peaks)
+                    row.core_wait_share = m.wait
+                rows.append(row)
+        log(
+            f"{name}: {len(got)} configurations measured, {time.perf_counter() - t_start:.0f} s so far"
+        )
+    calib = {
+        "settings": asdict(s),
+        "sizes": sizes,
+        "speed_reference_s": ref,
+        "device": dm.to_json(),
+        "caps_mib": caps_mib,
+        "phases_s": phases,
+        "counts": counts,
+        "seconds": time.perf_counter() - t_start,
+        "load_before": load_before,
+        "load_after": "/".join(f"{x:.2f}" for x in os.getloadavg()),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+    }
+    calib["predicted_full_s"] = predicted_full_s(s, calib)
+    return rows, calib
+
+
+def _grid(s: Settings) -> int:
+    """Configurations the planner can list, up to the partitions: models x caps x K x (M, schedule)."""
+    per_m = sum(1 if m == 1 else 2 for m in ms_of(s))
+    return len(s.models) * len(s.caps) * len(s.Ks) * per_m
+
+
+def predicted_full_s(s: Settings, calib: dict[str, Any]) -> float:
+    """The full target's wall time from this run's: each phase's seconds scaled by the full grid's
+    size over this run's (profiling by models x sizes x repeats; measuring by the configurations'
+    grid x rounds x (warm-up + timed steps))."""
+    full = Settings()
+    ph = calib["phases_s"]
+    prof = (
+        ph["profile"]
+        * (len(full.models) * len(_sizes(full)) * full.repeats)
+        / max(1, len(s.models) * len(calib["sizes"]) * s.repeats)
+    )
+    steps = (full.warmup + full.steps) / (s.warmup + s.steps)
+    meas = ph["measure"] * (_grid(full) * full.rounds) / max(1, _grid(s) * s.rounds) * steps
+    plan = ph["plan"] * len(full.models) / max(1, len(s.models))
+    return prof + meas + plan

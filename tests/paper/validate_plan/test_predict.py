@@ -1,0 +1,59 @@
+"""The planner's side of the validation on synthetic costs (nothing timed): the caps' regimes, the
+list under a cap, and the rules of thumb applied to the pick."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpipe_repro.paper.validate_plan.predict import Predictor, rule_configs
+from gpipe_repro.paper.validate_sim.models import N, model
+from gpipe_repro.sim.costs import LayerCost, Link
+from gpipe_repro.sim.measured import DeviceModel, LayerProfile
+
+SIZES = [1, 2, 4, 8, 16, 32]
+
+
+@pytest.fixture(scope="module")
+def pred() -> Predictor:
+    vm = model("imbalanced")
+    params = [sum(p.numel() for p in la.parameters()) for la in vm.meta_layers()]
+    # a layer's cost grows with its parameters and the micro-batch (1 us per parameter-sample)
+    costs = {
+        n: [LayerCost(1e-6 * p * n + 1e-4, 1e-6 * p * n, 2e-6 * p * n, 4096 * n) for p in params]
+        for n in SIZES
+    }
+    dm = DeviceModel("test", Link(1e-4, 1e9), 2e-5, 2e-4, False)
+    return Predictor(vm, LayerProfile(SIZES, costs), dm, [1, 2, 4], 8)
+
+
+def test_caps_run_from_everything_fits_to_the_naive_config_out(pred):
+    caps = pred.caps()
+    assert caps["tight"] < caps["mid"] < pred.naive() < caps["loose"]
+    loose, tight = pred.ranked(caps["loose"]), pred.ranked(caps["tight"])
+    assert any(p.c.K == 1 and p.c.checkpoint == ("never",) for p in loose)
+    assert not any(p.c.K == 1 and p.c.checkpoint == ("never",) for p in tight)
+    assert tight and len(tight) < len(loose)
+
+
+def test_the_list_is_best_first_within_the_cap_and_the_measurable_space(pred):
+    cap = pred.caps()["mid"]
+    ranked = pred.ranked(cap)
+    steps = [p.step_s for p in ranked]
+    assert steps == sorted(steps)
+    assert all(max(p.stage_bytes) <= cap for p in ranked)
+    assert {p.c.K for p in ranked} <= {1, 2, 4} and all(p.c.replicas == 1 for p in ranked)
+    assert all(p.c.M <= 8 and N % p.c.M == 0 for p in ranked)
+
+
+def test_rules_change_one_choice_of_the_pick(pred):
+    cap = pred.caps()["loose"]
+    pick = pred.ranked(cap)[0]
+    rules = rule_configs(pred, pick, cap)
+    K, L = pick.c.K, len(pred.layers)
+    eq = rules["equal_layers"].c.balance
+    assert sum(eq) == L and max(eq) - min(eq) <= 1 and len(eq) == K
+    assert rules["M=4K"].c.M == 4 * K and rules["M=4K"].c.micro_batch == N // (4 * K)
+    assert rules["remat_always"].c.checkpoint == ("always",) * K
+    assert rules["remat_always"].c.balance == pick.c.balance
+    for r in rules.values():  # at the loose cap every rule fits
+        assert max(r.stage_bytes) <= cap
