@@ -102,7 +102,8 @@ def test_the_entry_point_refuses_to_write_reports_unless_it_is_the_make_target(
 
 def test_every_make_target_is_an_artefact_publishing_to_its_own_folder(tmp_path, capsys):
     targets = ["demo", "table1", "table2", "table3", "table4", "table5", "fig3", "fig3_tricks"]
-    targets += ["validate-sim", "validate-hw", "validate-plan"]  # fig3_tricks: the second sweep of make fig3
+    # fig3_tricks: the second sweep of make fig3
+    targets += ["validate-sim", "validate-hw", "validate-plan"]
     assert list(ARTEFACTS) == [*targets, "sweep"]  # sweep: any sweep as a table, never published
     folders = {name: a.folder for name, a in ARTEFACTS.items()}
     assert folders["validate-sim"] == "sim" and folders["validate-hw"] == "hw"
