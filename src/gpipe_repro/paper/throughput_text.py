@@ -1,8 +1,8 @@
 """The page and the plot of Table 2 or 3, from its rows (``paper.throughput`` builds them).
 
-Per model: the paper's number beside every series' normalised throughput with the ratio, then one
-table per series with the cell's batch, micro-batch, whether it fits, its factors and the sentence that
-says why it differs; the plot draws every series against K beside the paper and the bubble bound.
+Per model: the paper's number beside every series' normalised throughput with the ratio and the fits
+flag, then one table per series with the cell's batch, micro-batch, whether it fits, its factors and
+the sentence that says why it differs; the plot draws every series against K beside the paper and the bubble bound.
 """
 
 from __future__ import annotations
@@ -16,9 +16,23 @@ from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
 
+DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
+BATCH = {
+    "fixed": "fixed batch",
+    "fit": "batch adjusted to fit memory",
+    "planner": "planner's pick per K",
+}
+
 
 def label(r: Any) -> str:
-    return f"{r.source} · {r.hardware} · batch {r.batch_mode}"
+    """What a series is: where its numbers come from, in words, and its batch."""
+    if r.source == "measured":
+        where = f"measured on K GPUs ({r.hardware})"
+    elif r.hardware == "measured":
+        where = "simulated on this machine's measured costs"
+    else:
+        where = f"simulated on {DEVICES.get(r.hardware, r.hardware)} profile"
+    return f"{where} · {BATCH.get(r.batch_mode, 'batch ' + r.batch_mode)}"
 
 
 def _cells(r: Any) -> list[str]:
@@ -26,22 +40,24 @@ def _cells(r: Any) -> list[str]:
         return ["—", "—"]
     if r.normalized is None:
         return ["failed", "—"]
-    return [f"{r.normalized:.2f}", "—" if r.ratio is None else f"{r.ratio:.2f}"]
+    flag = " (no fit)" if r.fits_memory is False else ""
+    return [f"{r.normalized:.2f}{flag}", "—" if r.ratio is None else f"{r.ratio:.2f}"]
+
+
+def _f(v: float | None, spec: str = ".2f") -> str:
+    return "—" if v is None else format(v, spec)
 
 
 def _series(r: Any) -> str:
     fits = {True: "yes", False: "**no**"}.get(r.fits_memory, "—")
-    paper = "—" if r.paper_normalized is None else f"{r.paper_normalized:g}"
-    ratio = "—" if r.ratio is None else f"{r.ratio:.2f}"
+    head = f"| {r.M} | {r.K} | {r.batch_size or '—'} | {r.micro_batch or '—'} | {fits} | "
     if r.normalized is None:
-        return (
-            f"| {r.M} | {r.K} | {r.batch_size or '—'} | — | — | — | failed | {paper} | "
-            f"— | — | — | — | — | {r.why} |"
-        )
-    return (
-        f"| {r.M} | {r.K} | {r.batch_size} | {r.micro_batch} | {fits} | "
-        f"{r.throughput:.4g} | {r.normalized:.2f} | {paper} | {ratio} | {r.bound:.2f} | "
-        f"{r.balance:.2f} | {r.transfers:.2f} | {r.efficiency:.2f} | {r.why} |"
+        return head + f"— | failed | {_f(r.paper_normalized)} | — | — | — | — | — | — | {r.why} |"
+    factors = (r.bound, r.balance, r.overlap, r.transfers, r.efficiency)
+    return head + (
+        f"{r.throughput:.4g} | {r.normalized:.2f} | {_f(r.paper_normalized)} | {_f(r.ratio)} | "
+        + " | ".join(_f(v) for v in factors)
+        + f" | {r.why} |"
     )
 
 
@@ -51,19 +67,26 @@ def markdown(
     lines = [
         *prov.page(title),
         "",
-        "Every cell is labelled *source · hardware · batch*: *measured* by the engine where the host "
-        "had K devices, else *simulated* (`backend=auto`); *fixed* batch as configured, or *fit*: the "
-        "largest batch that fits each K on the hardware's memory (the paper: 'adjusted to fit "
-        f"memory'). Each series is normalised to its own {ref}, as the paper normalises each model.",
+        "Every series is labelled with what it is: *measured on K GPUs* by the engine where the host "
+        "had K devices, else *simulated* (`backend=auto`) — on this machine's measured per-layer costs "
+        "or on a published device's profile (a roofline, anchored on published throughputs); with a "
+        "*fixed batch* as configured, the *batch adjusted to fit memory* (the largest that fits each "
+        "K, the paper's wording), or the *planner's pick per K* (`gpipe-plan` on K devices, one "
+        f"replica: its M, schedule, remat and partition). Each series is normalised to its {ref} if "
+        "that cell's batch fits, else to its first cell that fits; the paper's numbers are "
+        "re-normalised to the same cell before every ratio. *(no fit)*: the cell's batch does not "
+        "fit the device's memory (shown, never a normaliser).",
         "",
-        "`normalised = bound × balance × transfers × efficiency` (see `paper/throughput.py`): the "
-        "bubble bound K·M/(M+K−1) relative to the reference cell, the slowest stage's extra work, "
-        "transfers, the optimiser step and per-step overhead, and compute per sample (micro-batch size, batch).",
+        "`normalised = bound × balance × overlap × transfers × efficiency` (`paper/throughput.py`): "
+        "the bubble bound K·M/(M+K−1) relative to the reference cell, the slowest stage's extra "
+        "work, the early recompute overlapping the drain (§2.3), what is left — transfers, waits, "
+        "the optimiser step and per-step overhead —, and compute per sample.",
         "",
     ]
     for model in dict.fromkeys(r.model for r in rows):
         ms = [r for r in rows if r.model == model]
-        labels = list(dict.fromkeys(label(r) for r in ms))
+        every = list(dict.fromkeys(label(r) for r in ms))
+        labels = [lb for lb in every if BATCH["planner"] not in lb]  # one M per K: below only
         lines += [
             f"## {names[model]}",
             "",
@@ -71,23 +94,31 @@ def markdown(
             "|---|---|---|" + "---|---|" * len(labels),
         ]
         paper = throughput(table, model)
-        for (K, M), value in sorted(paper.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        for K, M in sorted(paper, key=lambda km: (km[1], km[0])):
             cells = [
                 c
                 for lb in labels
                 for c in _cells(
-                    next((x for x in ms if label(x) == lb and (x.K, x.M) == (K, M)), None)
+                    next(
+                        (x for x in ms if label(x) == lb and (x.K, x.M) == (K, M)),
+                        None,
+                    )
                 )
             ]
-            lines.append(f"| {M} | {K} | {value:g} | " + " | ".join(cells) + " |")
+            lines.append(f"| {M} | {K} | {paper[(K, M)]:g} | " + " | ".join(cells) + " |")
         lines.append("")
-        for lb in labels:
+        for lb in every:
+            refs = {r.reference for r in ms if label(r) == lb and r.reference}
+            note = f"normalised to {', '.join(sorted(refs))}" if refs else "no cell fits"
+            lines.append(f"- *{lb}*: {note}")
+        lines.append("")
+        for lb in every:
             lines += [
                 f"### {names[model]} — {lb}",
                 "",
-                "| M | K | batch | micro-batch | fits | samples/s | ours | paper | ratio | bound | balance | "
-                "transfers | efficiency | why |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "| M | K | batch | micro-batch | fits | samples/s | ours | paper (same ref) | ratio | "
+                "bound | balance | overlap | transfers | efficiency | why |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
                 *(_series(r) for r in ms if label(r) == lb),
                 "",
             ]
