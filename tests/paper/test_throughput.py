@@ -25,6 +25,9 @@ from gpipe_repro.paper.throughput import (
 )
 
 EXPERIMENTS = TABLE2.experiments
+OFF = argparse.Namespace(
+    studies="off"
+)  # the simulator's studies: tests/paper/test_throughput_sim.py
 
 
 def _cell(
@@ -148,7 +151,7 @@ def test_every_cell_is_labelled_normalised_within_its_series_and_beside_the_pape
         assert r.normalized == pytest.approx({(2, 1): 1.0, (4, 4): 2.0, (8, 32): 5.0}[(r.K, r.M)])
         assert r.paper_normalized == throughput(2, "amoebanet_d")[(r.K, r.M)]
         assert r.ratio == pytest.approx(r.normalized / r.paper_normalized)
-    _, written = make(TABLE2, tmp_path, tmp_path / "out", argparse.Namespace(), "make table2")
+    _, written = make(TABLE2, tmp_path, tmp_path / "out", OFF, "make table2")
     out = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
     assert len(out) == 13 and {
         "table", "model", "K", "M", "batch_size", "source", "hardware", "step_s", "throughput",
@@ -206,4 +209,4 @@ def test_a_cell_whose_batch_does_not_fit_is_never_the_normaliser_and_is_flagged(
 
 def test_a_table_without_results_says_what_to_run(tmp_path):
     with pytest.raises(UserError, match="gpipe-run -m experiment=table3_amoebanet"):
-        make(TABLE3, tmp_path, tmp_path / "out", argparse.Namespace(), "make table3")
+        make(TABLE3, tmp_path, tmp_path / "out", OFF, "make table3")

@@ -44,9 +44,11 @@ from ..errors import UserError
 from .artefact import REPORTS, Artefact, Report
 from .numbers import throughput
 from .provenance import Provenance
-from .rows import read_csv
+from .rows import read_csv, write_csv
 from .sweep import SweepRow
 from .throughput_text import markdown, plot
+
+SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
 
 
 @dataclass
@@ -76,6 +78,7 @@ class ThroughputRow:
     overlap: float | None = None
     transfers: float | None = None
     efficiency: float | None = None
+    config: str = ""  # the planner's pick: schedule, remat per stage, partition
     why: str = ""
 
 
@@ -228,6 +231,8 @@ def build_rows(
                 r.why = f"normalised to {r.reference} (the first cell that fits); " + r.why
             if r.fits_memory is False:
                 r.why = "its batch does not fit the device; " + r.why
+            if r.config:
+                r.why = f"the planner's pick: {r.config}; " + r.why
             out.append(r)
     return out
 
@@ -236,12 +241,31 @@ class Throughput(Artefact[ThroughputRow]):
     """Tables 2 and 3: normalised throughput per K and M beside the paper's (GPipe §3)."""
 
     row = ThroughputRow
+    siblings = (SENSITIVITY,)
 
-    def __init__(self, table: int, title: str, names: dict[str, str], reference: tuple[int, int]):
+    def __init__(
+        self,
+        table: int,
+        title: str,
+        names: dict[str, str],
+        reference: tuple[int, int],
+        profile: str,
+        studies: tuple[str, ...],
+    ):
         self.table, self.title, self.names, self.reference = table, title, names, reference
         self.name = self.folder = self.page = f"table{table}"
         self.command = f"make table{table}"
         self.experiments = [f"table{table}_amoebanet", f"table{table}_transformer"]
+        self.profile, self.studies = profile, studies  # the simulator's studies (throughput_sim)
+        self.runs = [[f"experiment={e}"] for e in self.experiments]
+
+    def options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--studies",
+            choices=("on", "off"),
+            default="on",
+            help=f"simulate {', '.join(self.studies)} on {self.profile} (paper/throughput_sim.py)",
+        )
 
     @property
     def about(self) -> str:
@@ -250,22 +274,39 @@ class Throughput(Artefact[ThroughputRow]):
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[ThroughputRow]:
+        from .throughput_sim import SimRow, studies
+
         reports = source or REPORTS
-        rows = build_rows(load(reports, self.table, self.experiments), self.table, self.reference)
-        if not rows:
+        cells = load(reports, self.table, self.experiments)
+        if not cells:
             raise UserError(
                 f"no results for table {self.table}: run gpipe-run -m experiment={self.experiments[0]} "
                 f"and experiment={self.experiments[1]} first ({reports}/table{self.table}_*/results.csv)"
             )
+        sims: list[SimRow] = []
+        if getattr(opts, "studies", "on") == "on":
+            sims, planned = studies(self.table, self.runs, self.profile, self.studies)
+            cells += planned
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(out / SENSITIVITY, SimRow, sims)
+        rows = build_rows(cells, self.table, self.reference)
         found = [reports / e for e in self.experiments if (reports / e / "results.csv").exists()]
         prov = Provenance.merge([Provenance.load(f) for f in found], ", ".join(map(str, found)))
         return Report(rows, prov)
 
-    def markdown(self, report: Report[ThroughputRow]) -> str:
+    def render(self, report: Report[ThroughputRow], out: Path) -> list[Path]:
+        """The page (with the simulator's studies read back from their CSV) and the plot."""
+        from .throughput_sim import SimRow, section
+
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
         args = (report.rows, report.provenance, self.table, self.title, self.names, ref)
-        return markdown(*args) + "\n"
+        sims = read_csv(out / SENSITIVITY, SimRow) if (out / SENSITIVITY).exists() else []
+        md, png = out / f"{self.page}.md", out / f"{self.page}.png"
+        extra = section(sims, report.rows, self.names, self.profile)
+        md.write_text("\n".join([markdown(*args), *extra]).rstrip("\n") + "\n")
+        self.plot(report, png)
+        return [md, png]
 
     def plot(self, report: Report[ThroughputRow], path: Path) -> None:
         plot(report.rows, self.table, self.names, self.reference[1], path)
@@ -276,10 +317,14 @@ TABLE2 = Throughput(
     "Table 2 — normalised training throughput on TPUs (GPipe §3)",
     {"amoebanet_d": "AmoebaNet-D(18, 256)", "transformer_lm": "Transformer-48"},
     (2, 1),
+    "tpu_v3",
+    ("partition", "planner"),
 )
 TABLE3 = Throughput(
     3,
     "Table 3 — normalised throughput on GPUs without NVLink, M = 32 (GPipe §3)",
     {"amoebanet_d": "AmoebaNet-D(18, 128)", "transformer_lm": "Transformer-24"},
     (2, 32),
+    "p100_pcie",
+    ("partition", "link"),
 )
