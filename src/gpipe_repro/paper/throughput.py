@@ -46,7 +46,7 @@ from .numbers import throughput
 from .provenance import Provenance
 from .rows import read_csv, write_csv
 from .sweep import SweepRow
-from .throughput_text import markdown, plot
+from .throughput_text import markdown, plot, section
 
 SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
 
@@ -296,7 +296,7 @@ class Throughput(Artefact[ThroughputRow]):
 
     def render(self, report: Report[ThroughputRow], out: Path) -> list[Path]:
         """The page (with the simulator's studies read back from their CSV) and the plot."""
-        from .throughput_sim import SimRow, section
+        from .throughput_sim import SimRow
 
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"

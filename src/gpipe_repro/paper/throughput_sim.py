@@ -38,9 +38,7 @@ from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
 from .numbers import throughput
 from .throughput import Cell, ThroughputRow
 
-__all__ = ["SimRow", "LINK_OK", "studies", "section", "equal_layers"]
-
-LINK_OK = 0.95  # "not the bottleneck": at least this share of the free link's throughput
+__all__ = ["SimRow", "studies", "equal_layers"]
 
 
 @dataclass
@@ -225,106 +223,6 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
         )  # fmt: skip
         cells.append(Cell(row, res.busy_s, True, "", rec))
     return cells
-
-
-def _mb(text: str) -> str:
-    return ", ".join(f"{int(b) / 2**20:.1f}" for b in text.split(";") if b) or "—"
-
-
-def _partition_section(rows: Sequence[SimRow], names: dict[str, str]) -> list[str]:
-    out = []
-    for mod in dict.fromkeys(r.model for r in rows):
-        rs = [r for r in rows if r.model == mod]
-        out += [
-            f"### {names.get(mod, mod)}: the partition",
-            "",
-            "| M | K | partition | balance | slowest / mean | samples/s | normalised | paper |",
-            "|---|---|---|---|---|---|---|---|",
-            *(
-                f"| {r.M} | {r.K} | {r.variant} | {r.balance} | {r.imbalance:.2f} | "
-                f"{r.throughput:.4g} | {r.normalized:.2f} | "
-                f"{'—' if r.paper_normalized is None else f'{r.paper_normalized:g}'} |"
-                for r in sorted(rs, key=lambda r: (r.M, r.K))
-            ),
-            "",
-        ]
-        top = max(rs, key=lambda r: (r.K, r.M))
-        at = [r for r in rs if (r.K, r.M) == (top.K, top.M)]
-        text = ", ".join(
-            f"{r.variant} {r.normalized:.2f} (slowest/mean {r.imbalance:.2f})" for r in at
-        )
-        paper = "" if top.paper_normalized is None else f"; the paper {top.paper_normalized:g}"
-        out += [f"At K = {top.K}, M = {top.M}: {text}{paper}.", ""]
-    return out
-
-
-def _link_section(
-    rows: Sequence[SimRow], main: Sequence[ThroughputRow], names: dict[str, str], hw: str
-) -> list[str]:
-    out = []
-    for mod in dict.fromkeys(r.model for r in rows):
-        rs = [r for r in rows if r.model == mod]
-        out += [
-            f"### {names.get(mod, mod)}: the link (M = {rs[0].M})",
-            "",
-            "| K | link | boundary MiB per stage | samples/s | normalised | vs free link |",
-            "|---|---|---|---|---|---|",
-            *(
-                f"| {r.K} | {r.variant} | {_mb(r.boundary_bytes)} | {r.throughput:.4g} | "
-                f"{r.normalized:.2f} | {r.vs_free:.3f} |"
-                for r in sorted(rs, key=lambda r: r.K)
-            ),
-            "",
-        ]
-        variants = list(dict.fromkeys(r.variant for r in rs if r.variant != "free link"))
-        holds = [
-            v for v in variants if all((r.vs_free or 0.0) >= LINK_OK for r in rs if r.variant == v)
-        ]
-        fails = [v for v in variants if v not in holds]
-        worst = min(rs, key=lambda r: r.vs_free or 1.0)
-        out += [
-            f'"Communication is not the bottleneck" (at least {LINK_OK:.0%} of the free link\'s '
-            f"throughput at every K) holds under: {'; '.join(holds) or 'none'} — and not under: "
-            f"{'; '.join(fails) or 'none'} (worst: {worst.variant} at K = {worst.K}, "
-            f"{worst.vs_free:.0%}).",
-            "",
-        ]
-        ours = [
-            r for r in main
-            if r.model == mod and r.hardware == hw and r.batch_mode == "fixed" and r.ratio
-        ]  # fmt: skip
-        for r in sorted(ours, key=lambda r: r.K):
-            if r.reference == f"K={r.K}, M={r.M}":
-                continue
-            free = next((q for q in rs if q.variant == "free link" and q.K == r.K), None)
-            verdict = (
-                "contradicts" if abs((r.ratio or 1.0) - 1) > 0.10 else "agrees with (within 10%)"
-            )
-            out.append(
-                f"- At K = {r.K} our {hw} result ({r.normalized:.2f}) {verdict} the paper's "
-                f"{r.paper_normalized:.2f} (ratio {r.ratio:.2f})"
-                + (f"; with a free link it would be {free.normalized:.2f}." if free else ".")
-            )
-        out.append("")
-    return out
-
-
-def section(
-    rows: Sequence[SimRow], main: Sequence[ThroughputRow], names: dict[str, str], hw: str
-) -> list[str]:
-    """The page's section on these studies (module doc), its statements read from the rows."""
-    if not rows:
-        return []
-    return [
-        "## What the simulator says under other assumptions",
-        "",
-        f"Simulated on the {hw} profile at the sweeps' fixed batch, timing only (memory is not "
-        "checked here); each variant normalised to its own K = 2 at the table's reference M "
-        "(`paper/throughput_sim.py`).",
-        "",
-        *_partition_section([r for r in rows if r.study == "partition"], names),
-        *_link_section([r for r in rows if r.study == "link"], main, names, hw),
-    ]
 
 
 def studies(

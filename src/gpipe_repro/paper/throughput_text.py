@@ -2,7 +2,9 @@
 
 Per model: the paper's number beside every series' normalised throughput with the ratio and the fits
 flag, then one table per series with the cell's batch, micro-batch, whether it fits, its factors and
-the sentence that says why it differs; the plot draws every series against K beside the paper and the bubble bound.
+the sentence that says why it differs, and the simulator's studies (``paper.throughput_sim``) with
+the statements their rows support; the plot draws every series against K beside the paper and the
+bubble bound.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
 
+LINK_OK = 0.95  # "not the bottleneck": at least this share of the free link's throughput
 DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
 BATCH = {
     "fixed": "fixed batch",
@@ -164,3 +167,102 @@ def plot(rows: Sequence[Any], table: int, names: dict[str, str], ref_M: int, pat
                 ax.minorticks_off()
                 ax.grid(alpha=0.3)
                 ax.legend(fontsize=6)
+
+
+def _mb(text: str) -> str:
+    return ", ".join(f"{int(b) / 2**20:.1f}" for b in text.split(";") if b) or "—"
+
+
+def _table(title: str, cols: Sequence[str], cells: Sequence[Sequence[str]]) -> list[str]:
+    head = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return [f"### {title}", "", *head, *("| " + " | ".join(c) + " |" for c in cells), ""]
+
+
+def _partition_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]:
+    out = []
+    for mod in dict.fromkeys(r.model for r in rows):
+        rs = [r for r in rows if r.model == mod]
+        cols = "M K partition balance slowest/mean samples/s normalised paper".split()
+        out += _table(
+            f"{names.get(mod, mod)}: the partition",
+            cols,
+            [
+                [str(r.M), str(r.K), r.variant, r.balance, f"{r.imbalance:.2f}",
+                 f"{r.throughput:.4g}", f"{r.normalized:.2f}",
+                 "—" if r.paper_normalized is None else f"{r.paper_normalized:g}"]
+                for r in sorted(rs, key=lambda r: (r.M, r.K))
+            ],
+        )  # fmt: skip
+        top = max(rs, key=lambda r: (r.K, r.M))
+        at = [r for r in rs if (r.K, r.M) == (top.K, top.M)]
+        text = ", ".join(
+            f"{r.variant} {r.normalized:.2f} (slowest/mean {r.imbalance:.2f})" for r in at
+        )
+        paper = "" if top.paper_normalized is None else f"; the paper {top.paper_normalized:g}"
+        out += [f"At K = {top.K}, M = {top.M}: {text}{paper}.", ""]
+    return out
+
+
+def _link_section(
+    rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: str
+) -> list[str]:
+    out = []
+    for mod in dict.fromkeys(r.model for r in rows):
+        rs = [r for r in rows if r.model == mod]
+        cols = ["K", "link", "boundary MiB per stage", "samples/s", "normalised", "vs free link"]
+        out += _table(
+            f"{names.get(mod, mod)}: the link (M = {rs[0].M})",
+            cols,
+            [
+                [str(r.K), r.variant, _mb(r.boundary_bytes), f"{r.throughput:.4g}",
+                 f"{r.normalized:.2f}", f"{r.vs_free:.3f}"]
+                for r in sorted(rs, key=lambda r: r.K)
+            ],
+        )  # fmt: skip
+        variants = list(dict.fromkeys(r.variant for r in rs if r.variant != "free link"))
+        holds = [
+            v for v in variants if all((r.vs_free or 0.0) >= LINK_OK for r in rs if r.variant == v)
+        ]
+        fails = [v for v in variants if v not in holds]
+        worst = min(rs, key=lambda r: r.vs_free or 1.0)
+        out += [
+            f'"Communication is not the bottleneck" (at least {LINK_OK:.0%} of the free link\'s '
+            f"throughput at every K) holds under: {'; '.join(holds) or 'none'} — and not under: "
+            f"{'; '.join(fails) or 'none'} (worst: {worst.variant} at K = {worst.K}, "
+            f"{worst.vs_free:.0%}).",
+            "",
+        ]
+        ours = [
+            r for r in main
+            if r.model == mod and r.hardware == hw and r.batch_mode == "fixed" and r.ratio
+        ]  # fmt: skip
+        for r in sorted(ours, key=lambda r: r.K):
+            if r.reference == f"K={r.K}, M={r.M}":
+                continue
+            free = next((q for q in rs if q.variant == "free link" and q.K == r.K), None)
+            verdict = (
+                "contradicts" if abs((r.ratio or 1.0) - 1) > 0.10 else "agrees with (within 10%)"
+            )
+            out.append(
+                f"- At K = {r.K} our {hw} result ({r.normalized:.2f}) {verdict} the paper's "
+                f"{r.paper_normalized:.2f} (ratio {r.ratio:.2f})"
+                + (f"; with a free link it would be {free.normalized:.2f}." if free else ".")
+            )
+        out.append("")
+    return out
+
+
+def section(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: str) -> list[str]:
+    """The page's section on these studies (module doc), its statements read from the rows."""
+    if not rows:
+        return []
+    return [
+        "## What the simulator says under other assumptions",
+        "",
+        f"Simulated on the {hw} profile at the sweeps' fixed batch, timing only (memory is not "
+        "checked here); each variant normalised to its own K = 2 at the table's reference M "
+        "(`paper/throughput_sim.py`).",
+        "",
+        *_partition_section([r for r in rows if r.study == "partition"], names),
+        *_link_section([r for r in rows if r.study == "link"], main, names, hw),
+    ]
