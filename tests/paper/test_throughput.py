@@ -207,6 +207,13 @@ def test_a_cell_whose_batch_does_not_fit_is_never_the_normaliser_and_is_flagged(
     assert "| 1 | 2 | 1 | 0.50 (no fit) |" in md and "normalised to K=4, M=1" in md
 
 
+def test_a_table_without_the_simulators_studies_is_never_published():
+    from gpipe_repro.paper.__main__ import main
+
+    assert TABLE2.variant(OFF) == "no_studies" and TABLE2.variant(argparse.Namespace()) is None
+    assert main(["table2", "--publish", "--studies", "off"]) == 2
+
+
 def test_a_table_without_results_says_what_to_run(tmp_path):
     with pytest.raises(UserError, match="gpipe-run -m experiment=table3_amoebanet"):
         make(TABLE3, tmp_path, tmp_path / "out", OFF, "make table3")

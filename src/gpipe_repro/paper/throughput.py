@@ -271,6 +271,9 @@ class Throughput(Artefact[ThroughputRow]):
     def about(self) -> str:
         return self.title
 
+    def variant(self, opts: argparse.Namespace) -> str | None:
+        return "no_studies" if getattr(opts, "studies", "on") == "off" else None
+
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[ThroughputRow]:
