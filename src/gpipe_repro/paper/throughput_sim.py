@@ -5,10 +5,11 @@ published profile (``hardware=tpu_v3`` for Table 2, ``p100_pcie`` for Table 3), 
 is one simulated step (``runner.simulated.simulate_plan``) at the sweep's fixed batch. Timing only:
 these rows do not check memory (the sweeps' ``fits`` flag does).
 
-- **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells; the
-  sweeps cut by the profile's per-layer time (the exact min-max partition), the paper's own
-  partitioner balanced a cost estimate. Here the same cells cut by time, by parameters and into
-  equal layers per stage, each normalised to its own K = 2 at the table's reference M.
+- **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells; its
+  partitioner minimises the variance of *estimated* cell costs (§2.2), the sweeps cut by the
+  profile's per-layer time (the exact min-max partition). Here the same layers cut by time, by
+  parameters and into equal layers per stage (cruder estimates a partitioner may use), each
+  normalised to its own K = 2 at the table's reference M.
 - **link** (Table 3, M = 32): "communication is not the bottleneck, only boundary tensors cross".
   The boundary bytes per stage and the step under: a free link (the ideal), the profile's
   device -> host -> device PCIe (2 hops), a direct path (1 hop), a quarter and a sixteenth of its
