@@ -14,14 +14,8 @@ from gpipe_repro.paper.numbers import throughput
 from gpipe_repro.paper.rows import read_csv, write_csv
 from gpipe_repro.paper.sweep import SweepRow
 from gpipe_repro.paper.throughput import TABLE3, Throughput, ThroughputRow, build_rows
-from gpipe_repro.paper.throughput_sim import (
-    LINK_OK,
-    SimRow,
-    equal_layers,
-    model,
-    section,
-    studies,
-)
+from gpipe_repro.paper.throughput_sim import SimRow, equal_layers, model, studies
+from gpipe_repro.paper.throughput_text import LINK_OK, section
 from gpipe_repro.plan.__main__ import _space
 from gpipe_repro.plan.search import search
 from gpipe_repro.runner.simulated import simulate_plan

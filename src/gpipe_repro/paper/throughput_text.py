@@ -53,7 +53,7 @@ def _f(v: float | None, spec: str = ".2f") -> str:
 
 def _series(r: Any) -> str:
     fits = {True: "yes", False: "**no**"}.get(r.fits_memory, "—")
-    head = f"| {r.M} | {r.K} | {r.batch_size or '—'} | {r.micro_batch or '—'} | {fits} | "
+    head = f"| {r.M or '—'} | {r.K} | {r.batch_size or '—'} | {r.micro_batch or '—'} | {fits} | "
     if r.normalized is None:
         return head + f"— | failed | {_f(r.paper_normalized)} | — | — | — | — | — | — | {r.why} |"
     factors = (r.bound, r.balance, r.overlap, r.transfers, r.efficiency)
