@@ -87,6 +87,18 @@ def test_a_sweep_mixing_both_gathers_into_one_table(both):
     assert "| source |" in table and "simulated" in table and "measured" in table
 
 
+def test_each_stage_records_its_recompute_inside_its_busy_time(both):
+    """The time a stage spends recomputing (the early-recompute overlap of Tables 2 and 3 needs it),
+    from the engine's events and from the simulator's alike; the sweep row carries it per stage."""
+    for key in ("measured", "simulated"):
+        m = both[key]
+        assert m["pipeline"]["checkpoint"] == "except_last" and m["pipeline"]["M"] == 2
+        for s in m["stages"]:  # micro-batch 0 of 2 is recomputed, micro-batch 1 is not
+            assert 0 < s["recompute_s"] < s["busy_s"], (key, s)
+    rows, _ = sweep_rows(both["sweep"])
+    assert [len(r.stage_recompute_s.split(";")) for r in rows] == [1, 2]
+
+
 def test_backend_auto_picks_the_simulator_here_and_the_engine_with_a_device_per_rank(monkeypatch):
     assert (
         compose([*MLP, "backend=auto", "pipeline.K=2"]).backend == "sim"

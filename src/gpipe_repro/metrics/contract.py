@@ -60,6 +60,9 @@ class StageMetrics:
     accounted_memory_bytes: int = opt(0, "param + grad + optimizer + activation bytes")
     memory_source: str = opt("accounted", "what peak_memory_bytes is", choices=MEMORY_SOURCES)
     busy_s: float = opt(0.0, "median seconds per step computing (forward, backward, recompute)")
+    recompute_s: float = opt(
+        0.0, "median seconds per step recomputing (part of busy_s; 0: no remat)"
+    )
 
 
 @dataclass

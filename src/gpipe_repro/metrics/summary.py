@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..engine.events import Event, measured_bubble
+from ..engine.events import Event, busy_time, measured_bubble
 from ..engine.schedule import bubble_fraction
 from .contract import (
     CurvePoint,
@@ -193,13 +193,19 @@ def summarize(
     rep0 = [r for r in results if r.replica == 0]
     events = [Event(**e) for r in rep0 for e in r.events]
     steps = sorted({e.step for e in events if e.step >= W})
-    bubbles, busy_per_stage = [], []
+    bubbles, busy_per_stage, recompute_per_stage = [], [], []
     for s in steps:
         _, bubble, busy = measured_bubble(
             [e for e in events if e.step == s and e.action != "step"], K
         )
         bubbles.append(bubble)
         busy_per_stage.append(busy)
+        recompute_per_stage.append(
+            [
+                busy_time(e for e in events if (e.step, e.stage, e.action) == (s, k, "recompute"))
+                for k in range(K)
+            ]
+        )
     stages = []
     for r in rep0:
         accounted = r.param_bytes + r.grad_bytes + r.optimizer_bytes + r.activation_bytes
@@ -222,6 +228,9 @@ def summarize(
                 else "accounted",
                 busy_s=statistics.median([b[r.stage] for b in busy_per_stage])
                 if busy_per_stage
+                else 0.0,
+                recompute_s=statistics.median([b[r.stage] for b in recompute_per_stage])
+                if recompute_per_stage
                 else 0.0,
             )
         )

@@ -1,7 +1,7 @@
 """The paper's numbers, each one a ``Quote``: which table, which row and column, the value as printed.
 
 Transcribed from GPipe (Huang et al., 2019): Table 1 (§3: the largest model per number of
-accelerators), Tables 2 and 3 (§5, §6: normalised throughput per K and M), Table 4 (§4: transfer
+accelerators), Tables 2 and 3 (§3: normalised throughput per K and M), Table 4 (§4: transfer
 learning) and Table 5 (§5: batch size against BLEU and NLL). Every artefact reads them from here and
 puts ours beside them; none keeps a copy.
 """

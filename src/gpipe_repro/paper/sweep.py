@@ -53,6 +53,7 @@ class SweepRow:
     bubble_fraction: float | None = None
     bubble_ideal: float | None = None
     stage_busy_s: str | None = None
+    stage_recompute_s: str | None = None
     max_stage_memory_bytes: int | None = None
     stage_memory_bytes: str | None = None
     memory_source: str | None = None
@@ -81,6 +82,7 @@ def _row(job: str, m: RunMetrics) -> SweepRow:
         micro_batch=m.batch_size // p.M // p.replicas if p and m.batch_size else None,
         param_count=m.model.param_count if m.model else None,
         stage_busy_s=";".join(f"{s.busy_s:.6g}" for s in stages) or None,
+        stage_recompute_s=";".join(f"{s.recompute_s:.6g}" for s in stages) or None,
         max_stage_memory_bytes=max(mem) if mem else None,
         stage_memory_bytes=";".join(map(str, mem)) or None,
         memory_source=stages[0].memory_source if stages else None,

@@ -1,26 +1,30 @@
-"""Tables 2 and 3 of the paper beside ours: normalised throughput per K and M, and why a cell differs.
+"""Tables 2 and 3 of the paper (both its §3) beside ours: normalised throughput per K and M, and why.
 
 Experiments: ``gpipe-run -m experiment=tableN_amoebanet`` and ``..._transformer`` (each published to
 ``reports/tableN_*/`` by the sweep callback), every cell labelled with its source (measured |
-simulated), hardware and batch mode. Collect: those sweeps' typed rows. Rows: each *series* — one
-model on one hardware with one batch mode — normalised to K = 2, M = 1 (Table 2) or K = 2 (Table 3)
-as the paper does, the paper's number (``paper.numbers``) and the ratio beside each cell.
+simulated), hardware and batch mode. Collect: those sweeps' typed rows, and what the simulator says
+under other assumptions (``paper.throughput_sim``: partitions, links, the planner's pick per K). Rows:
+each *series* — one model on one hardware with one batch mode — normalised to its first cell whose
+batch fits (the paper's reference K = 2, M = 1 for Table 2, K = 2 for Table 3, where it fits); the
+paper's numbers are re-normalised to that same cell before any ratio.
 
 Why a cell differs is read from the numbers. With ``b`` the batch, ``step`` the step time, ``busy_k``
 stage k's compute time in a step, ``c = sum(busy) / b`` the compute per sample and
 ``u = sum(busy) / (K * step)`` the share of the K devices' time spent computing, the throughput is
 ``b / step = K * u / c``, so against the reference cell (r) exactly
 
-    normalised = bound x balance x transfers x efficiency
+    normalised = bound x balance x overlap x transfers x efficiency
 
 - ``bound`` = (K (1 - bubble)) / (same for r), bubble = (K - 1)/(M + K - 1): the fill-drain bubble
-  alone (GPipe §2.3);
-- ``balance`` = (mean busy / max busy) / (same for r): the slowest stage's extra work (partition
-  imbalance; AmoebaNet's cells are uneven);
-- ``transfers`` = (u / ((1 - bubble) * mean/max)) / (same for r): what the schedule and the balance
-  do not explain — boundary transfers, waits, the optimiser step and per-step overhead;
-- ``efficiency`` = c_r / c: compute per sample against the reference — per-micro-batch efficiency
-  (micro-batches shrink as M grows) and, with ``batch_mode=fit``, a batch that grows with K.
+  alone (§2.3);
+- ``balance`` = (mean busy / max busy) / (same for r): the slowest stage's extra work;
+- ``overlap`` = o / o_r, o = (M + K - 1) w / (M w + (K - 1)(w - r)) with w and r the slowest stage's
+  work and recompute per micro-batch: the early recompute (§2.3: a stage recomputes before the
+  gradient arrives), which shortens the drain from K - 1 full micro-batches to K - 1 without their
+  recompute; 1 without remat, or where the sweep recorded no recompute time;
+- ``transfers`` = (u / ((1 - bubble) * mean/max * o)) / (same for r): what the above do not explain —
+  boundary transfers, waits, the optimiser step and per-step overhead;
+- ``efficiency`` = c_r / c: compute per sample against the reference (per-micro-batch efficiency).
 
 The sentence for each cell names the factors furthest from 1 and compares our share of the bound
 with the paper's.
@@ -32,7 +36,7 @@ import argparse
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..engine.schedule import bubble_fraction
@@ -40,15 +44,18 @@ from ..errors import UserError
 from .artefact import REPORTS, Artefact, Report
 from .numbers import throughput
 from .provenance import Provenance
-from .rows import read_csv
+from .rows import read_csv, write_csv
 from .sweep import SweepRow
-from .throughput_text import markdown, plot
+from .throughput_text import markdown, plot, section
+
+SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
 
 
 @dataclass
 class ThroughputRow:
     """One cell of our sweep beside the paper's; ``busy``, ``ok`` and ``error`` are the collected
-    cell's own (not in the CSV: ``normalized`` None means it failed, ``why`` says why)."""
+    cell's own (not in the CSV: ``normalized`` None means it failed, ``why`` says why).
+    ``paper_normalized``: the paper's number re-normalised to this series' reference cell."""
 
     table: int
     model: str
@@ -68,19 +75,26 @@ class ThroughputRow:
     ratio: float | None = None
     bound: float | None = None
     balance: float | None = None
+    overlap: float | None = None
     transfers: float | None = None
     efficiency: float | None = None
+    config: str = ""  # the planner's pick: schedule, remat per stage, partition
     why: str = ""
 
 
 @dataclass
 class Cell:
-    """A sweep's row as this table needs it."""
+    """A sweep's row as this table needs it (``recompute``: per stage; empty: not recorded)."""
 
     row: ThroughputRow
     busy: list[float]
     ok: bool
     error: str
+    recompute: list[float] = field(default_factory=list)
+
+
+def _floats(text: str | None) -> list[float]:
+    return [float(x) for x in (text or "").split(";") if x]
 
 
 def load(reports: Path, table: int, experiments: Sequence[str]) -> list[Cell]:
@@ -110,44 +124,51 @@ def load(reports: Path, table: int, experiments: Sequence[str]) -> list[Cell]:
             key = (row.model, row.source, row.hardware, row.batch_mode, row.K, row.M)
             if key not in seen:  # an engine sweep measures each cell once per hardware label
                 seen.add(key)
-                busy = [float(x) for x in (r.stage_busy_s or "").split(";") if x]
-                cells.append(Cell(row, busy, ok, r.error or ""))
+                busy, rec = _floats(r.stage_busy_s), _floats(r.stage_recompute_s)
+                cells.append(Cell(row, busy, ok, r.error or "", rec))
     return cells
 
 
-def _parts(c: Cell) -> tuple[float, float, float, float]:
-    """(schedule share 1 - bubble, balance mean/max, the rest, compute per sample) of one cell."""
+def _parts(c: Cell) -> tuple[float, float, float, float, float]:
+    """(schedule share 1 - bubble, balance mean/max, early-recompute overlap o, the rest, compute
+    per sample) of one cell."""
     r = c.row
     sched = 1 - bubble_fraction(r.K, r.M)
     step, batch = float(r.step_s or 0), float(r.batch_size or 1)
     if len(c.busy) != r.K or max(c.busy) <= 0:
-        return sched, 1.0, 1.0, step / batch
+        return sched, 1.0, 1.0, 1.0, step / batch
     bal = statistics.fmean(c.busy) / max(c.busy)
+    slow = c.busy.index(max(c.busy))
+    w = c.busy[slow] / r.M
+    rec = c.recompute[slow] / r.M if len(c.recompute) == r.K else 0.0
+    o = (r.M + r.K - 1) * w / (r.M * w + (r.K - 1) * (w - rec))
     u = sum(c.busy) / (r.K * step)
-    return sched, bal, u / (sched * bal), sum(c.busy) / batch
+    return sched, bal, o, u / (sched * bal * o), sum(c.busy) / batch
+
+
+FACTORS = ("bound", "balance", "overlap", "transfers", "efficiency")
 
 
 def decompose(c: Cell, ref: Cell) -> dict[str, float]:
-    """``normalised = bound x balance x transfers x efficiency`` against the reference cell."""
-    s, b, o, per = _parts(c)
-    s0, b0, o0, per0 = _parts(ref)
-    return {
-        "bound": (c.row.K * s) / (ref.row.K * s0),
-        "balance": b / b0,
-        "transfers": o / o0,
-        "efficiency": per0 / per,
-    }
+    """``normalised = bound x balance x overlap x transfers x efficiency`` against the reference."""
+    s, b, o, t, per = _parts(c)
+    s0, b0, o0, t0, per0 = _parts(ref)
+    return dict(
+        zip(FACTORS, ((c.row.K * s) / (ref.row.K * s0), b / b0, o / o0, t / t0, per0 / per))
+    )
 
 
 _WHAT = {
     "balance": "partition imbalance",
-    "transfers": "transfers, optimiser step and overhead",
+    "overlap": "early-recompute overlap",
+    "transfers": "transfers, waits, optimiser step and overhead",
     "efficiency": "per-sample compute efficiency",
 }
 
 
 def explain(r: ThroughputRow, ref: ThroughputRow, f: dict[str, float], paper: float | None) -> str:
-    """One sentence from the numbers: how far the bubble bound goes, what moves us off it, and the paper."""
+    """One sentence from the numbers: how far the bubble bound goes, what moves us off it, and the
+    paper (``paper``: re-normalised to our reference cell)."""
     ours = float(r.normalized or 0)
     if (r.K, r.M) == (ref.K, ref.M):
         return "the reference cell (1 by definition)"
@@ -155,26 +176,31 @@ def explain(r: ThroughputRow, ref: ThroughputRow, f: dict[str, float], paper: fl
     movers = sorted(_WHAT, key=lambda k: -abs(math.log(max(f[k], 1e-9))))
     for k in movers:
         if abs(math.log(max(f[k], 1e-9))) >= 0.03:
-            detail = ""
-            if k == "efficiency":
-                detail = f" (micro-batch {r.micro_batch} vs {ref.micro_batch}"
-                if r.batch_size != ref.batch_size:
-                    detail += f", batch {r.batch_size} vs {ref.batch_size}"
-                detail += ")"
+            detail = (
+                f" (micro-batch {r.micro_batch} vs {ref.micro_batch})" if k == "efficiency" else ""
+            )
             parts.append(f"{_WHAT[k]} {f[k]:.2f}{detail}")
     text = f"ours {ours:.2f} = " + " × ".join(parts)
     if paper is not None:
         share_p, share_o = paper / f["bound"], ours / f["bound"]
         text += f"; paper {paper:.2f} = {share_p:.0%} of the bound, ours {share_o:.0%}"
-        if share_p > 1.02:
-            text += " (the paper beats the bound: its batch grew with K, 'adjusted to fit memory')"
     return text
 
 
+def reference(cs: Sequence[Cell], paper_ref: tuple[int, int]) -> Cell | None:
+    """A series' normaliser: the paper's reference cell if it ran and its batch fits, else the
+    first (by K, then M) that does; a cell whose batch does not fit never is one."""
+    fits = sorted(
+        (c for c in cs if c.ok and c.row.fits_memory is not False), key=lambda c: (c.row.K, c.row.M)
+    )
+    return next((c for c in fits if (c.row.K, c.row.M) == paper_ref), fits[0] if fits else None)
+
+
 def build_rows(
-    cells: Sequence[Cell], table: int, reference: tuple[int, int]
+    cells: Sequence[Cell], table: int, paper_ref: tuple[int, int]
 ) -> list[ThroughputRow]:
-    """Every cell normalised within its series, with the paper's number, the ratio and the reasons."""
+    """Every cell normalised within its series, with the paper's number re-normalised to the same
+    cell, the ratio and the reasons."""
     out = []
 
     def series(c: Cell) -> tuple[str, str, str, str]:
@@ -182,61 +208,108 @@ def build_rows(
 
     for key in sorted({series(c) for c in cells}):
         cs = [c for c in cells if series(c) == key]
-        done = sorted((c for c in cs if c.ok), key=lambda c: (c.row.K, c.row.M))
-        # The paper's reference cell; where it failed (it does not fit, say), the smallest cell that ran.
-        ref = next((c for c in done if (c.row.K, c.row.M) == reference), done[0] if done else None)
+        ref = reference(cs, paper_ref)
+        printed = throughput(table, key[0])
+        base = printed.get((ref.row.K, ref.row.M)) if ref else None
         for c in sorted(cs, key=lambda c: (c.row.M, c.row.K)):
-            paper = throughput(table, c.row.model).get((c.row.K, c.row.M))
-            r = replace(c.row, paper_normalized=paper)
-            if not c.ok or ref is None:
+            paper = printed.get((c.row.K, c.row.M))
+            r = replace(c.row, paper_normalized=paper / base if paper and base else None)
+            if ref is None:
+                why = f"failed: {c.error}" if not c.ok else "no cell of this series fits"
+                out.append(replace(r, why=why))
+                continue
+            if not c.ok:
                 out.append(replace(r, why=f"failed: {c.error}"))
                 continue
             r.reference = f"K={ref.row.K}, M={ref.row.M}"
             r.normalized = float(r.throughput or 0) / float(ref.row.throughput or 1)
-            r.ratio = r.normalized / paper if paper else None
+            r.ratio = r.normalized / r.paper_normalized if r.paper_normalized else None
             f = decompose(c, ref)
-            r.bound, r.balance, r.transfers, r.efficiency = (f[k] for k in ("bound", *_WHAT))
-            r.why = explain(r, ref.row, f, paper)
-            if (ref.row.K, ref.row.M) != reference:
-                r.why = f"normalised to {r.reference} (the paper's reference failed); " + r.why
+            r.bound, r.balance, r.overlap, r.transfers, r.efficiency = (f[k] for k in FACTORS)
+            r.why = explain(r, ref.row, f, r.paper_normalized)
+            if (ref.row.K, ref.row.M) != paper_ref:
+                r.why = f"normalised to {r.reference} (the first cell that fits); " + r.why
+            if r.fits_memory is False:
+                r.why = "its batch does not fit the device; " + r.why
+            if r.config:
+                r.why = f"the planner's pick: {r.config}; " + r.why
             out.append(r)
     return out
 
 
 class Throughput(Artefact[ThroughputRow]):
-    """Tables 2 and 3: normalised throughput per K and M beside the paper's (GPipe §5, §6)."""
+    """Tables 2 and 3: normalised throughput per K and M beside the paper's (GPipe §3)."""
 
     row = ThroughputRow
+    siblings = (SENSITIVITY,)
 
-    def __init__(self, table: int, title: str, names: dict[str, str], reference: tuple[int, int]):
+    def __init__(
+        self,
+        table: int,
+        title: str,
+        names: dict[str, str],
+        reference: tuple[int, int],
+        profile: str,
+        studies: tuple[str, ...],
+    ):
         self.table, self.title, self.names, self.reference = table, title, names, reference
         self.name = self.folder = self.page = f"table{table}"
         self.command = f"make table{table}"
         self.experiments = [f"table{table}_amoebanet", f"table{table}_transformer"]
+        self.profile, self.studies = profile, studies  # the simulator's studies (throughput_sim)
+        self.runs = [[f"experiment={e}"] for e in self.experiments]
+
+    def options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--studies",
+            choices=("on", "off"),
+            default="on",
+            help=f"simulate {', '.join(self.studies)} on {self.profile} (paper/throughput_sim.py)",
+        )
 
     @property
     def about(self) -> str:
         return self.title
 
+    def variant(self, opts: argparse.Namespace) -> str | None:
+        return "no_studies" if getattr(opts, "studies", "on") == "off" else None
+
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[ThroughputRow]:
+        from .throughput_sim import SimRow, studies
+
         reports = source or REPORTS
-        rows = build_rows(load(reports, self.table, self.experiments), self.table, self.reference)
-        if not rows:
+        cells = load(reports, self.table, self.experiments)
+        if not cells:
             raise UserError(
                 f"no results for table {self.table}: run gpipe-run -m experiment={self.experiments[0]} "
                 f"and experiment={self.experiments[1]} first ({reports}/table{self.table}_*/results.csv)"
             )
+        sims: list[SimRow] = []
+        if getattr(opts, "studies", "on") == "on":
+            sims, planned = studies(self.table, self.runs, self.profile, self.studies)
+            cells += planned
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(out / SENSITIVITY, SimRow, sims)
+        rows = build_rows(cells, self.table, self.reference)
         found = [reports / e for e in self.experiments if (reports / e / "results.csv").exists()]
         prov = Provenance.merge([Provenance.load(f) for f in found], ", ".join(map(str, found)))
         return Report(rows, prov)
 
-    def markdown(self, report: Report[ThroughputRow]) -> str:
+    def render(self, report: Report[ThroughputRow], out: Path) -> list[Path]:
+        """The page (with the simulator's studies read back from their CSV) and the plot."""
+        from .throughput_sim import SimRow
+
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
         args = (report.rows, report.provenance, self.table, self.title, self.names, ref)
-        return markdown(*args) + "\n"
+        sims = read_csv(out / SENSITIVITY, SimRow) if (out / SENSITIVITY).exists() else []
+        md, png = out / f"{self.page}.md", out / f"{self.page}.png"
+        extra = section(sims, report.rows, self.names, self.profile)
+        md.write_text("\n".join([markdown(*args), *extra]).rstrip("\n") + "\n")
+        self.plot(report, png)
+        return [md, png]
 
     def plot(self, report: Report[ThroughputRow], path: Path) -> None:
         plot(report.rows, self.table, self.names, self.reference[1], path)
@@ -244,13 +317,17 @@ class Throughput(Artefact[ThroughputRow]):
 
 TABLE2 = Throughput(
     2,
-    "Table 2 — normalised training throughput on TPUs (GPipe §5)",
+    "Table 2 — normalised training throughput on TPUs (GPipe §3)",
     {"amoebanet_d": "AmoebaNet-D(18, 256)", "transformer_lm": "Transformer-48"},
     (2, 1),
+    "tpu_v3",
+    ("partition", "planner"),
 )
 TABLE3 = Throughput(
     3,
-    "Table 3 — normalised throughput on GPUs without NVLink, M = 32 (GPipe §6)",
+    "Table 3 — normalised throughput on GPUs without NVLink, M = 32 (GPipe §3)",
     {"amoebanet_d": "AmoebaNet-D(18, 128)", "transformer_lm": "Transformer-24"},
     (2, 32),
+    "p100_pcie",
+    ("partition", "link"),
 )

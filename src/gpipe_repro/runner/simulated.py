@@ -24,6 +24,7 @@ from ..config import RunConfig
 from ..config.device import DeviceMemory
 from ..config.plan import ModelPlan, RunPlan
 from ..engine.checkpoint import stage_mode
+from ..engine.events import busy_time
 from ..errors import UserError
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
@@ -205,6 +206,9 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
                 accounted_memory_bytes=st.total,
                 memory_source="planned",
                 busy_s=res.busy_s[k],
+                recompute_s=busy_time(
+                    e for e in res.events if (e.stage, e.action) == (k, "recompute")
+                ),
             )
         )
         start += b

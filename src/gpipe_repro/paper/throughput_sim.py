@@ -1,0 +1,246 @@
+"""Tables 2 and 3 under other assumptions than the sweeps': what the simulator says (GPipe §3).
+
+Simulator-only and allocation-free: each model is built on the meta device and costed by the table's
+published profile (``hardware=tpu_v3`` for Table 2, ``p100_pcie`` for Table 3), once; every variant
+is one simulated step (``runner.simulated.simulate_plan``) at the sweep's fixed batch. Timing only:
+these rows do not check memory (the sweeps' ``fits`` flag does).
+
+- **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells; its
+  partitioner minimises the variance of *estimated* cell costs (§2.2), the sweeps cut by the
+  profile's per-layer time (the exact min-max partition). Here the same layers cut by time, by
+  parameters and into equal layers per stage (cruder estimates a partitioner may use), each
+  normalised to its own K = 2 at the table's reference M.
+- **link** (Table 3, M = 32): "communication is not the bottleneck, only boundary tensors cross".
+  The boundary bytes per stage and the step under: a free link (the ideal), the profile's
+  device -> host -> device PCIe (2 hops), a direct path (1 hop), a quarter and a sixteenth of its
+  bandwidth, and one PCIe shared by every transfer (each directed link gets 1 / (2 (K - 1)) of the
+  bandwidth: the worst case where all are busy at once). ``vs_free`` = throughput / the free link's.
+- **planner** (Table 2): the planner's best configuration per K (``plan.search``: M, schedule,
+  remat per stage, partition and the largest batch that fits, K stages and one replica), as cells
+  of a third "adjusted to fit memory" series of the main table.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ..config import RunConfig
+from ..config.compose import compose
+from ..config.plan import ModelPlan, plan_model
+from ..engine import balance_by_cost
+from ..engine.events import busy_time
+from ..plan.__main__ import _space
+from ..plan.search import Candidate, search
+from ..runner.simulated import _hardware, simulate_plan
+from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
+from .numbers import throughput
+from .throughput import Cell, ThroughputRow
+
+__all__ = ["SimRow", "studies", "equal_layers"]
+
+
+@dataclass
+class SimRow:
+    """One simulated variant of a table's cell."""
+
+    table: int
+    model: str
+    study: str  # partition | link
+    variant: str
+    K: int
+    M: int
+    batch_size: int
+    micro_batch: int
+    balance: str
+    boundary_bytes: str  # per stage, one micro-batch's activation (its gradient is as large)
+    step_s: float
+    throughput: float
+    imbalance: float  # slowest stage's busy time over the mean
+    normalized: float | None = None  # to the same variant's K = 2 at the table's reference M
+    paper_normalized: float | None = None
+    vs_free: float | None = None  # link study: throughput over the free link's
+
+
+@dataclass
+class Model:
+    """A table's model on its published profile, costed once."""
+
+    spec: RunConfig
+    plan: ModelPlan
+    hw: Hardware
+    costs: CostModel
+
+
+def model(overrides: Sequence[str], hardware: str) -> Model:
+    """The experiment's model (``overrides``: ``experiment=...`` and any more) on ``hardware``."""
+    spec = compose([*overrides, "backend=sim", f"hardware={hardware}"], cuda_available=False)
+    plan = plan_model(spec)
+    hw, costs = _hardware(spec, plan)
+    return Model(spec, plan, hw, costs)
+
+
+def _step(
+    m: Model, K: int, M: int, balance: Sequence[int], mb: int, costs: CostModel | None = None
+) -> SimResult:
+    spec = replace(m.spec, pipeline=replace(m.spec.pipeline, K=K, M=M))
+    return simulate_plan(spec, m.hw, costs or m.costs, balance, mb)
+
+
+def _row(
+    m: Model,
+    table: int,
+    study: str,
+    variant: str,
+    K: int,
+    M: int,
+    bal: Sequence[int],
+    res: SimResult,
+) -> SimRow:
+    batch = m.spec.train.batch_size
+    st = stage_costs(m.costs.layer_costs(batch // M), bal)
+    return SimRow(
+        table, m.spec.model.name, study, variant, K, M, batch, batch // M,
+        "-".join(map(str, bal)), ";".join(str(s.out_bytes) for s in st[:-1]), res.step_s,
+        batch / res.step_s, max(res.busy_s) / statistics.fmean(res.busy_s),
+    )  # fmt: skip
+
+
+def equal_layers(L: int, K: int) -> list[int]:
+    """L layers in K cells of L // K, the first L % K cells one more."""
+    return [L // K + (k < L % K) for k in range(K)]
+
+
+def partitions(m: Model, table: int, Ks: Sequence[int], Ms: Sequence[int]) -> list[SimRow]:
+    """The partition study (module doc)."""
+    layers = m.plan.layers
+    params = [float(sum(p.numel() for p in layer.parameters())) for layer in layers]
+    rows = []
+    for M in Ms:
+        mb = m.spec.train.batch_size // M
+        time = [c.forward_s + c.backward_s for c in m.costs.layer_costs(mb)]
+        for K in Ks:
+            cuts = {
+                "by time (the sweeps')": balance_by_cost(time, K),
+                "by parameters": balance_by_cost(params, K),
+                "equal layers": equal_layers(len(layers), K),
+            }
+            for name, bal in cuts.items():
+                rows.append(_row(m, table, "partition", name, K, M, bal, _step(m, K, M, bal, mb)))
+    return _normalise(rows, table, min(Ks), min(Ms) if table == 2 else max(Ms))
+
+
+class _OnLink:
+    """``costs`` with another link (the same per-layer costs and overheads)."""
+
+    def __init__(self, costs: CostModel, link: Link) -> None:
+        self.link, self.inner = link, costs
+        self.overhead_s, self.step_overhead_s = costs.overhead_s, costs.step_overhead_s
+
+    @property
+    def recompute_overhead_s(self) -> float:
+        return self.inner.recompute_overhead_s
+
+    def layer_costs(self, micro_batch: int) -> list[LayerCost]:
+        return self.inner.layer_costs(micro_batch)
+
+
+def links(m: Model, table: int, Ks: Sequence[int], M: int) -> list[SimRow]:
+    """The link study (module doc), partition by time."""
+    base = m.costs.link
+    mb = m.spec.train.batch_size // M
+    time = [c.forward_s + c.backward_s for c in m.costs.layer_costs(mb)]
+    rows = []
+    for K in Ks:
+        bal = balance_by_cost(time, K)
+        share = 2 * (K - 1)
+        variants = {
+            "free link": Link(0.0, math.inf),
+            f"the profile's ({base.bandwidth_Bps / 1e9:g} GB/s, {base.hops} hops)": base,
+            "direct path (1 hop)": replace(base, hops=1),
+            "1/4 of the bandwidth": replace(base, bandwidth_Bps=base.bandwidth_Bps / 4),
+            "1/16 of the bandwidth": replace(base, bandwidth_Bps=base.bandwidth_Bps / 16),
+            "one shared PCIe (all transfers at once)": replace(
+                base, bandwidth_Bps=base.bandwidth_Bps / share
+            ),
+        }
+        for name, link in variants.items():
+            res = _step(m, K, M, bal, mb, _OnLink(m.costs, link))
+            rows.append(_row(m, table, "link", name, K, M, bal, res))
+        free = rows[-len(variants)].throughput
+        for r in rows[-len(variants) :]:
+            r.vs_free = r.throughput / free
+    return _normalise(rows, table, min(Ks), M)
+
+
+def _normalise(rows: list[SimRow], table: int, K0: int, M0: int) -> list[SimRow]:
+    for r in rows:
+        ref = next(q for q in rows if (q.variant, q.K, q.M) == (r.variant, K0, M0))
+        r.normalized = r.throughput / ref.throughput
+        r.paper_normalized = throughput(table, r.model).get((r.K, r.M))
+    return rows
+
+
+def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[Cell]:
+    """The planner's pick per K (module doc) as cells of the ``planner`` series; a K where
+    nothing fits is a failed cell that says so."""
+    space = _space(m.spec, m.plan, m.hw.memory_bytes, m.costs)
+    cells = []
+    for K in Ks:
+
+        def sim(c: Candidate, K: int = K) -> tuple[float, float]:
+            if (c.K, c.replicas) != (K, 1):  # another K or data parallelism: never the pick
+                return math.inf, 0.0
+            spec = replace(
+                m.spec, pipeline=replace(m.spec.pipeline, K=K, M=c.M, schedule=c.schedule)
+            )
+            r = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
+            return r.step_s, r.bubble_fraction
+
+        ranked, _ = search(space, K, None, max_m, 2, sim)
+        picks = [c for c in ranked if (c.K, c.replicas) == (K, 1) and math.isfinite(c.step_s)]
+        row = ThroughputRow(
+            table, m.spec.model.name, K, 0, None, "planner", None, "simulated", m.hw.name,
+            None, None, None,
+        )  # fmt: skip
+        if not picks:
+            cells.append(
+                Cell(row, [], False, f"the planner finds no configuration of K={K} that fits")
+            )
+            continue
+        c = picks[0]
+        spec = replace(m.spec, pipeline=replace(m.spec.pipeline, K=K, M=c.M, schedule=c.schedule))
+        res = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
+        rec = [
+            busy_time(e for e in res.events if (e.stage, e.action) == (k, "recompute"))
+            for k in range(K)
+        ]
+        row = replace(
+            row, M=c.M, batch_size=c.batch_size, micro_batch=c.micro_batch, fits_memory=True,
+            step_s=res.step_s, throughput=c.batch_size / res.step_s,
+            config=f"{c.schedule}, remat {c.remat}, balance {'-'.join(map(str, c.balance))}",
+        )  # fmt: skip
+        cells.append(Cell(row, res.busy_s, True, "", rec))
+    return cells
+
+
+def studies(
+    table: int, runs: Sequence[Sequence[str]], hardware: str, which: Sequence[str]
+) -> tuple[list[SimRow], list[Cell]]:
+    """The studies ``which`` (partition, link, planner) of each model (``runs``: the overrides of
+    each experiment) at the paper's K and M of ``table``: their rows, and the planner's cells."""
+    rows: list[SimRow] = []
+    cells: list[Cell] = []
+    for overrides in runs:
+        m = model(overrides, hardware)
+        paper = throughput(table, m.spec.model.name)
+        Ks, Ms = sorted({K for K, _ in paper}), sorted({M for _, M in paper})
+        if "partition" in which and m.spec.model.name == "amoebanet_d":
+            rows += partitions(m, table, Ks, Ms)
+        if "link" in which:
+            rows += links(m, table, Ks, max(Ms))
+        if "planner" in which:
+            cells += planner_cells(m, table, Ks, max(Ms))
+    return rows, cells
