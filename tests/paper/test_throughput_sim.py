@@ -16,7 +16,7 @@ from gpipe_repro.paper.sweep import SweepRow
 from gpipe_repro.paper.throughput import TABLE3, Throughput, ThroughputRow, build_rows
 from gpipe_repro.paper.throughput_sim import SimRow, equal_layers, model, studies
 from gpipe_repro.paper.throughput_text import LINK_OK, section
-from gpipe_repro.plan.__main__ import _space
+from gpipe_repro.plan.choose import search_space
 from gpipe_repro.plan.search import search
 from gpipe_repro.runner.simulated import simulate_plan
 from gpipe_repro.sim import stage_costs
@@ -67,7 +67,7 @@ def test_the_link_study_is_monotone_in_bandwidth_and_names_the_boundary_bytes(sm
 def test_the_planners_pick_per_k_is_the_best_of_that_k_the_search_finds(small):
     m, cells = small["model"], small["cells"]
     assert [c.row.K for c in cells] == [2, 4, 8] and all(c.ok for c in cells)
-    space = _space(m.spec, m.plan, m.hw.memory_bytes, m.costs)
+    space = search_space(m.spec, m.plan, m.hw.memory_bytes, m.costs)
 
     def sim(c):
         spec = replace(m.spec, pipeline=replace(m.spec.pipeline, K=c.K, M=c.M, schedule=c.schedule))

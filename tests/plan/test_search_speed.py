@@ -12,7 +12,7 @@ import pytest
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.partition import PartitionError, balance_by_cells, balance_by_cells_many
-from gpipe_repro.plan.choose import _space
+from gpipe_repro.plan.choose import search_space
 from gpipe_repro.plan.search import SCHEDULES, Stats, _divisors, _partitions, enumerate_candidates
 from gpipe_repro.runner.simulated import _hardware
 
@@ -99,7 +99,7 @@ def test_the_batched_search_finds_each_configuration_own_partitions(cap_gib):
     spec = compose(["hardware=tpu_v3", "model.hidden=1024", "backend=sim"])
     model = plan_model(spec)
     hw, costs = _hardware(spec, model)
-    space = _space(spec, model, int(cap_gib * GiB), costs)
+    space = search_space(spec, model, int(cap_gib * GiB), costs)
     cands = enumerate_candidates(space, 4, 64, 64, Stats())
     got = {(c.K, c.replicas, c.M, c.schedule, c.balance, c.checkpoint) for c in cands}
     want = set()
@@ -108,7 +108,7 @@ def test_the_batched_search_finds_each_configuration_own_partitions(cap_gib):
             for M in _divisors(64 // R, 64):
                 for schedule in SCHEDULES if M > 1 else SCHEDULES[:1]:
                     mb = 64 // R // M
-                    fresh = _space(spec, model, int(cap_gib * GiB), costs)  # nothing cached
+                    fresh = search_space(spec, model, int(cap_gib * GiB), costs)  # nothing cached
                     for bal, modes in reference_partitions(fresh, K, M, schedule, mb):
                         want.add((K, R, M, schedule, bal, modes))
     assert got == want and len(want) > 0

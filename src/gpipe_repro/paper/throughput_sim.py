@@ -32,7 +32,7 @@ from ..config.compose import compose
 from ..config.plan import ModelPlan, plan_model
 from ..engine import balance_by_cost
 from ..engine.events import busy_time
-from ..plan.__main__ import _space
+from ..plan.choose import search_space
 from ..plan.search import Candidate, search
 from ..runner.simulated import _hardware, simulate_plan
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
@@ -186,7 +186,7 @@ def _normalise(rows: list[SimRow], table: int, K0: int, M0: int) -> list[SimRow]
 def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[Cell]:
     """The planner's pick per K (module doc) as cells of the ``planner`` series; a K where
     nothing fits is a failed cell that says so."""
-    space = _space(m.spec, m.plan, m.hw.memory_bytes, m.costs)
+    space = search_space(m.spec, m.plan, m.hw.memory_bytes, m.costs)
     cells = []
     for K in Ks:
 

@@ -23,7 +23,7 @@ from ..runner.simulated import _hardware, simulate_plan
 from ..sim import CostModel, Hardware
 from .search import MODES, CachedCosts, Candidate, Space, Stats, search
 
-__all__ = ["Ranked", "rank_configurations"]
+__all__ = ["Ranked", "rank_configurations", "search_space"]
 
 GiB = 2**30
 
@@ -42,7 +42,8 @@ def _key(spec: RunConfig, model: ModelPlan) -> str:
     return f"{spec.model!r}|{model.info!r}"  # the run's plan memoises under the same key
 
 
-def _space(spec: RunConfig, model: ModelPlan, cap: int, costs: CostModel) -> Space:
+def search_space(spec: RunConfig, model: ModelPlan, cap: int, costs: CostModel) -> Space:
+    """The planner's search space for ``spec``'s model: per-layer activations, parameters, costs, cap."""
     opt = spec.optim.name if spec.optim.name in ("rmsprop", "sgd", "adam") else "rmsprop"
     wd = float(getattr(spec.optim, "weight_decay", 0.0))
     acts = layer_activations(
@@ -123,7 +124,7 @@ def rank_configurations(
     cap = cap if cap is not None else hw.memory_bytes
     if cap <= 0:
         raise UserError(f"hardware={hw.name} states no memory; set plan.memory_gib")
-    space = _space(spec, model, cap, costs)
+    space = search_space(spec, model, cap, costs)
 
     def simulate(c: Candidate) -> tuple[float, float]:
         s = replace(spec, pipeline=replace(spec.pipeline, K=c.K, M=c.M, schedule=c.schedule))
