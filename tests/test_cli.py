@@ -153,45 +153,6 @@ def test_wandb_offline_run_has_a_live_history_and_the_timeline(tmp_path):
     assert any(x["type"] == "artifact" for x in recs)  # trace.json + metrics.json
 
 
-BAD = [
-    (["model=foo"], 2, "model=foo is not a model config; allowed: amoebanet_b, amoebanet_d, mlp"),
-    (["pipeline.Q=1"], 2, "pipeline.Q"),
-    (
-        ["pipeline.K=abc"],
-        2,
-        "pipeline.K='abc' is not an integer",
-    ),  # a type error: refused before running
-    (["pipeline.K=0"], 1, "pipeline.K=0 is invalid; allowed: an integer >= 1"),
-    (["pipeline.M=3"], 1, "pipeline.M=3 does not divide train.batch_size=64"),
-    (["pipeline.K=9"], 1, "pipeline.K=9 exceeds the model's 5 layers; allowed: 1..5"),
-    (
-        ["data=cifar10", "data.root=/nonexistent"],
-        1,
-        "cifar10 not found; expected /nonexistent/cifar-10-batches-py",
-    ),
-    (
-        ["pipeline.balance=[4,4]", "pipeline.K=2"],
-        1,
-        "pipeline.balance=[4, 4] sums to 8 but the model has 5 layers",
-    ),
-]
-
-
-@pytest.mark.parametrize("args,code,message", BAD, ids=[" ".join(b[0]) for b in BAD])
-def test_bad_input_is_one_line_and_a_failed_metrics_json(tmp_path, args, code, message):
-    r = gpipe_run(*args, *FAST, f"hydra.run.dir={tmp_path}")
-    assert r.returncode == code
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in r.stderr
-    assert len(lines) == 1, r.stderr
-    assert message in lines[0]
-    if code == 1:  # the job ran: its metrics.json says why it failed
-        m = json.loads((tmp_path / "metrics.json").read_text())
-        assert m["status"] == "failed" and message in m["error"]
-    else:  # refused before anything ran: nothing written
-        assert not (tmp_path / "metrics.json").exists()
-
-
 @pytest.mark.slow
 def test_resuming_a_finished_sweep_keeps_its_results_and_gathers_them_again(tmp_path):
     sweep = tmp_path / "sweep"

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _shared import write_corpus
 
 from gpipe_repro.data import debian
 from gpipe_repro.data.translation import TranslationConfig, apertium, corpus
@@ -96,14 +97,8 @@ def test_named_corpus_is_parsed_once_then_read_from_the_tsv_cache(tmp_path, monk
 
 
 def _write_root(root: Path, n: int = 30, src: str = "de") -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev", "test"):
-        (root / f"{split}.{src}").write_text(
-            "".join(f"Satz {i} .\n" for i in range(n)), encoding="utf-8"
-        )
-        (root / f"{split}.en").write_text(
-            "".join(f"sentence {i} .\n" for i in range(n)), encoding="utf-8"
-        )
+    pairs = [(f"Satz {i} .", f"sentence {i} .") for i in range(n)]
+    write_corpus(root, src, {split: pairs for split in ("train", "dev", "test")})
 
 
 def test_user_root_is_read_and_its_source_language_inferred(tmp_path):

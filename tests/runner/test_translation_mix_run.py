@@ -4,6 +4,7 @@ BLEU and NLL reported per language in metrics.json (eval.by_language) with their
 import random
 
 import pytest
+from _shared import write_corpus
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.runner import run
@@ -13,24 +14,20 @@ WORDS = "the a house dog cat runs sleeps big small red green quickly today".spli
 pytestmark = pytest.mark.slow
 
 
-def write_corpus(root, lang, n_train, n_eval=12):
+def reversals(lang: str, n_train: int, n_eval: int = 12) -> dict[str, list[tuple[str, str]]]:
+    """Sentences of ``lang`` (its words prefixed) whose English is the words in reverse order."""
     rng = random.Random(lang)
-    root.mkdir()
+    splits = {}
     for split, n in (("train", n_train), ("dev", n_eval), ("test", n_eval)):
-        src, tgt = [], []
-        for _ in range(n):
-            s = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
-            src.append(" ".join(f"{lang}{w}" for w in s))
-            tgt.append(" ".join(reversed(s)))
-        (root / f"{split}.{lang}").write_text("\n".join(src) + "\n")
-        (root / f"{split}.en").write_text("\n".join(tgt) + "\n")
-    return str(root)
+        words = [[rng.choice(WORDS) for _ in range(rng.randint(3, 8))] for _ in range(n)]
+        splits[split] = [(" ".join(f"{lang}{w}" for w in s), " ".join(reversed(s))) for s in words]
+    return splits
 
 
 def test_a_mix_trains_through_two_stages_and_reports_each_language(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
-    hi = write_corpus(tmp_path / "hi", "xx", 200)
-    lo = write_corpus(tmp_path / "lo", "yy", 200)
+    hi = write_corpus(tmp_path / "hi", "xx", reversals("xx", 200))
+    lo = write_corpus(tmp_path / "lo", "yy", reversals("yy", 200))
     m = run(
         compose(
             [

@@ -12,10 +12,7 @@ from gpipe_repro.sim.measured.profile import LayerProfile, profile_layers
 WIDTH = 128
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("private_cache")  # tests/conftest.py
 
 
 def _layers() -> list[nn.Module]:
