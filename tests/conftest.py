@@ -61,7 +61,6 @@ LONG = (
     "tests/models/test_models_in_engine.py::test_amoebanet_d_small_learns_mnist_at_k2",  # 19 s
     "tests/paper/validate_sim/test_validate_sim_cells.py::test_the_validation_pipeline_writes_its_report",  # 23 s
     "tests/test_cli.py::test_multirun_gathers_every_job_failed_ones_too",  # 15 s
-    "tests/test_cli.py::test_bad_input_is_one_line_and_a_failed_metrics_json[pipeline.",  # 6 s each: test_bad_input's table has them
     "tests/engine/test_precision.py::",  # 30 s of K = 1, 2, 4 runs in its fixture (fp32 across K: test_pipeline)
     "tests/engine/test_hostmem.py::test_retain_removes_steady_state_page_faults",  # 11 s, a measurement
     "tests/faults/test_faults.py::test_divergence_is_reported_as_diverged",  # 7 s
@@ -73,6 +72,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(LONG):
             item.add_marker(long)
+    # Tests that need the internet run only when asked for (-m network, make test-network).
+    if "network" not in (config.getoption("markexpr") or ""):
+        offline = [item for item in items if "network" not in item.keywords]
+        if len(offline) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if "network" in i.keywords])
+            items[:] = offline
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

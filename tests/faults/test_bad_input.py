@@ -156,8 +156,34 @@ def _check(overrides: list[str]) -> str:
     return ""
 
 
-def test_the_table_is_large():
-    assert len(COMMAND_LINE) + len(VALUES) >= 60
+@pytest.mark.parametrize("group", ["pipeline", "train"])
+def test_every_bounded_option_refuses_a_value_past_its_bound_in_one_line(group):
+    """Beyond the table: each option of the group that declares a range or choices (the schema's own
+    metadata) is refused just past its bound, in one line naming key=value and what is allowed."""
+    from dataclasses import fields, replace
+
+    from gpipe_repro.config.validate import validate
+
+    base = compose(["model.depth=3"], cuda_available=False)
+    checked = []
+    for f in fields(getattr(base, group)):
+        meta = f.metadata
+        if meta.get("choices"):
+            bad: object = "nonesuch"
+        elif meta.get("min") is not None:
+            bad = meta["min"] - 1
+        elif meta.get("max") is not None:
+            bad = meta["max"] + 1
+        else:
+            continue
+        cfg = replace(base, **{group: replace(getattr(base, group), **{f.name: bad})})
+        with pytest.raises(UserError) as err:
+            validate(cfg, cuda_available=False)
+        msg = str(err.value)
+        assert msg.startswith(f"{group}.{f.name}=") and "; allowed: " in msg, msg
+        assert "\n" not in msg
+        checked.append(f.name)
+    assert len(checked) >= 5, checked  # the metadata is where the bounds are declared
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from _shared import write_corpus
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.runner import run
+from gpipe_repro.translate import bleu
 
 WORDS = "the a house dog cat runs sleeps big small red green quickly today".split()
 
@@ -47,7 +48,7 @@ def test_a_mix_trains_through_two_stages_and_reports_each_language(tmp_path, mon
                 "train.batch_size=256",
                 "train.steps=3",
                 "train.warmup_steps=1",
-                "train.eval_limit=5",
+                "train.eval_limit=2",  # every decoded sentence is among the examples
                 "train.progress=false",
                 "logger=none",
                 "optim=adam",
@@ -58,12 +59,19 @@ def test_a_mix_trains_through_two_stages_and_reports_each_language(tmp_path, mon
     )
     assert m.status == "ok", m.error
     by = m.eval.by_language
-    assert (
-        list(by) == ["xx", "yy"] and m.eval.samples == 10
-    )  # eval_limit sentences of each language
+    assert list(by) == ["xx", "yy"] and m.eval.samples == 4  # eval_limit sentences of each language
     assert by["xx"]["resource"] == "high" and by["yy"]["resource"] == "low"
     assert (
         by["yy"]["train_pairs"] == 20 and by["yy"]["copies"] > 1 and by["xx"]["synthetic"] is False
     )
-    for v in by.values():
-        assert v["bleu"] >= 0 and v["nll"] > 0 and v["sentences"] == 5
+    for lang, v in by.items():
+        assert v["sentences"] == 2 and len(v["examples"]) == 2
+        # each language's BLEU is over its own decoded sentences against its own references
+        assert all(e["ref"].split()[0] in WORDS for e in v["examples"]), (lang, v["examples"])
+        hyps, refs = [e["hyp"] for e in v["examples"]], [e["ref"] for e in v["examples"]]
+        assert v["bleu"] == bleu(hyps, refs).score
+    # the overall NLL is the per-language NLLs weighted by their target tokens
+    tokens = sum(v["nll_tokens"] for v in by.values())
+    assert m.eval.loss == pytest.approx(
+        sum(v["nll"] * v["nll_tokens"] for v in by.values()) / tokens
+    )

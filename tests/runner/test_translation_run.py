@@ -54,9 +54,7 @@ def test_translation_through_two_stages_reports_bleu_and_real_token_throughput(
         tmp_path / "run",
     )
     assert m.status == "ok", m.error
-    assert (
-        m.eval is not None and m.eval.samples == 20 and m.eval.bleu is not None and m.eval.bleu >= 0
-    )
+    assert m.eval is not None and m.eval.samples == 20 and m.eval.bleu is not None
     assert m.eval.bleu_signature and "nrefs:1" in m.eval.bleu_signature
     assert m.eval.loss is not None and m.eval.loss > 0  # NLL per target token
     # batches are built by target tokens (~256 per step), not batch_size x max_len
