@@ -21,6 +21,7 @@ from _shared import ROOT, finish, group_left, start, steps_done, wait_for
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.models import materialize
+from gpipe_repro.runner import run as run_here
 from gpipe_repro.save import load_weights
 from gpipe_repro.save.keys import layer_tensors
 
@@ -112,9 +113,10 @@ def test_ctrl_c_stops_a_k2_run_after_the_step_and_resume_is_bit_identical_at_any
         "model.dropout=0.2",
         "train.save_every=1000",  # a save when stopped, and at the end
     ]
+    k1 = [*[a for a in args if a != "pipeline.K=2"], "pipeline.K=1"]
+    # the uninterrupted run, at K = 1 in this process (the losses are K's alike: tests/engine)
     full = tmp_path / "full"
-    code, err, _ = finish(start([*args, f"hydra.run.dir={full}"], tmp_path), 300)
-    assert code == 0, err
+    assert run_here(compose(k1, cuda_available=False), full).status == "ok"
     run = tmp_path / "run"
     proc = start([*args, f"hydra.run.dir={run}"], tmp_path)
     wait_for(lambda: steps_done(run) >= 8, 120, "training to start")
@@ -129,16 +131,14 @@ def test_ctrl_c_stops_a_k2_run_after_the_step_and_resume_is_bit_identical_at_any
     save = run / "saves" / f"save-{done}"
     assert (save / "COMPLETE").exists()  # a save when saves are on
     assert m["losses"] == _losses(full)[:done]
-    final = _final(full / "saves" / "save-40", args)
+    final = _final(full / "saves" / "save-40", k1)
     # resume at another K (K = 1, from that save, in a folder of its own) ...
     other = tmp_path / "other"
-    k1 = [*[a for a in args if a != "pipeline.K=2"], "pipeline.K=1"]
-    k1 += [f"hydra.run.dir={other}", f"train.resume={save}"]
-    code, err, _ = finish(start(k1, tmp_path), 300)
-    assert code == 0, err
+    resumed = run_here(compose([*k1, f"train.resume={save}"], cuda_available=False), other)
+    assert resumed.status == "ok", resumed.error
     assert _losses(other) == _losses(full) and _same(_final(other / "saves" / "save-40", k1), final)
-    # ... and in the same folder at the same K: the per-step losses and the final parameters of the
-    # whole run equal the uninterrupted run's, bit for bit
+    # ... and through gpipe-run in the same folder at the same K: the per-step losses and the final
+    # parameters of the whole run equal the uninterrupted run's, bit for bit
     code, err, _ = finish(
         start([*args, f"hydra.run.dir={run}", "train.resume=auto"], tmp_path), 300
     )
