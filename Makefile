@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-long test-targets lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
+.PHONY: help setup demo test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ test-long: $(STAMP) ## the minutes-long end-to-end tests and grid cells left out
 
 test-targets: $(STAMP) ## each paper target's quick variant end to end, its report checked (~10 min)
 	$(BIN)/python -m pytest -q -m target
+
+test-network: $(STAMP) ## the tests that fetch from the internet (the Debian archive; skipped when it cannot be reached)
+	$(BIN)/python -m pytest -q -m network
 
 test-fast: $(STAMP) ## the tests not marked slow
 	$(BIN)/python -m pytest -q -m "not slow and not target and not long"

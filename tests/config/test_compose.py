@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from _shared import write_corpus
 from hydra import compose as hydra_compose
 from omegaconf import OmegaConf
 
@@ -89,13 +90,11 @@ def _offline_text(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
     roots = []
     for lang in [f"x{i}" for i in range(len(spec.data.corpora or [None]))]:
-        root = tmp_path / lang
-        root.mkdir()
+        splits = {}
         for split, n in (("train", 40), ("dev", 4), ("test", 4)):
             words = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(3 + i % 4)) for i in range(n)]
-            (root / f"{split}.{lang}").write_text("".join(f"{lang} {w}\n" for w in words))
-            (root / f"{split}.en").write_text("".join(f"{w} .\n" for w in words))
-        roots.append(str(root))
+            splits[split] = [(f"{lang} {w}", f"{w} .") for w in words]
+        roots.append(write_corpus(tmp_path / lang, lang, splits))
     # no learning curve: decoding a 30-piece fixture is not what this test is about (test_curve is)
     tiny = ["data.vocab_size=30", "train.eval_every=0"]
     if spec.data.corpora is None:

@@ -3,11 +3,11 @@ one-line errors that say how to provide the data instead."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
+from _shared import archive_reachable
 
 from gpipe_repro.data.debian import MARKER, cache_root, fetch_package
 from gpipe_repro.errors import UserError
@@ -157,13 +157,12 @@ def test_bad_name_rejected(tmp_path: Path):
         fetch_package("../etc", cache=tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.network
 def test_real_fashion_mnist_package(tmp_path: Path):
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
-        pytest.skip("needs Debian's apt-get and dpkg (and the Debian archive reachable)")
     from gpipe_repro.data.fashion_mnist import load_fashion_mnist
 
-    splits, _ = load_fashion_mnist(cache=str(tmp_path))
+    with archive_reachable():
+        splits, _ = load_fashion_mnist(cache=str(tmp_path))
     (x_tr, y_tr), (x_te, y_te) = splits["train"], splits["test"]
     assert tuple(x_tr.shape) == (60_000, 1, 28, 28) and tuple(x_te.shape) == (10_000, 1, 28, 28)
     assert y_tr.bincount().tolist() == [6000] * 10 and y_te.bincount().tolist() == [1000] * 10

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
+from _shared import write_corpus
 
 from gpipe_repro.data.translation import BOS, EOS, PAD, UNK, TranslationDataset, build_vocab, vocab
 from gpipe_repro.data.translation.corpus import Corpus
@@ -156,11 +157,7 @@ def test_data_option_builds_from_a_root_and_announces_its_shapes(tmp_path, monke
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path / "cache"))
     corpus = fixture_corpus(200)
     root = tmp_path / "corpus"
-    root.mkdir()
-    for split in ("train", "dev", "test"):
-        pairs = corpus.split(split)
-        (root / f"{split}.es").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
-        (root / f"{split}.en").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    write_corpus(root, "es", {split: corpus.split(split) for split in ("train", "dev", "test")})
     options = {"root": str(root), "vocab_size": 500, "max_len": 40}
     data = build_dataset("translation", options)
     assert data.vocab.size < 500  # a tiny corpus: fewer pieces than asked for ...

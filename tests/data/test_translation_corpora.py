@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _shared import archive_reachable, write_corpus
 
 from gpipe_repro.data import debian
 from gpipe_repro.data.translation import TranslationConfig, apertium, corpus
@@ -96,14 +97,8 @@ def test_named_corpus_is_parsed_once_then_read_from_the_tsv_cache(tmp_path, monk
 
 
 def _write_root(root: Path, n: int = 30, src: str = "de") -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev", "test"):
-        (root / f"{split}.{src}").write_text(
-            "".join(f"Satz {i} .\n" for i in range(n)), encoding="utf-8"
-        )
-        (root / f"{split}.en").write_text(
-            "".join(f"sentence {i} .\n" for i in range(n)), encoding="utf-8"
-        )
+    pairs = [(f"Satz {i} .", f"sentence {i} .") for i in range(n)]
+    write_corpus(root, src, {split: pairs for split in ("train", "dev", "test")})
 
 
 def test_user_root_is_read_and_its_source_language_inferred(tmp_path):
@@ -202,13 +197,12 @@ def test_apertium_output_is_cached_per_chunk(tmp_path, monkeypatch):
     assert out == [f"<eng-cat> line {i}" for i in range(10)] and seen[6:] == lines[4:]
 
 
-@pytest.mark.slow
+@pytest.mark.network
 def test_real_ding_package_gives_thousands_of_sentence_pairs(tmp_path, monkeypatch):
     """Fetches Debian trans-de-en (~6 MB) through apt-get: needs apt-get and the package archive."""
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
-        pytest.skip("needs apt-get and dpkg to fetch the Debian package trans-de-en")
     monkeypatch.setenv("GPIPE_DATA_CACHE", str(tmp_path))
-    c = load_corpus("de-en")
+    with archive_reachable():
+        c = load_corpus("de-en")
     n = len(c.train) + len(c.dev) + len(c.test)
     assert n > 15_000 and len(c.dev) == len(c.test) == corpus.EVAL_SIZE
     assert all(is_sentence(s) and is_sentence(t) for s, t in c.dev)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from _shared import write_corpus
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.data import build_dataset
@@ -51,12 +52,7 @@ def corpus(
 
 
 def write_root(path, c: Corpus) -> str:
-    path.mkdir(parents=True)
-    for split in ("train", "dev", "test"):
-        pairs = c.split(split)
-        (path / f"{split}.{c.src}").write_text("".join(s + "\n" for s, _ in pairs))
-        (path / f"{split}.en").write_text("".join(t + "\n" for _, t in pairs))
-    return str(path)
+    return write_corpus(path, c.src, {split: c.split(split) for split in ("train", "dev", "test")})
 
 
 def test_temperature_copies_make_shares_proportional_to_size_to_the_one_over_t():

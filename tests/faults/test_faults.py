@@ -9,53 +9,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
+from _shared import ROOT, finish, group_left, start, steps_done, wait_for
 
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "WANDB_MODE": "disabled", "GPIPE_PROGRESS": "0"}
+from gpipe_repro.config.compose import compose
+from gpipe_repro.config.plan import plan_model
+from gpipe_repro.models import materialize
+from gpipe_repro.runner import run as run_here
+from gpipe_repro.save import load_weights
+from gpipe_repro.save.keys import layer_tensors
+
 MLP = ["model.hidden=64", "model.depth=3", "logger=none", "train.eval=false"]
-
-
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(BIN / "gpipe-run"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-        cwd=cwd,
-        start_new_session=True,
-    )
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
-
-
-def steps_done(run: Path) -> int:
-    p = run / "progress.jsonl"
-    return len(p.read_text().splitlines()) if p.exists() else 0
-
-
-def finish(proc: subprocess.Popen, bound: float) -> tuple[int, str, float]:
-    t0 = time.monotonic()
-    try:
-        _, err = proc.communicate(timeout=bound)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"still running {bound:.0f} s after the fault") from None
-    return proc.returncode, err, time.monotonic() - t0
 
 
 def lines(text: str) -> list[str]:
@@ -121,37 +91,60 @@ def _losses(run: Path) -> list[float]:
     return metrics(run)["losses"]
 
 
+def _final(save: Path, args: list[str]) -> dict[str, torch.Tensor]:
+    """The weights and buffers of a save, by global key (loaded into the run's own model)."""
+    spec = compose([a for a in args if not a.startswith("hydra.")], cuda_available=False)
+    layers = materialize(plan_model(spec).layers, spec.seed)
+    load_weights(save, layers, 0)
+    return {k: t.clone() for k, t in layer_tensors(layers, 0).items()}
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.slow
-def test_sigint_stops_after_the_step_saves_and_resume_is_bit_identical(tmp_path):
+def test_ctrl_c_stops_a_k2_run_after_the_step_and_resume_is_bit_identical_at_any_k(tmp_path):
     args = [
         "pipeline.K=2",
         "pipeline.M=2",
         "train.steps=40",
         *MLP,
         "model.dropout=0.2",
-        "train.save_every=1000",
+        "train.save_every=1000",  # a save when stopped, and at the end
     ]
+    k1 = [*[a for a in args if a != "pipeline.K=2"], "pipeline.K=1"]
+    # the uninterrupted run, at K = 1 in this process (the losses are K's alike: tests/engine)
     full = tmp_path / "full"
-    code, err, _ = finish(start([*args, f"hydra.run.dir={full}"], tmp_path), 300)
-    assert code == 0, err
+    assert run_here(compose(k1, cuda_available=False), full).status == "ok"
     run = tmp_path / "run"
     proc = start([*args, f"hydra.run.dir={run}"], tmp_path)
     wait_for(lambda: steps_done(run) >= 8, 120, "training to start")
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole process group
     code, err, took = finish(proc, 60)
     assert code == 130 and took < 60, (code, err)
     assert len(lines(err)) <= 3 and "stopping after the current step" in err, err
+    wait_for(lambda: not group_left(proc.pid), 10, "the run's processes to be gone")
     m = metrics(run)
     done = len(m["losses"])
     assert m["status"] == "interrupted" and 8 <= done < 40
-    assert (run / "saves" / f"save-{done}" / "COMPLETE").exists()  # a save when saves are on
+    save = run / "saves" / f"save-{done}"
+    assert (save / "COMPLETE").exists()  # a save when saves are on
     assert m["losses"] == _losses(full)[:done]
-    # resume in the same folder: the per-step losses of the whole run equal the uninterrupted run's
+    final = _final(full / "saves" / "save-40", k1)
+    # resume at another K (K = 1, from that save, in a folder of its own) ...
+    other = tmp_path / "other"
+    resumed = run_here(compose([*k1, f"train.resume={save}"], cuda_available=False), other)
+    assert resumed.status == "ok", resumed.error
+    assert _losses(other) == _losses(full) and _same(_final(other / "saves" / "save-40", k1), final)
+    # ... and through gpipe-run in the same folder at the same K: the per-step losses and the final
+    # parameters of the whole run equal the uninterrupted run's, bit for bit
     code, err, _ = finish(
         start([*args, f"hydra.run.dir={run}", "train.resume=auto"], tmp_path), 300
     )
     assert code == 0, err
     assert _losses(run) == _losses(full)
+    assert _same(_final(run / "saves" / "save-40", args), final)
 
 
 @pytest.mark.slow
@@ -184,6 +177,50 @@ def test_sigint_of_a_one_process_run(tmp_path):
         and len(m["losses"]) >= 5
         and len(m["step_times_s"]) == len(m["losses"])
     )
+
+
+def _readme_sweep_resume(folder: Path) -> list[str]:
+    """The overrides README.md gives to finish an interrupted sweep, as it writes them, with its
+    ``<its folder>`` filled in."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"To finish an interrupted sweep: the same command with `([^`]+)`", text)
+    assert found, "README.md no longer says how to finish an interrupted sweep"
+    recipe = found.group(1)
+    assert "<its folder>" in recipe, recipe
+    return recipe.replace("<its folder>", str(folder)).split()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_sweep_and_the_readme_recipe_finishes_it(tmp_path):
+    sweep = tmp_path / "sweep"
+    # four jobs: the two at K = 1 finish, the first at K = 2 is stopped by Ctrl-C, the last does
+    # not start
+    command = ["-m", "pipeline.K=1,2", "pipeline.M=1,2", "train.steps=200", *MLP]
+    proc = start([*command, f"hydra.sweep.dir={sweep}"], tmp_path)
+    third = sweep / "2_K2-M1"
+    wait_for(lambda: steps_done(third) >= 3, 180, "the third job to start")
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole process group
+    code, err, _ = finish(proc, 60)
+    assert code == 130, (code, err)
+    wait_for(lambda: not group_left(proc.pid), 10, "the sweep's processes to be gone")
+    done = {j: metrics(sweep / j) for j in ("0_K1-M1", "1_K1-M2")}
+    assert all(m["status"] == "ok" and len(m["losses"]) == 200 for m in done.values())
+    stopped = metrics(third)
+    assert stopped["status"] == "interrupted" and 3 <= len(stopped["losses"]) < 200
+    assert not (sweep / "3_K2-M2" / "metrics.json").exists()  # the rest of the sweep: skipped
+    rows = (sweep / "results.csv").read_text().splitlines()
+    assert len(rows) == 4 and ",interrupted," in rows[3]  # what ran, gathered
+    # README: "the same command with hydra.sweep.dir=<its folder> sweep.skip_done=true
+    # train.resume=auto": only the jobs without an ok result run again
+    code, out, _ = finish(start([*command, *_readme_sweep_resume(sweep)], tmp_path), 300)
+    assert code == 0, out
+    assert {j: metrics(sweep / j) for j in done} == done  # kept as they were
+    resumed = metrics(third)
+    assert resumed["status"] == "ok" and len(resumed["losses"]) == 200
+    assert resumed["losses"][: len(stopped["losses"])] == stopped["losses"]
+    assert metrics(sweep / "3_K2-M2")["status"] == "ok"
+    rows = (sweep / "results.csv").read_text().splitlines()
+    assert len(rows) == 5 and all(",ok," in r for r in rows[1:])
 
 
 @pytest.mark.slow

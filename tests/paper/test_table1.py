@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from gpipe_repro.paper.__main__ import main
+from gpipe_repro.planner.table1 import COLUMNS, largest, plan_column
 
 
 def test_transformer_columns_report(tmp_path):
@@ -150,3 +151,17 @@ def test_only_the_paper_setting_writes_the_committed_report(capsys):
     assert err == (
         "table1: error: --publish is for `make table1` alone; this run changes transformer budget gib-80"
     )
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("label", ["Naive-1", "Pipeline-1"])
+def test_the_largest_transformer_that_fits_is_maximal(label, precision):
+    """Table 1's "largest model that fits": it fits, and one layer more does not (the search's upper
+    bound, 8,192 layers, is not what stopped it)."""
+    column = next(c for c in COLUMNS if c.model == "transformer_lm" and c.label == label)
+    found = largest(column, precision)
+    assert found is not None
+    (L, _), plan = found
+    assert plan.fits and plan_column(column, (L, 0), precision).fits
+    assert not plan_column(column, (L + 1, 0), precision).fits, (label, precision, L)
+    assert L < 8192

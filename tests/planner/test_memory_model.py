@@ -1,29 +1,44 @@
 """The memory model (fake tensors, nothing allocated) against what the engine measures on this CPU, fp32 and bf16."""
 
-from pathlib import Path
-
+import _memory_grid as mg
 import pytest
 import torch
 from torch import nn
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.engine import PRECISIONS
+from gpipe_repro.config.plan import plan_model
+from gpipe_repro.engine import PRECISIONS, launch
 from gpipe_repro.planner.memory import measure_stage
 from gpipe_repro.planner.table1 import GiB, plan_amoebanet, plan_transformer
-from gpipe_repro.runner import run
+from gpipe_repro.runner import plan
+
+AMOEBA = ["model=amoebanet_d", "model.L=6", "model.D=16", "data=synthetic", "data.image_size=32"]
+TRANSFORMER = [
+    *["model=transformer_lm", "model.L=4", "model.d=32", "model.H=64", "model.A=2"],
+    *["data=synthetic", "data.kind=tokens", "data.seq_len=16", "data.vocab=50"],
+]
+# (model, checkpoint, schedule, precision): every cell runs in the one launch of ``engine``.
+AMOEBA_CELLS = [
+    (c, s, p)
+    for c, s in [("never", "gpipe"), ("always", "gpipe"), ("except_last", "1f1b")]
+    for p in PRECISIONS
+]
+TRANSFORMER_CELLS = [(c, "gpipe", p) for c in ("never", "always") for p in PRECISIONS]
+CELLS = [("amoebanet_d", *c) for c in AMOEBA_CELLS] + [
+    ("transformer_lm", *c) for c in TRANSFORMER_CELLS
+]
 
 
-def measured(
-    tmp_path, model, data, K, M, N, checkpoint, balance, schedule="gpipe", precision="fp32"
-):
-    s = compose(
+def _spec(model, checkpoint, schedule, precision):
+    amoeba = model == "amoebanet_d"
+    K, M, N, balance = (2, 4, 16, "[4,8]") if amoeba else (2, 2, 8, "[3,3]")
+    return compose(
         [
-            *model,
-            *data,
+            *(AMOEBA if amoeba else TRANSFORMER),
             f"pipeline.K={K}",
             f"pipeline.M={M}",
             f"pipeline.checkpoint={checkpoint}",
-            f"pipeline.balance=[{','.join(map(str, balance))}]",
+            f"pipeline.balance={balance}",
             f"pipeline.schedule={schedule}",
             f"train.precision={precision}",
             f"train.batch_size={N}",
@@ -34,35 +49,34 @@ def measured(
             "optim=rmsprop",
             "logger=none",
             "device=cpu",
-        ]
+        ],
+        cuda_available=False,
     )
-    m = run(s, tmp_path)
-    assert m.status == "ok", m.error
-    return m.stages
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], list]:
+    """What the engine measures per stage for every cell: one launch of two ranks runs them all."""
+    root = tmp_path_factory.mktemp("grid")
+    jobs = []
+    for i, cell in enumerate(CELLS):
+        spec = _spec(*cell)
+        (root / str(i)).mkdir()
+        jobs.append((spec, plan(spec, plan_model(spec)), str(root / str(i))))
+    per_rank = launch(mg.grid, 2, (jobs,), threads=1)
+    return {
+        cell: sorted((rank[i] for rank in per_rank), key=lambda r: r.stage)
+        for i, cell in enumerate(CELLS)
+    }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize(
-    "checkpoint,schedule", [("never", "gpipe"), ("always", "gpipe"), ("except_last", "1f1b")]
-)
-def test_amoebanet_plan_matches_engine_within_10_percent(
-    tmp_path: Path, checkpoint, schedule, precision
-):
+@pytest.mark.parametrize("checkpoint,schedule,precision", AMOEBA_CELLS)
+def test_amoebanet_plan_matches_engine_within_10_percent(engine, checkpoint, schedule, precision):
     bal = [4, 8]
-    stages = measured(
-        tmp_path,
-        ["model=amoebanet_d", "model.L=6", "model.D=16"],
-        ["data=synthetic", "data.image_size=32"],
-        2,
-        4,
-        16,
-        checkpoint,
-        bal,
-        schedule,
-        precision,
-    )
-    plan = plan_amoebanet(
+    stages = engine["amoebanet_d", checkpoint, schedule, precision]
+    assert [st.stage for st in stages] == [0, 1]
+    plan_ = plan_amoebanet(
         6,
         16,
         2,
@@ -76,7 +90,7 @@ def test_amoebanet_plan_matches_engine_within_10_percent(
         balance=bal,
         precision=precision,
     )
-    for st, act, state in zip(stages, plan.activation, plan.state):
+    for st, act, state in zip(stages, plan_.activation, plan_.state, strict=True):
         assert act == pytest.approx(st.activation_bytes, rel=0.10), (
             st.stage,
             act,
@@ -86,22 +100,12 @@ def test_amoebanet_plan_matches_engine_within_10_percent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("checkpoint", ["never", "always"])
-def test_transformer_plan_matches_engine_within_10_percent(tmp_path: Path, checkpoint, precision):
+@pytest.mark.parametrize("checkpoint,schedule,precision", TRANSFORMER_CELLS)
+def test_transformer_plan_matches_engine_within_10_percent(engine, checkpoint, schedule, precision):
     bal = [3, 3]
-    stages = measured(
-        tmp_path,
-        ["model=transformer_lm", "model.L=4", "model.d=32", "model.H=64", "model.A=2"],
-        ["data=synthetic", "data.kind=tokens", "data.seq_len=16", "data.vocab=50"],
-        2,
-        2,
-        8,
-        checkpoint,
-        bal,
-        precision=precision,
-    )
-    plan = plan_transformer(
+    stages = engine["transformer_lm", checkpoint, schedule, precision]
+    assert [st.stage for st in stages] == [0, 1]
+    plan_ = plan_transformer(
         4,
         2,
         2,
@@ -116,7 +120,7 @@ def test_transformer_plan_matches_engine_within_10_percent(tmp_path: Path, check
         balance=bal,
         precision=precision,
     )
-    for st, act in zip(stages, plan.activation):
+    for st, act in zip(stages, plan_.activation, strict=True):
         assert act == pytest.approx(st.activation_bytes, rel=0.10), (
             st.stage,
             act,

@@ -3,6 +3,7 @@
 import random
 
 import pytest
+from _shared import write_corpus
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.runner import run
@@ -12,14 +13,11 @@ WORDS = "the a house dog cat runs sleeps big small red green quickly today".spli
 
 def corpus(root, n_train=200, n_eval=20):
     rng = random.Random(0)
+    splits = {}
     for split, n in (("train", n_train), ("dev", n_eval), ("test", n_eval)):
-        src, tgt = [], []
-        for _ in range(n):
-            s = [rng.choice(WORDS) for _ in range(rng.randint(3, 9))]
-            src.append(" ".join(s))
-            tgt.append(" ".join(reversed(s)))
-        (root / f"{split}.xx").write_text("\n".join(src) + "\n")
-        (root / f"{split}.en").write_text("\n".join(tgt) + "\n")
+        words = [[rng.choice(WORDS) for _ in range(rng.randint(3, 9))] for _ in range(n)]
+        splits[split] = [(" ".join(s), " ".join(reversed(s))) for s in words]
+    write_corpus(root, "xx", splits)
 
 
 @pytest.mark.slow
@@ -56,9 +54,7 @@ def test_translation_through_two_stages_reports_bleu_and_real_token_throughput(
         tmp_path / "run",
     )
     assert m.status == "ok", m.error
-    assert (
-        m.eval is not None and m.eval.samples == 20 and m.eval.bleu is not None and m.eval.bleu >= 0
-    )
+    assert m.eval is not None and m.eval.samples == 20 and m.eval.bleu is not None
     assert m.eval.bleu_signature and "nrefs:1" in m.eval.bleu_signature
     assert m.eval.loss is not None and m.eval.loss > 0  # NLL per target token
     # batches are built by target tokens (~256 per step), not batch_size x max_len

@@ -13,11 +13,7 @@ from gpipe_repro.sim.measured.distinct import layer_groups, profile_planned
 from gpipe_repro.sim.measured.profile import LayerProfile
 from gpipe_repro.sim.simulate import simulate
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("private_cache")  # tests/conftest.py
 
 
 def _meta_stack() -> list[nn.Module]:

@@ -12,10 +12,7 @@ from gpipe_repro.sim.measured.profile import LayerProfile, profile_layers
 WIDTH = 128
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("private_cache")  # tests/conftest.py
 
 
 def _layers() -> list[nn.Module]:
@@ -27,10 +24,18 @@ def _sample(n: int) -> tuple[torch.Tensor, None]:
     return torch.randn(n, WIDTH, generator=torch.Generator().manual_seed(n)), None
 
 
-def test_the_probe_times_a_fixed_workload_and_the_reference_is_a_median():
-    ps = [speed.probe_s() for _ in range(5)]
-    assert all(0 < p < 5 for p in ps)
-    assert 0 < speed.reference_s(3) < 5
+def test_the_probe_times_a_fixed_workload_and_the_reference_is_a_median(monkeypatch):
+    speed.probe_s()  # the operands are made and warmed once, untimed
+    shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    monkeypatch.setattr(
+        speed.torch, "mm", lambda x, a: shapes.append((tuple(x.shape), tuple(a.shape)))
+    )
+    ticks = [2.0, 1.5]  # perf_counter before and after the timed loop (popped from the end)
+    monkeypatch.setattr(speed.time, "perf_counter", ticks.pop)
+    assert speed.probe_s() == 0.5  # the loop's time, and nothing else
+    assert len(shapes) == speed.PROBE_ITERS and len(set(shapes)) == 1  # the same product each time
+    monkeypatch.setattr(speed, "probe_s", [0.001, 0.002, 0.009].pop)
+    assert speed.reference_s(3) == 0.002  # the median (the mean would be 0.004)
     with pytest.raises(ValueError, match="samples=0"):
         speed.reference_s(0)
 

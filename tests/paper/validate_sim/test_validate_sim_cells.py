@@ -12,7 +12,6 @@ its forward) would move them.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from gpipe_repro.engine import Event, balance_by_cost, launch
 from gpipe_repro.engine.hostmem import apply_host_memory
@@ -31,14 +30,11 @@ CELLS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("private_cache")  # tests/conftest.py
 
 
 @pytest.mark.slow
 def test_a_real_k2_step_replays_exactly_from_its_own_event_log():
-    torch.set_num_threads(1)
     apply_host_memory("retain")
     vm = MODELS["transformer"]
     balance = balance_by_cost([1.0] * len(vm.meta_layers()), 2)
