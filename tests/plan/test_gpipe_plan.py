@@ -40,6 +40,16 @@ def test_pruning_keeps_the_exhaustive_ranking_and_no_row_exceeds_the_cap(tmp_pat
     assert any(len(set(c.checkpoint)) == 2 for c in full)  # per-stage remat vectors are searched
 
 
+def test_the_bound_stays_below_every_simulated_step_under_remat(tmp_path):
+    # an AmoebaNet under a cap that forces remat: the simulator recomputes early, so a bound that
+    # put the earlier stages' recompute on the gradient's way back exceeded 20 of these steps
+    args = ["model=amoebanet_d", "data=synthetic", "data.kind=image", "data.image_size=32"]
+    args += ["hardware=tpu_v3", "plan.devices=4", "train.batch_size=64", "plan.memory_gib=0.02"]
+    full, _ = plan([*args, "plan.top=5000", f"plan.out={tmp_path}"])
+    assert sum("always" in c.checkpoint and c.K > 1 for c in full) > 10
+    assert all(c.bound_s <= c.step_s * (1 + 1e-9) for c in full)
+
+
 def test_the_cap_binds_and_fit_fills_it(tmp_path):
     loose, _ = plan([*BASE, "plan.devices=2", "plan.memory_gib=1", f"plan.out={tmp_path}/a"])
     tight, _ = plan([*BASE, "plan.devices=2", CAP, f"plan.out={tmp_path}/b"])

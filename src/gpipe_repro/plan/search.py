@@ -19,7 +19,9 @@ The shown rows are then planned exactly by ``plan_stages``; a row over the cap t
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
 micro-batch 0 on stages before k, stage k's M forwards and backwards (recompute included), and the
 backwards of the last micro-batch on stages before k (plus the step's fixed cost): a stage cannot
-start before its first input exists, and its last gradient still has to flow back to stage 0.
+start before its first input exists, and its last gradient still has to flow back to stage 0. Those
+backwards count without their recompute: a stage may recompute its last micro-batch while it waits
+for that gradient (the engine's early recompute), so only the backward itself is on the chain.
 Candidates are simulated in order of that bound's samples/s; once the bound cannot beat the
 ``plan.top``-th best simulated, the rest are skipped: the table's rows are exactly the best.
 
@@ -350,7 +352,7 @@ def _largest(space: Space, K: int, M: int, schedule: str) -> int:
 def bound(space: Space, c: Candidate) -> float:
     """The lower bound on ``c``'s step time (module doc)."""
     o = space.costs.overhead_s
-    fw, bw, start = [], [], 0
+    fw, bw, chain, start = [], [], [], 0
     for b, mode in zip(c.balance, c.checkpoint, strict=True):
         s = space.cell(c.micro_batch, start, start + b)
         start += b
@@ -358,7 +360,8 @@ def bound(space: Space, c: Candidate) -> float:
         fw.append((s.forward_nograd_s if remat else s.forward_s) + o)
         extra = s.forward_s + space.costs.recompute_overhead_s if remat else 0.0
         bw.append(s.backward_s + o + extra)
-    best = max(sum(fw[:k]) + c.M * (fw[k] + bw[k]) + sum(bw[:k]) for k in range(c.K))
+        chain.append(s.backward_s + o)  # the recompute may run before the gradient arrives
+    best = max(sum(fw[:k]) + c.M * (fw[k] + bw[k]) + sum(chain[:k]) for k in range(c.K))
     return best + space.costs.step_overhead_s
 
 
