@@ -128,3 +128,25 @@ def test_a_sweep_artefact_rerendered_from_a_csv_writes_beside_out_and_says_so(tm
     prov = json.loads((tmp_path / "s" / "report" / "provenance.json").read_text())
     assert prov["command"] == f"python -m gpipe_repro.paper demo --from {tmp_path / 's'}"
     assert prov["commits"] == ["abc1234"]
+
+
+def test_a_published_report_does_not_make_the_tree_dirty_but_code_does(tmp_path):
+    import subprocess
+
+    from gpipe_repro.metrics.summary import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "reports" / "t").mkdir(parents=True)
+    (tmp_path / "reports" / "t" / "results.csv").write_text("a\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = git_commit(tmp_path)
+    assert head and not head.endswith("-dirty")
+    (tmp_path / "reports" / "t" / "results.csv").write_text("b\n")  # make table2's first sweep
+    assert git_commit(tmp_path) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == f"{head}-dirty"

@@ -78,9 +78,14 @@ def timed_from(spec: RunConfig, start: int) -> int:
     return spec.train.timed_from if start == 0 else min(spec.train.timed_from, 1)
 
 
-def git_commit() -> str | None:
-    """The project's commit (short hash), ``-dirty`` appended when tracked files differ from it."""
-    root = str(Path(__file__).resolve().parents[3])
+REPORTS = "reports"  # generated results: a published report does not make the code dirty
+
+
+def git_commit(repo: Path | None = None) -> str | None:
+    """The project's commit (short hash), ``-dirty`` appended when tracked files differ from it.
+    Changes under ``reports/`` do not count: one make target publishes a sweep's report there and
+    then runs its next sweep (``make table2``), whose jobs ran the same code."""
+    root = str(repo or Path(__file__).resolve().parents[3])
 
     def git(*args: str) -> str:
         out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=5)
@@ -88,7 +93,9 @@ def git_commit() -> str | None:
 
     try:
         head = git("rev-parse", "--short", "HEAD")
-        dirty = head and git("status", "--porcelain", "--untracked-files=no")
+        dirty = head and git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){REPORTS}"
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return (head + ("-dirty" if dirty else "")) or None
