@@ -377,10 +377,13 @@ def bound(space: Space, c: Candidate) -> float:
         chain.append(s.backward_s + o)  # the recompute may run before the gradient arrives
     # with replicas, stage k's all-reduce follows its own last backward, and stage 0's follows the
     # end of the gradient chain: both certainly precede the step's end
-    ar = [space.costs.link.allreduce_s(g, c.replicas) for g in space.grad_bytes(c.balance)]
+    ar = (
+        [space.costs.link.allreduce_s(g, c.replicas) for g in space.grad_bytes(c.balance)]
+        if c.replicas > 1
+        else [0.0] * c.K
+    )
     best = max(
-        sum(fw[:k]) + c.M * (fw[k] + bw[k]) + max(sum(chain[:k]) + ar[0], ar[k])
-        for k in range(c.K)
+        sum(fw[:k]) + c.M * (fw[k] + bw[k]) + max(sum(chain[:k]) + ar[0], ar[k]) for k in range(c.K)
     )
     return best + space.costs.step_overhead_s
 
