@@ -1,6 +1,7 @@
 """The replicas' gradient all-reduce in the simulator: a ring over the link after each stage's last
 backward, before its update; one replica is exactly the simulator without it."""
 
+import json
 import math
 
 import pytest
@@ -70,3 +71,22 @@ def test_missing_gradient_bytes_are_refused_in_one_line():
         simulate(2, 2, "gpipe", "never", [stage(1, 1)] * 2, Link(0.0, math.inf), replicas=2)
     with pytest.raises(ValueError, match="replicas=0"):
         simulate(1, 1, "gpipe", "never", [stage(1, 1)], Link(0.0, math.inf), replicas=0)
+
+
+def test_backend_sim_charges_each_stage_its_parameters_gradient_bytes(tmp_path):
+    # backend=sim on tpu_v3 with 2 replicas: each stage's all-reduce is the ring over the
+    # profile's link of 4 bytes (fp32 master gradients) per parameter of the stage
+    from gpipe_repro.config.compose import compose
+    from gpipe_repro.runner import run
+    from gpipe_repro.sim import load_profile
+
+    args = ["backend=sim", "hardware=tpu_v3", "model.hidden=1024", "pipeline.K=2", "pipeline.M=2",
+            "pipeline.replicas=2", "train.batch_size=16", "train.steps=1", "logger=none"]  # fmt: skip
+    m = run(compose(args, cuda_available=False), tmp_path)
+    assert m is not None and m.status == "ok", m and m.error
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    got = {e["tid"]: e["dur"] / 1e6 for e in events if e.get("name") == "allreduce"}
+    link = load_profile("tpu_v3").link
+    want = {s.stage: link.allreduce_s(4 * s.param_count, 2) for s in m.stages}
+    assert set(got) == {0, 1} and all(got[k] == pytest.approx(want[k]) for k in (0, 1))
