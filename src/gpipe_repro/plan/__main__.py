@@ -52,7 +52,8 @@ def plan(argv: list[str]) -> tuple[list[Candidate], str]:
         f"{spec.model.name} on hardware={r.hardware.name}, {pc.devices} device(s), cap "
         f"{cap / GiB:.2f} GiB per device, batch "
         f"{'fit' if batch is None else batch}, precision {spec.train.precision}; predicted by the "
-        "simulator (replicas: the gradient all-reduce is not simulated, as with backend=sim)"
+        "simulator (replicas: each stage's gradient all-reduce after its last backward, a ring "
+        "over the link)"
     )
     cmd = report.command([*run_args, "backend=sim"], shown[0])
     text = "\n".join(

@@ -19,7 +19,7 @@ from ..engine.partition import balance_by_cells
 from ..errors import UserError
 from ..planner.memory import step_temporary_bytes
 from ..planner.stages import layer_activations, plan_stages
-from ..runner.simulated import _hardware, simulate_plan
+from ..runner.simulated import _hardware, grad_bytes, simulate_plan
 from ..sim import CostModel, Hardware
 from .search import MODES, CachedCosts, Candidate, Space, Stats, search
 
@@ -62,6 +62,7 @@ def search_space(spec: RunConfig, model: ModelPlan, cap: int, costs: CostModel) 
         cap=cap,
         unit=unit,
         step_bytes=lambda n: step_temporary_bytes(n, opt, wd, "cpu"),
+        grads=grad_bytes(model.layers),
     )
 
 
@@ -127,8 +128,9 @@ def rank_configurations(
     space = search_space(spec, model, cap, costs)
 
     def simulate(c: Candidate) -> tuple[float, float]:
-        s = replace(spec, pipeline=replace(spec.pipeline, K=c.K, M=c.M, schedule=c.schedule))
-        r = simulate_plan(s, hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
+        p = replace(spec.pipeline, K=c.K, M=c.M, schedule=c.schedule, replicas=c.replicas)
+        s = replace(spec, pipeline=p)
+        r = simulate_plan(s, hw, space.costs, c.balance, c.micro_batch, c.checkpoint, space.grads)
         return r.step_s, r.bubble_fraction
 
     ranked, stats = search(space, devices, batch, max_m, top, simulate)

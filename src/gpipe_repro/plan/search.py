@@ -22,6 +22,9 @@ backwards of the last micro-batch on stages before k (plus the step's fixed cost
 start before its first input exists, and its last gradient still has to flow back to stage 0. Those
 backwards count without their recompute: a stage may recompute its last micro-batch while it waits
 for that gradient (the engine's early recompute), so only the backward itself is on the chain.
+With R > 1 replicas each stage all-reduces its gradients after its last backward (``sim.simulate``):
+stage k's all-reduce is added after its own work, stage 0's after the gradient chain, the larger
+counts (both are certainly on the way to the step's end; no other all-reduce is).
 Candidates are simulated in order of that bound's samples/s; once the bound cannot beat the
 ``plan.top``-th best simulated, the rest are skipped: the table's rows are exactly the best.
 
@@ -128,6 +131,7 @@ class Space:
     cap: int  # bytes per device
     unit: int = 1  # dataset units per sample (token batches: tokens per sentence)
     step_bytes: Callable[[int], int] = lambda params: 0
+    grads: Sequence[int] = ()  # per layer, gradient bytes the replicas all-reduce (() : 4 x params)
     _times: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _fits: dict[tuple[str, int, int, bool], np.ndarray] = field(default_factory=dict)
     _cells: dict[tuple[int, int, int], StageCost] = field(default_factory=dict)
@@ -159,6 +163,16 @@ class Space:
         nparams = seg(self.params)
         self.state = np.vectorize(lambda p: state_bytes(int(p), self.optim))(np.maximum(nparams, 0))
         self.step = np.vectorize(lambda p: self.step_bytes(int(p)))(np.maximum(nparams, 0))
+        grads = list(self.grads) or [4 * p for p in self.params]
+        self.grad_prefix = [0, *np.cumsum(grads, dtype=np.int64).tolist()]
+
+    def grad_bytes(self, balance: Sequence[int]) -> list[int]:
+        """Per stage of ``balance``, the gradient bytes its replicas all-reduce."""
+        out, start = [], 0
+        for b in balance:
+            out.append(self.grad_prefix[start + b] - self.grad_prefix[start])
+            start += b
+        return out
 
     def times(self, micro_batch: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-cell seconds per micro-batch, mode never and always (inf where i >= j)."""
@@ -361,7 +375,16 @@ def bound(space: Space, c: Candidate) -> float:
         extra = s.forward_s + space.costs.recompute_overhead_s if remat else 0.0
         bw.append(s.backward_s + o + extra)
         chain.append(s.backward_s + o)  # the recompute may run before the gradient arrives
-    best = max(sum(fw[:k]) + c.M * (fw[k] + bw[k]) + sum(chain[:k]) for k in range(c.K))
+    # with replicas, stage k's all-reduce follows its own last backward, and stage 0's follows the
+    # end of the gradient chain: both certainly precede the step's end
+    ar = (
+        [space.costs.link.allreduce_s(g, c.replicas) for g in space.grad_bytes(c.balance)]
+        if c.replicas > 1
+        else [0.0] * c.K
+    )
+    best = max(
+        sum(fw[:k]) + c.M * (fw[k] + bw[k]) + max(sum(chain[:k]) + ar[0], ar[k]) for k in range(c.K)
+    )
     return best + space.costs.step_overhead_s
 
 

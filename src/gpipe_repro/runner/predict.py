@@ -24,14 +24,14 @@ __all__ = ["predict", "attach_prediction"]
 
 def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
     """Simulate the planned run with ``balance`` (as run) on this device's measured costs."""
-    from .simulated import simulate_plan, workload
+    from .simulated import grad_bytes, simulate_plan, workload
 
     spec, mb = run.spec, run.micro_batch
     p = spec.pipeline
     torch.set_num_threads(spec.train.threads)  # profiled with the run's threads
     hw = resolve_hardware(HardwareConfig(), spec.device, spec.sim.profile_repeats)  # measured
     costs = hw.cost_model(workload(spec, model), [mb], p.M)
-    return simulate_plan(spec, hw, costs, balance, mb)
+    return simulate_plan(spec, hw, costs, balance, mb, layer_grad_bytes=grad_bytes(model.layers))
 
 
 def attach_prediction(run: RunPlan, model: ModelPlan, m: RunMetrics) -> None:

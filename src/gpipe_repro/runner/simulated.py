@@ -41,7 +41,14 @@ from ..sim import (
     stage_costs,
 )
 
-__all__ = ["simulate_run", "sim_planning", "simulate_plan", "workload", "profile_sizes"]
+__all__ = [
+    "simulate_run",
+    "sim_planning",
+    "simulate_plan",
+    "workload",
+    "profile_sizes",
+    "grad_bytes",
+]
 
 Plan = ModelPlan
 
@@ -75,6 +82,13 @@ def profile_sizes(cap: int) -> list[int]:
     return sizes
 
 
+def grad_bytes(layers: Sequence[torch.nn.Module]) -> list[int]:
+    """Per layer, the bytes of its parameters' gradients, what data-parallel replicas all-reduce:
+    fp32 whatever ``train.precision`` (the engine keeps fp32 master weights and gradients,
+    ``engine.precision``)."""
+    return [4 * sum(q.numel() for q in layer.parameters() if q.requires_grad) for layer in layers]
+
+
 def simulate_plan(
     spec: RunConfig,
     hw: Hardware,
@@ -82,10 +96,17 @@ def simulate_plan(
     balance: Sequence[int],
     micro_batch: int,
     checkpoint: Sequence[str] | None = None,
+    layer_grad_bytes: Sequence[int] = (),
 ) -> SimResult:
     """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``;
-    ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage)."""
+    ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage).
+    With ``pipeline.replicas`` > 1, ``layer_grad_bytes`` (``grad_bytes``, one per layer) are
+    all-reduced per stage after its last backward (``sim.simulate``)."""
     p = spec.pipeline
+    per_stage, start = [], 0
+    for b in balance if layer_grad_bytes else ():
+        per_stage.append(sum(layer_grad_bytes[start : start + b]))
+        start += b
     return simulate(
         p.K,
         p.M,
@@ -98,6 +119,8 @@ def simulate_plan(
         step_overhead_s=costs.step_overhead_s,
         lookahead=hw.lookahead,
         recompute_overhead_s=costs.recompute_overhead_s,
+        replicas=p.replicas,
+        grad_bytes=per_stage,
     )
 
 
@@ -160,7 +183,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
             f"{per_layer[worst] / GiB:.2f} GiB > the {hw.memory_bytes / GiB:.2f} GiB of one device "
             "at this micro-batch; a single layer must fit (GPipe §6)"
         )
-    res = simulate_plan(spec, hw, costs, balance, mb)
+    res = simulate_plan(spec, hw, costs, balance, mb, layer_grad_bytes=grad_bytes(plan.layers))
     record = hw.record()
     budget = run.memory.budget()
     m = base_metrics(

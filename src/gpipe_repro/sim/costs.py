@@ -60,8 +60,19 @@ class Link:
     recv_call_s: float = 0.0
     wake: tuple[tuple[float, float], ...] = ()
 
-    def time(self, nbytes: int) -> float:
+    def time(self, nbytes: float) -> float:
         return self.hops * (self.latency_s + nbytes / self.bandwidth_Bps)
+
+    def allreduce_s(self, nbytes: int, replicas: int) -> float:
+        """A ring all-reduce of ``nbytes`` over ``replicas`` devices joined by this link: 2(R-1)
+        steps, each moving nbytes/R over every link of the ring at once, so 2(R-1)/R x nbytes over
+        the bandwidth plus 2(R-1) latencies (each step ``time`` of its share: hops included);
+        0 for one replica (nothing to reduce)."""
+        if replicas < 1:
+            raise ValueError(f"replicas={replicas} is invalid; allowed: an integer >= 1")
+        if replicas == 1:
+            return 0.0
+        return 2 * (replicas - 1) * self.time(nbytes / replicas)
 
     def wake_s(self, blocked_s: float) -> float:
         """Extra delay for a receiver blocked ``blocked_s`` seconds: linear between the measured

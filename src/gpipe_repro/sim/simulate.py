@@ -19,6 +19,11 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
 - A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
 - At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
   the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
+- With R > 1 data-parallel replicas (GPipe §2.2: the pipeline is replicated, gradients are summed
+  before the synchronous update), each stage all-reduces its gradients (``grad_bytes``) across the R
+  copies of itself once its last backward ends: a ring over the link, ``link.allreduce_s``. It
+  overlaps nothing of the stage's compute (there is none left) but runs beside its outstanding
+  sends; the update waits for both. Every replica runs the same step, so one is simulated.
 
 Whether a send occupies its sender is a switch, ``sender_busy``. gloo on CPU returns from ``isend``
 once the send is posted (``link.send_call_s``) and moves the data on its own threads after the
@@ -146,6 +151,7 @@ class _Stage:
     pos: int = 0
     free: float = 0.0  # when the stage's thread is next free
     last_send_end: float = 0.0
+    last_backward_end: float = 0.0
 
 
 def _check(K: int, M: int, stages: Sequence[StageCost], overhead_s: float) -> None:
@@ -174,6 +180,8 @@ def simulate(
     lookahead: int | None = None,
     recompute_overhead_s: float = 0.0,
     replay: Replay | None = None,
+    replicas: int = 1,
+    grad_bytes: Sequence[int] = (),
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
@@ -187,7 +195,9 @@ def simulate(
     engine does at the start of the action ``lookahead - 1`` actions earlier (``Pipeline(lookahead=4)``,
     gloo's rendezvous); None: receives are always posted. ``recompute_overhead_s``: a recompute's
     fixed cost beyond its forward (restoring the RNG state). ``replay``: per-action and
-    per-message costs replacing these where given (``Replay``).
+    per-message costs replacing these where given (``Replay``). ``replicas``: data-parallel copies
+    of the pipeline; with more than one, ``grad_bytes[k]`` (stage k's gradient bytes) is all-reduced
+    after stage k's last backward (module doc).
     """
     modes = [checkpoint] * K if isinstance(checkpoint, str) else list(checkpoint)
     if len(modes) != K:
@@ -204,6 +214,15 @@ def simulate(
         raise ValueError(
             f"recompute_overhead_s={recompute_overhead_s} is invalid; allowed: a number >= 0"
         )
+    if not (isinstance(replicas, int) and replicas >= 1):
+        raise ValueError(f"replicas={replicas!r} is invalid; allowed: an integer >= 1")
+    if replicas > 1 and len(grad_bytes) != K:
+        raise ValueError(
+            f"grad_bytes has {len(grad_bytes)} entries with replicas={replicas}; allowed: exactly "
+            f"K={K}, each stage's gradient bytes"
+        )
+    if any(not b >= 0 for b in grad_bytes):
+        raise ValueError(f"grad_bytes={list(grad_bytes)} is invalid; allowed: numbers >= 0")
     if lookahead is not None and lookahead < 1:
         raise ValueError(f"lookahead={lookahead} is invalid; allowed: None or an integer >= 1")
     st = [_Stage(k, acts[k]) for k in range(K)]
@@ -306,6 +325,7 @@ def simulate(
             dur = compute("backward", k, a.mb, cost.backward_s + overhead_s)
             ev("backward", a.mb, s.free, s.free + dur, k)
             s.free += dur
+            s.last_backward_end = s.free
             if k > 0:
                 send(s, k - 1, stages[k - 1].out_bytes, a.mb, ("B", k - 1, a.mb))
         s.pos += 1
@@ -331,6 +351,10 @@ def simulate(
     for s in st:
         done = max(s.free, s.last_send_end)
         ev("send", -1, s.free, done, s.k)  # the engine's final wait for outstanding sends
+        if replicas > 1:
+            reduced = s.last_backward_end + link.allreduce_s(grad_bytes[s.k], replicas)
+            ev("allreduce", -1, s.last_backward_end, reduced, s.k)
+            done = max(done, reduced)
         ev("step", -1, 0.0, done, s.k)
         ev("update", -1, done, done + step_overhead_s + stages[s.k].update_s, s.k)
         ends.append(done + step_overhead_s + stages[s.k].update_s)
