@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.plan import AutoPlanInfo
 from ..engine.precision import PRECISIONS
 from ..options import opt
 
@@ -150,29 +151,6 @@ class PipelineInfo:
     )
     balance_by: str = opt(doc="the per-layer cost the partition balanced")
     replicas: int = opt(doc="data-parallel replicas")
-
-
-@dataclass
-class AutoPlanInfo:
-    """``plan=auto``: the planner's pick for this run (the pipeline options it ran with) and what
-    the planner predicted for it, beside what the run measured."""
-
-    devices: int = opt(0, "devices the planner searched for (K * replicas <= devices)")
-    memory_cap_bytes: int = opt(0, "the per-device memory cap the planner held every stage to")
-    hardware: str = opt("", "the hardware profile the planner costed the layers with")
-    K: int = opt(0, "partitions chosen")
-    replicas: int = opt(0, "data-parallel replicas chosen")
-    M: int = opt(0, "micro-batches chosen")
-    schedule: str = opt("", "schedule chosen")
-    checkpoint: list[str] = opt([], "rematerialisation chosen, one mode per stage")
-    balance: list[int] = opt([], "layers per stage chosen")
-    micro_batch: int = opt(0, "samples (or target tokens) per micro-batch and replica")
-    predicted_step_time_s: float = opt(0.0, "the planner's simulated step time")
-    predicted_throughput: float = opt(0.0, "samples per second from predicted_step_time_s")
-    predicted_bubble: float = opt(0.0, "the planner's simulated bubble fraction")
-    predicted_stage_bytes: list[int] = opt([], "each stage's peak memory as the planner planned it")
-    candidates: int = opt(0, "configurations the search scored")
-    search_s: float = opt(0.0, "seconds the search took")
 
 
 @dataclass

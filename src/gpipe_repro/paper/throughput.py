@@ -36,7 +36,7 @@ import argparse
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..engine.schedule import bubble_fraction
@@ -46,51 +46,11 @@ from .numbers import throughput
 from .provenance import Provenance
 from .rows import read_csv, write_csv
 from .sweep import SweepRow
+from .throughput_rows import Cell, ThroughputRow
+from .throughput_sim import SimRow, studies
 from .throughput_text import markdown, plot, section
 
 SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
-
-
-@dataclass
-class ThroughputRow:
-    """One cell of our sweep beside the paper's; ``busy``, ``ok`` and ``error`` are the collected
-    cell's own (not in the CSV: ``normalized`` None means it failed, ``why`` says why).
-    ``paper_normalized``: the paper's number re-normalised to this series' reference cell."""
-
-    table: int
-    model: str
-    K: int
-    M: int
-    batch_size: int | None
-    batch_mode: str
-    micro_batch: int | None
-    source: str
-    hardware: str
-    fits_memory: bool | None
-    step_s: float | None
-    throughput: float | None
-    reference: str | None = None
-    normalized: float | None = None
-    paper_normalized: float | None = None
-    ratio: float | None = None
-    bound: float | None = None
-    balance: float | None = None
-    overlap: float | None = None
-    transfers: float | None = None
-    efficiency: float | None = None
-    config: str = ""  # the planner's pick: schedule, remat per stage, partition
-    why: str = ""
-
-
-@dataclass
-class Cell:
-    """A sweep's row as this table needs it (``recompute``: per stage; empty: not recorded)."""
-
-    row: ThroughputRow
-    busy: list[float]
-    ok: bool
-    error: str
-    recompute: list[float] = field(default_factory=list)
 
 
 def _floats(text: str | None) -> list[float]:
@@ -277,8 +237,6 @@ class Throughput(Artefact[ThroughputRow]):
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[ThroughputRow]:
-        from .throughput_sim import SimRow, studies
-
         reports = source or REPORTS
         cells = load(reports, self.table, self.experiments)
         if not cells:
@@ -299,8 +257,6 @@ class Throughput(Artefact[ThroughputRow]):
 
     def render(self, report: Report[ThroughputRow], out: Path) -> list[Path]:
         """The page (with the simulator's studies read back from their CSV) and the plot."""
-        from .throughput_sim import SimRow
-
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
         args = (report.rows, report.provenance, self.table, self.title, self.names, ref)

@@ -37,7 +37,7 @@ from ..plan.search import Candidate, search
 from ..runner.simulated import _hardware, simulate_plan
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
 from .numbers import throughput
-from .throughput import Cell, ThroughputRow
+from .throughput_rows import Cell, ThroughputRow
 
 __all__ = ["SimRow", "studies", "equal_layers"]
 
