@@ -3,6 +3,8 @@ with ``train.resume=auto``; losses and the final save bit-identical to the unint
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpipe_repro.runner.soak import soak
@@ -22,3 +24,6 @@ def test_three_faults_and_resumes_change_nothing(tmp_path):
             assert f["lost_steps"] == 0, f
     table = (tmp_path / "report" / "soak.md").read_text()
     assert table.count("| sig") == 3 and "PASS." in table
+    # the report says where it came from: the runs' own commit, not a guess
+    commit = json.loads((tmp_path / "work" / "reference" / "metrics.json").read_text())["env"]
+    assert r["git_commit"] == commit["git_commit"] and f"commit {commit['git_commit']};" in table
