@@ -1,11 +1,15 @@
 """The one shape's shared parts: the provenance line, the publish rule, the entry point's refusals."""
 
+import argparse
 import json
 from dataclasses import replace
 
+import pytest
 from _runs import ENV, pipeline, write_run
 
+from gpipe_repro.errors import UserError
 from gpipe_repro.paper.__main__ import main
+from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.provenance import Provenance
 from gpipe_repro.paper.registry import ARTEFACTS
 from gpipe_repro.paper.sweep import Sweep
@@ -150,3 +154,21 @@ def test_a_published_report_does_not_make_the_tree_dirty_but_code_does(tmp_path)
     assert git_commit(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == f"{head}-dirty"
+
+
+def test_an_in_process_artefact_rerenders_from_its_csv_alone_and_its_switch_is_its_variant(
+    tmp_path,
+):
+    for name in ("validate-hw", "validate-sim", "validate-plan"):
+        art = ARTEFACTS[name]
+        assert art.in_process and art.switch
+        with pytest.raises(
+            UserError, match=rf"^--from takes its {art.csv} \(re-render\), not a folder$"
+        ):
+            make(art, tmp_path, tmp_path / "out", argparse.Namespace(), "x")
+        parser = argparse.ArgumentParser()
+        art.options(parser)
+        flag = art.switch[0]
+        assert art.variant(parser.parse_args([f"--{flag}"])) == flag
+        assert art.variant(parser.parse_args([])) is None
+    assert not any(a.in_process for a in ARTEFACTS.values() if a.sweep)

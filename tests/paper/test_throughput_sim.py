@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpipe_repro.config.costing import simulate_plan
 from gpipe_repro.engine import balance_by_cost
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.numbers import throughput
@@ -18,7 +19,6 @@ from gpipe_repro.paper.throughput_sim import SimRow, equal_layers, model, studie
 from gpipe_repro.paper.throughput_text import LINK_OK, section
 from gpipe_repro.plan.choose import search_space
 from gpipe_repro.plan.search import search
-from gpipe_repro.runner.simulated import simulate_plan
 from gpipe_repro.sim import stage_costs
 
 # AmoebaNet-D small enough to cost in seconds, still 12 layers (K up to 8)

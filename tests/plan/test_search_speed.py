@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from gpipe_repro.config.compose import compose
+from gpipe_repro.config.costing import run_hardware
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.partition import PartitionError, balance_by_cells, balance_by_cells_many
 from gpipe_repro.plan.choose import search_space
 from gpipe_repro.plan.search import SCHEDULES, Stats, _divisors, _partitions, enumerate_candidates
-from gpipe_repro.runner.simulated import _hardware
 
 GiB = 2**30
 
@@ -98,7 +98,7 @@ def test_the_banded_solver_equals_the_full_recurrence_and_brute_force():
 def test_the_batched_search_finds_each_configuration_own_partitions(cap_gib):
     spec = compose(["hardware=tpu_v3", "model.hidden=1024", "backend=sim"])
     model = plan_model(spec)
-    hw, costs = _hardware(spec, model)
+    hw, costs = run_hardware(spec, model)
     space = search_space(spec, model, int(cap_gib * GiB), costs)
     cands = enumerate_candidates(space, 4, 64, 64, Stats())
     got = {(c.K, c.replicas, c.M, c.schedule, c.balance, c.checkpoint) for c in cands}

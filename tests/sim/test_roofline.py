@@ -48,7 +48,7 @@ def matmul_layer(flops, param_bytes=0, act_bytes=0):
 
 
 def test_every_published_profile_loads_from_its_yaml():
-    # measured.yaml is not a roofline profile: it selects this device's measured costs (runner.simulated)
+    # measured.yaml is not a roofline profile: it selects this device's measured costs (config.costing)
     assert sorted(p.stem for p in PROFILES_DIR.glob("*.yaml") if p.stem != "measured") == sorted(
         NAMES
     )

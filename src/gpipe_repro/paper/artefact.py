@@ -5,7 +5,9 @@ rows (``collect``: through the ``metrics.json`` contract, or planned / measured 
 the rows become a page and a plot (``markdown`` and ``plot``, or a whole ``render``, from the rows
 and the provenance alone). ``make`` is
 the one flow around them: rows from the runs, or back from the artefact's own CSV (``--from``), then
-the CSV (columns from the row type), ``provenance.json`` and the render. ``publish`` is the one rule
+the CSV (columns from the row type), ``provenance.json`` and the render. An artefact of one sweep is
+three functions (``SweepArtefact``); one measured or planned here re-renders from its CSV alone
+(``in_process``); a variant made by one on/off option is its ``switch``. ``publish`` is the one rule
 for ``reports/<folder>/``: only the canonical command writes there, and only a report of one clean
 commit; anything else stays where it was written, and says so.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -45,7 +48,9 @@ class Artefact(ABC, Generic[R]):
     csv = "results.csv"
     siblings: tuple[str, ...] = ()  # files beside the CSV that render reads too
     sweep = False  # its runs are a gpipe-run sweep, given with --from (or by the callback)
+    in_process = False  # its rows are measured or planned here: --from takes only its CSV
     page = "results"  # render writes <page>.md and <page>.png
+    switch: tuple[str, str] | None = None  # (flag, help): one on/off option, the variant it names
 
     @property
     def about(self) -> str:
@@ -53,15 +58,19 @@ class Artefact(ABC, Generic[R]):
         return (type(self).__doc__ or self.name).splitlines()[0]
 
     def options(self, parser: argparse.ArgumentParser) -> None:
-        """Options of this artefact alone (its variants); none by default."""
+        """Options of this artefact alone (its variants); by default its ``switch``, if any."""
+        if self.switch:
+            parser.add_argument(f"--{self.switch[0]}", action="store_true", help=self.switch[1])
 
     def check(self, opts: argparse.Namespace) -> str | None:
         """What is wrong with this artefact's options (one line), or None."""
         return None
 
     def variant(self, opts: argparse.Namespace) -> str | None:
-        """What ``opts`` change from the canonical artefact (a folder name), or None."""
-        return None
+        """What ``opts`` change from the canonical artefact (a folder name), or None; by default
+        the ``switch``'s flag when it is on."""
+        on = self.switch and getattr(opts, self.switch[0].replace("-", "_"), False)
+        return self.switch[0] if self.switch and on else None
 
     def work(self, opts: argparse.Namespace) -> Path:
         """Where an invocation without --out writes: outputs/<name>/[<variant>/]."""
@@ -86,6 +95,44 @@ class Artefact(ABC, Generic[R]):
         raise NotImplementedError(f"{self.name} renders its own plots")
 
 
+class SweepArtefact(Artefact[R]):
+    """An artefact of one ``gpipe-run`` sweep made of three functions of its module: the report
+    from the sweep's folder, the page from the rows and provenance, the plot from the rows
+    (``page``: the files' name, default the artefact's)."""
+
+    sweep = True
+
+    def __init__(
+        self,
+        name: str,
+        row: type,
+        about: str,
+        collect: Callable[[Path], Report[R]],
+        markdown: Callable[[list[R], Provenance], str],
+        plot: Callable[[list[R], Path], None],
+        page: str | None = None,
+    ) -> None:
+        self.name = self.folder = name
+        self.page = page or name
+        self.row, self._about = row, about
+        self.command = f"gpipe-run -m experiment={name}"
+        self._collect, self._markdown, self._plot = collect, markdown, plot
+
+    @property
+    def about(self) -> str:
+        return self._about
+
+    def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[R]:
+        assert source is not None  # make() asks for --from SWEEP first
+        return self._collect(source)
+
+    def markdown(self, report: Report[R]) -> str:
+        return self._markdown(report.rows, report.provenance)
+
+    def plot(self, report: Report[R], path: Path) -> None:
+        self._plot(report.rows, path)
+
+
 def make(
     art: Artefact[Any],
     source: Path | None,
@@ -105,6 +152,8 @@ def make(
                 shutil.copy2(source.parent / name, out / name)
     elif art.sweep and source is None:
         raise UserError(f"--from SWEEP is needed (a `{art.command}` folder)")
+    elif art.in_process and source is not None:
+        raise UserError(f"--from takes its {art.csv} (re-render), not a folder")
     else:
         report = art.collect(source, opts, out)
         report.provenance = replace(report.provenance, command=command)

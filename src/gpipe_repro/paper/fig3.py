@@ -14,14 +14,13 @@ smallest's); (3) deep against wide on low-resource languages. Render: ``fig3.md`
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..metrics.contract import RunMetrics
-from .artefact import Artefact, Report
+from .artefact import Report, SweepArtefact
 from .plot import figure
 from .provenance import Provenance
 from .runs import failures, job_times, read_sweep, wall_time
@@ -282,23 +281,11 @@ def plot(rows: Sequence[Fig3Row], path: Path) -> None:
         fig.suptitle("many->English, one model for all languages (in the manner of GPipe Fig. 3)")
 
 
-class Fig3(Artefact[Fig3Row]):
-    """Fig. 3: many->English BLEU per language against model capacity (GPipe §5)."""
-
-    name = folder = page = "fig3"
-    row = Fig3Row
-    command = "gpipe-run -m experiment=fig3"
-    sweep = True
-
-    def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[Fig3Row]:
-        assert source is not None  # make() asks for --from SWEEP first
-        return collect(source)
-
-    def markdown(self, report: Report[Fig3Row]) -> str:
-        return markdown(report.rows, report.provenance)
-
-    def plot(self, report: Report[Fig3Row], path: Path) -> None:
-        plot(report.rows, path)
-
-
-ARTEFACT = Fig3()
+ARTEFACT = SweepArtefact(
+    "fig3",
+    Fig3Row,
+    "Fig. 3: many->English BLEU per language against model capacity (GPipe §5).",
+    collect,
+    markdown,
+    plot,
+)

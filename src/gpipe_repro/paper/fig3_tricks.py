@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .artefact import Report
-from .fig3 import SKIP, Fig3, Fig3Row, _curve, _key, _models, label, of
+from .artefact import SweepArtefact
+from .fig3 import SKIP, Fig3Row, _curve, _key, _models, collect, label, of
 from .plot import figure
 from .provenance import Provenance
 from .runs import failures, wall_time
@@ -90,17 +90,11 @@ def tricks_plot(rows: Sequence[Fig3Row], path: Path) -> None:
             ax.legend(fontsize=7)
 
 
-class Fig3Tricks(Fig3):
-    """Fig. 3's tricks: the deepest model here with and without the trainability tricks (GPipe §5)."""
-
-    name = folder = page = "fig3_tricks"
-    command = "gpipe-run -m experiment=fig3_tricks"
-
-    def markdown(self, report: Report[Fig3Row]) -> str:
-        return tricks_markdown(report.rows, report.provenance)
-
-    def plot(self, report: Report[Fig3Row], path: Path) -> None:
-        tricks_plot(report.rows, path)
-
-
-ARTEFACT = Fig3Tricks()
+ARTEFACT = SweepArtefact(
+    "fig3_tricks",
+    Fig3Row,
+    "Fig. 3's tricks: the deepest model here with and without the trainability tricks (GPipe §5).",
+    collect,
+    tricks_markdown,
+    tricks_plot,
+)

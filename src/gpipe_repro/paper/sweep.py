@@ -9,15 +9,15 @@ K·M/(M+K-1) = K·(1 - bubble) (§2.3: only the bubble is lost). Render: ``resul
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..engine.schedule import bubble_fraction
 from ..metrics.contract import RunMetrics
-from .artefact import Artefact, Report
+from .artefact import Report, SweepArtefact
 from .plot import figure
 from .provenance import Provenance
 from .runs import read_sweep
@@ -282,30 +282,24 @@ def plot(rows: Sequence[SweepRow], path: Path, title: str) -> None:
         fig.suptitle(title)
 
 
-class Sweep(Artefact[SweepRow]):
+def page(name: str, rows: Sequence[SweepRow], prov: Provenance) -> str:
+    """The sweep's page: the provenance, the table, GPipe's claims read off it."""
+    head = "\n".join(prov.page(name))
+    found = checks(rows)
+    tail = "\n\n## GPipe's claims in this sweep\n\n" + "\n".join(found) if found else ""
+    return f"{head}\n\n{markdown_table(rows)}\n{tail}\n"
+
+
+class Sweep(SweepArtefact[SweepRow]):
     """The table of one experiment's sweep, published to ``reports/<experiment>/``."""
 
-    row = SweepRow
-    sweep = True
-
     def __init__(self, name: str, about: str = "") -> None:
-        self.name = self.folder = name
-        self.command = f"gpipe-run -m experiment={name}"
-        self._about = about
-
-    @property
-    def about(self) -> str:
-        return self._about or f"the sweep of experiment={self.name} as a table"
-
-    def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[SweepRow]:
-        assert source is not None  # make() asks for --from SWEEP first
-        return Report(*sweep_rows(source))
-
-    def markdown(self, report: Report[SweepRow]) -> str:
-        head = "\n".join(report.provenance.page(self.name))
-        found = checks(report.rows)
-        tail = "\n\n## GPipe's claims in this sweep\n\n" + "\n".join(found) if found else ""
-        return f"{head}\n\n{markdown_table(report.rows)}\n{tail}\n"
-
-    def plot(self, report: Report[SweepRow], path: Path) -> None:
-        plot(report.rows, path, self.name)
+        super().__init__(
+            name,
+            SweepRow,
+            about or f"the sweep of experiment={name} as a table",
+            lambda sweep: Report(*sweep_rows(sweep)),
+            partial(page, name),
+            partial(plot, title=name),
+            page="results",
+        )

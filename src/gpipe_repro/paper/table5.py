@@ -18,14 +18,13 @@ the dev-NLL learning curves against tokens and updates). Ours are measured; the 
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import runs
-from .artefact import Artefact, Report
+from .artefact import Report, SweepArtefact
 from .numbers import quote, rows
 from .plot import figure
 from .provenance import Provenance
@@ -283,25 +282,11 @@ def plot(rows: Sequence[Table5Row], path: Path) -> None:
         fig.suptitle("Table 5, ours (measured): batch size, data seen and quality")
 
 
-class Table5(Artefact[Table5Row]):
-    """Table 5: BLEU and NLL against the batch size in tokens, token-matched and same-updates (GPipe §5)."""
-
-    name = folder = page = "table5"
-    row = Table5Row
-    command = "gpipe-run -m experiment=table5"
-    sweep = True
-
-    def collect(
-        self, source: Path | None, opts: argparse.Namespace, out: Path
-    ) -> Report[Table5Row]:
-        assert source is not None  # make() asks for --from SWEEP first
-        return collect(source)
-
-    def markdown(self, report: Report[Table5Row]) -> str:
-        return markdown(report.rows, report.provenance)
-
-    def plot(self, report: Report[Table5Row], path: Path) -> None:
-        plot(report.rows, path)
-
-
-ARTEFACT = Table5()
+ARTEFACT = SweepArtefact(
+    "table5",
+    Table5Row,
+    "Table 5: BLEU and NLL against the batch size in tokens, token-matched and same-updates (GPipe §5).",
+    collect,
+    markdown,
+    plot,
+)

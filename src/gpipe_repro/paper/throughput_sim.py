@@ -2,7 +2,7 @@
 
 Simulator-only and allocation-free: each model is built on the meta device and costed by the table's
 published profile (``hardware=tpu_v3`` for Table 2, ``p100_pcie`` for Table 3), once; every variant
-is one simulated step (``runner.simulated.simulate_plan``) at the sweep's fixed batch. Timing only:
+is one simulated step (``config.costing.simulate_plan``) at the sweep's fixed batch. Timing only:
 these rows do not check memory (the sweeps' ``fits`` flag does).
 
 - **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells; its
@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 
 from ..config import RunConfig
 from ..config.compose import compose
+from ..config.costing import run_hardware, simulate_plan
 from ..config.plan import ModelPlan, plan_model
 from ..engine import balance_by_cost
 from ..engine.events import busy_time
 from ..plan.choose import search_space
 from ..plan.search import Candidate, search
-from ..runner.simulated import _hardware, simulate_plan
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
 from .numbers import throughput
 from .throughput_rows import Cell, ThroughputRow
@@ -78,7 +78,7 @@ def model(overrides: Sequence[str], hardware: str) -> Model:
     """The experiment's model (``overrides``: ``experiment=...`` and any more) on ``hardware``."""
     spec = compose([*overrides, "backend=sim", f"hardware={hardware}"], cuda_available=False)
     plan = plan_model(spec)
-    hw, costs = _hardware(spec, plan)
+    hw, costs = run_hardware(spec, plan)
     return Model(spec, plan, hw, costs)
 
 

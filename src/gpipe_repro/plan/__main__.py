@@ -4,7 +4,7 @@
 
 The run's options compose and validate as ``gpipe-run``'s (``config.compose``); ``plan.*`` are the
 planner's own (``plan.config``). Nothing is allocated: the model is built on the meta device, its
-per-layer costs come from the hardware profile (``runner.simulated``), its memory from the memory
+per-layer costs come from the hardware profile (``config.costing``), its memory from the memory
 planner. What is searched and how it is pruned: ``plan.search``. Bad input is one line, exit 2.
 """
 

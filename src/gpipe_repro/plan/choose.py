@@ -2,8 +2,9 @@
 
 One function, ``rank_configurations``, for both callers: ``gpipe-plan`` (which prints and writes the
 ranking) and ``gpipe-run plan=auto`` (which runs the best row, ``runner.autoplan``). The model is on
-the meta device; per-layer costs come from the run's ``hardware`` (``runner.simulated``), memory from
-the memory planner (``planner.stages``). What is searched and how it is pruned: ``plan.search``.
+the meta device; per-layer costs come from the run's ``hardware`` (``config.costing``), memory from
+the memory planner (``planner.stages``), both through ``plan.subject``, which the planner's
+validation calls too. What is searched and how it is pruned: ``plan.search``.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..config import RunConfig
+from ..config.costing import model_key, run_hardware
 from ..config.plan import ModelPlan
 from ..data import get_data
 from ..engine.partition import balance_by_cells
 from ..errors import UserError
-from ..planner.memory import step_temporary_bytes
-from ..planner.stages import layer_activations, plan_stages
-from ..runner.simulated import _hardware, grad_bytes, simulate_plan
 from ..sim import CostModel, Hardware
-from .search import MODES, CachedCosts, Candidate, Space, Stats, search
+from .search import MODES, Candidate, Space, Stats, search
+from .subject import Subject, exact_peaks, simulate_candidate, space_of
 
-__all__ = ["Ranked", "rank_configurations", "search_space"]
+__all__ = ["Ranked", "rank_configurations", "search_space", "subject"]
 
 GiB = 2**30
 
@@ -38,51 +38,24 @@ class Ranked:
     cap: int  # bytes per device
 
 
-def _key(spec: RunConfig, model: ModelPlan) -> str:
-    return f"{spec.model!r}|{model.info!r}"  # the run's plan memoises under the same key
+def subject(spec: RunConfig, model: ModelPlan) -> Subject:
+    """The run's model as the planner sees it (``plan.subject``): its layers, data and the
+    training settings its memory depends on."""
+    return Subject(
+        layers=model.layers,
+        example=model.info.example,
+        planning_loss=model.model.planning_loss,
+        key=model_key(spec, model),  # the run's plan memoises under the same key
+        optim=spec.optim.name,
+        weight_decay=float(getattr(spec.optim, "weight_decay", 0.0)),
+        precision=spec.train.precision,
+        unit=model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1,
+    )
 
 
 def search_space(spec: RunConfig, model: ModelPlan, cap: int, costs: CostModel) -> Space:
     """The planner's search space for ``spec``'s model: per-layer activations, parameters, costs, cap."""
-    opt = spec.optim.name if spec.optim.name in ("rmsprop", "sgd", "adam") else "rmsprop"
-    wd = float(getattr(spec.optim, "weight_decay", 0.0))
-    acts = layer_activations(
-        model.layers,
-        model.info.example,
-        model.model.planning_loss,
-        key=_key(spec, model),
-        precision=spec.train.precision,
-    )
-    unit = model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1
-    return Space(
-        layers=acts,
-        params=[sum(p.numel() for p in layer.parameters()) for layer in model.layers],
-        optim=opt,
-        costs=CachedCosts(costs),
-        cap=cap,
-        unit=unit,
-        step_bytes=lambda n: step_temporary_bytes(n, opt, wd, "cpu"),
-        grads=grad_bytes(model.layers),
-    )
-
-
-def _exact(spec: RunConfig, model: ModelPlan, space: Space, c: Candidate) -> tuple[int, ...]:
-    """The candidate's per-stage peak, planned exactly (``planner.stages.plan_stages``)."""
-    stages = plan_stages(
-        model.layers,
-        model.info.example,
-        model.model.planning_loss,
-        c.balance,
-        K=c.K,
-        M=c.M,
-        micro_batch=max(1, c.micro_batch // space.unit),
-        schedule=c.schedule,
-        checkpoint=list(c.checkpoint),
-        optim=space.optim,
-        key=_key(spec, model),
-        precision=spec.train.precision,
-    )
-    return tuple(s.total for s in stages)
+    return space_of(subject(spec, model), cap, costs)
 
 
 def _nothing_fits(space: Space, K: int, M: int, cap: int) -> str:
@@ -121,22 +94,21 @@ def rank_configurations(
             f"plan.devices={devices} exceeds the model's {L} layers; allowed: 1..{L} "
             "(one stage per device at most)"
         )
-    hw, costs = _hardware(spec, model)
+    hw, costs = run_hardware(spec, model)
     cap = cap if cap is not None else hw.memory_bytes
     if cap <= 0:
         raise UserError(f"hardware={hw.name} states no memory; set plan.memory_gib")
-    space = search_space(spec, model, cap, costs)
+    s = subject(spec, model)
+    space = space_of(s, cap, costs)
 
     def simulate(c: Candidate) -> tuple[float, float]:
-        p = replace(spec.pipeline, K=c.K, M=c.M, schedule=c.schedule, replicas=c.replicas)
-        s = replace(spec, pipeline=p)
-        r = simulate_plan(s, hw, space.costs, c.balance, c.micro_batch, c.checkpoint, space.grads)
+        r = simulate_candidate(hw, space, c)
         return r.step_s, r.bubble_fraction
 
     ranked, stats = search(space, devices, batch, max_m, top, simulate)
     shown = []
     for c in ranked:  # the shown rows, planned exactly; never one over the cap
-        exact = _exact(spec, model, space, c)
+        exact = exact_peaks(s, c)
         if max(exact) <= cap:
             shown.append(replace(c, stage_bytes=exact))
     shown.sort(key=lambda c: (-c.samples_per_s, max(c.stage_bytes)))  # ties: the least memory

@@ -19,6 +19,8 @@ from ..config import RunConfig
 from ..config.device import DeviceMemory
 from ..config.plan import BalanceChoice, ModelPlan
 from ..metrics.contract import AutoPlanInfo
+from ..plan.choose import rank_configurations
+from ..plan.config import PlanConfig
 
 __all__ = ["auto_plan", "AUTO_CHOICE"]
 
@@ -31,9 +33,6 @@ def auto_plan(
 ) -> tuple[RunConfig, AutoPlanInfo, BalanceChoice]:
     """The run as the planner would run it, its pick and the partition's provenance; ``memory``:
     the device the engine runs on (None: the simulator's hardware profile)."""
-    from ..plan.choose import rank_configurations
-    from ..plan.config import PlanConfig
-
     a = spec.plan
     devices = a.devices
     assert devices is not None  # resolved at validation

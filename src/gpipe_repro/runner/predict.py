@@ -15,17 +15,17 @@ import sys
 
 import torch
 
+from ..config.costing import simulate_plan, workload
 from ..config.plan import ModelPlan, RunPlan
 from ..metrics.contract import RunMetrics
 from ..sim import HardwareConfig, SimResult, resolve_hardware
+from ..sim.step import grad_bytes
 
 __all__ = ["predict", "attach_prediction"]
 
 
 def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
     """Simulate the planned run with ``balance`` (as run) on this device's measured costs."""
-    from .simulated import grad_bytes, simulate_plan, workload
-
     spec, mb = run.spec, run.micro_batch
     p = spec.pipeline
     torch.set_num_threads(spec.train.threads)  # profiled with the run's threads

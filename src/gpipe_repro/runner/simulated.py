@@ -10,17 +10,17 @@ seconds) or ``measured`` (each distinct layer timed on this device at the micro-
 overheads calibrated once per device; all cached: ``sim.measured``). The micro-batch, the partition
 (``balance_by=time``: the profile's per-layer time), every stage's memory and ``train.batch_mode=fit``
 come from the run's plan (``config.plan``), made against the profile's memory (``sim_planning``).
+The profile's resolution and the step's costing are shared with the planner (``config.costing``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..config import RunConfig
+from ..config.costing import model_key, run_hardware, simulate_plan
 from ..config.device import DeviceMemory
 from ..config.plan import ModelPlan, RunPlan
 from ..engine.checkpoint import stage_mode
@@ -30,102 +30,13 @@ from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from ..metrics.summary import base_metrics, plan_info
 from ..planner.stages import layer_memory
-from ..sim import (
-    CostModel,
-    Hardware,
-    HardwareError,
-    SimResult,
-    Workload,
-    resolve_hardware,
-    simulate,
-    stage_costs,
-)
+from ..sim.step import grad_bytes
 
-__all__ = [
-    "simulate_run",
-    "sim_planning",
-    "simulate_plan",
-    "workload",
-    "profile_sizes",
-    "grad_bytes",
-]
+__all__ = ["simulate_run", "sim_planning"]
 
 Plan = ModelPlan
 
 GiB = 2**30
-
-
-def workload(spec: RunConfig, plan: Plan) -> Workload:
-    """The planned model as a hardware profile costs it (``sim.Workload``)."""
-    info = plan.info
-
-    def targets(n: int) -> torch.Tensor:
-        return torch.zeros(n, *(info.shape if info.kind != "image" else ()), dtype=torch.long)
-
-    return Workload(
-        key=_model_key(spec, plan),
-        layers=plan.layers,
-        example=info.example,
-        targets=targets,
-        loss_fn=plan.model.loss_fn,
-        planning_loss=plan.model.planning_loss,
-        seed=spec.seed,
-    )
-
-
-def profile_sizes(cap: int) -> list[int]:
-    """The micro-batches ``hardware=measured`` profiles at: the powers of two up to ``cap`` (the same
-    for every job of a sweep, so the sweep profiles once; others are interpolated)."""
-    sizes = [1]
-    while sizes[-1] * 2 <= cap:
-        sizes.append(sizes[-1] * 2)
-    return sizes
-
-
-def grad_bytes(layers: Sequence[torch.nn.Module]) -> list[int]:
-    """Per layer, the bytes of its parameters' gradients, what data-parallel replicas all-reduce:
-    fp32 whatever ``train.precision`` (the engine keeps fp32 master weights and gradients,
-    ``engine.precision``)."""
-    return [4 * sum(q.numel() for q in layer.parameters() if q.requires_grad) for layer in layers]
-
-
-def simulate_plan(
-    spec: RunConfig,
-    hw: Hardware,
-    costs: CostModel,
-    balance: Sequence[int],
-    micro_batch: int,
-    checkpoint: Sequence[str] | None = None,
-    layer_grad_bytes: Sequence[int] = (),
-) -> SimResult:
-    """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``;
-    ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage).
-    With ``pipeline.replicas`` > 1, ``layer_grad_bytes`` (``grad_bytes``, one per layer) are
-    all-reduced per stage after its last backward (``sim.simulate``)."""
-    p = spec.pipeline
-    per_stage, start = [], 0
-    for b in balance if layer_grad_bytes else ():
-        per_stage.append(sum(layer_grad_bytes[start : start + b]))
-        start += b
-    return simulate(
-        p.K,
-        p.M,
-        p.schedule,
-        p.checkpoint if checkpoint is None else list(checkpoint),
-        stage_costs(costs.layer_costs(micro_batch), balance),
-        costs.link,
-        costs.overhead_s,
-        sender_busy=hw.send_occupies_sender,
-        step_overhead_s=costs.step_overhead_s,
-        lookahead=hw.lookahead,
-        recompute_overhead_s=costs.recompute_overhead_s,
-        replicas=p.replicas,
-        grad_bytes=per_stage,
-    )
-
-
-def _model_key(spec: RunConfig, plan: Plan) -> str:
-    return f"{spec.model!r}|{plan.info!r}"
 
 
 def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
@@ -138,21 +49,9 @@ def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
         schedule=spec.pipeline.schedule,
         checkpoint=stage_mode(spec.pipeline.checkpoint, 0),  # each layer alone: the first's mode
         optim=spec.optim.name,
-        key=_model_key(spec, plan),
+        key=model_key(spec, plan),
         precision=spec.train.precision,
     )
-
-
-def _hardware(spec: RunConfig, plan: Plan) -> tuple[Hardware, CostModel]:
-    """The run's hardware and its costs for the planned model (the measured profile is timed with
-    the run's threads)."""
-    try:
-        hw = resolve_hardware(spec.hardware, spec.device, spec.sim.profile_repeats)
-    except HardwareError as err:
-        raise UserError(str(err)) from None
-    torch.set_num_threads(spec.train.threads)
-    sizes = profile_sizes(spec.sim.profile_max_micro_batch)
-    return hw, hw.cost_model(workload(spec, plan), sizes, spec.pipeline.M)
 
 
 def sim_planning(
@@ -160,7 +59,7 @@ def sim_planning(
 ) -> tuple[DeviceMemory, Callable[[int], list[float]], str]:
     """What the run's plan needs from the profile: one device's memory, and the per-layer time
     (forward + backward) at a micro-batch, for ``balance_by=time``."""
-    hw, costs = _hardware(spec, plan)
+    hw, costs = run_hardware(spec, plan)
 
     def times(n: int) -> list[float]:
         return [c.forward_s + c.backward_s for c in costs.layer_costs(n)]
@@ -173,7 +72,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
     """Simulate one training step of the planned run; the metrics and the simulated events (trace)."""
     spec = run.spec
     p, t = spec.pipeline, spec.train
-    hw, costs = _hardware(spec, plan)
+    hw, costs = run_hardware(spec, plan)
     mb, balance, mem = run.micro_batch, run.balance, run.stages
     per_layer = _layer_memory(spec, plan, mb)
     worst = max(range(len(per_layer)), key=lambda i: per_layer[i])

@@ -16,7 +16,6 @@ import argparse
 from pathlib import Path
 
 from ...config.compose import CONF_DIR
-from ...errors import UserError
 from ...sim.anchors import check
 from ...sim.anchors.cpu import measure_cpu
 from ...sim.hardware import load_profile, published_names
@@ -44,19 +43,15 @@ class ValidateHw(Artefact[AnchorRow]):
     command = "make validate-hw"
     siblings = ("devices.csv", "uses.csv", "cpu.csv", "cpu.yaml")
     page = "hw"
-
-    def options(self, parser: argparse.ArgumentParser) -> None:
-        help = "the published profiles alone: leave this CPU's roofline check out (seconds)"
-        parser.add_argument("--no-cpu", action="store_true", help=help)
-
-    def variant(self, opts: argparse.Namespace) -> str | None:
-        return "no-cpu" if getattr(opts, "no_cpu", False) else None
+    in_process = True
+    switch = (
+        "no-cpu",
+        "the published profiles alone: leave this CPU's roofline check out (seconds)",
+    )
 
     def collect(
         self, source: Path | None, opts: argparse.Namespace, out: Path
     ) -> Report[AnchorRow]:
-        if source is not None:
-            raise UserError("--from takes its results.csv (re-render), not a folder")
         names = published_names()
         rows = anchor_rows([r for name in names for r in check(load_profile(name))])
         write_csv(out / "devices.csv", DeviceSummary, devices(rows, names))

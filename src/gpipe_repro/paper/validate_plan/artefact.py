@@ -15,7 +15,6 @@ import json
 import time
 from pathlib import Path
 
-from ...errors import UserError
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
 from .run import Settings, collect
@@ -33,17 +32,10 @@ class ValidatePlan(Artefact[PlanRow]):
     csv = "validation.csv"
     siblings = ("calibration.json",)
     page = "plan"
-
-    def options(self, parser: argparse.ArgumentParser) -> None:
-        help = "two models, two caps, K <= 4, M <= 4: every step in a few minutes"
-        parser.add_argument("--quick", action="store_true", help=help)
-
-    def variant(self, opts: argparse.Namespace) -> str | None:
-        return "quick" if getattr(opts, "quick", False) else None
+    in_process = True
+    switch = ("quick", "two models, two caps, K <= 4, M <= 4: every step in a few minutes")
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[PlanRow]:
-        if source is not None:
-            raise UserError("--from takes its validation.csv (re-render), not a folder")
         t0 = time.perf_counter()
 
         def log(msg: str) -> None:

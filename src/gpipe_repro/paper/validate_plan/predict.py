@@ -3,9 +3,10 @@
 The planner (``plan.search``) sees a validation model as ``gpipe-plan`` sees a run's: per-layer
 memory from the memory planner's meta measurements (``planner.stages.layer_activations``), costs
 from this machine's measured profile and calibration (``sim.measured``), scored by the simulator
-with the measured hardware's settings (``runner.simulated.simulate_plan``'s call). As
-``gpipe-plan`` does, the listed candidates are planned exactly (``planner.stages.plan_stages``) and
-one over the cap is dropped. The list is every candidate of the measurable space (``top`` = all:
+with the measured hardware's settings (``sim.measured.MeasuredDevice`` on this run's calibration).
+The search space, the exact peaks and the simulated step are ``gpipe-plan``'s own functions
+(``plan.subject``): the planner validated is the planner shipped. As ``gpipe-plan`` does, the
+listed candidates are planned exactly and one over the cap is dropped. The list is every candidate of the measurable space (``top`` = all:
 nothing pruned), restricted to K in the settings' Ks and one replica: K x replicas <= 2 runs for
 real here, K = 4, 8 in emulation.
 
@@ -29,14 +30,10 @@ from typing import Any
 import torch
 
 from ...engine import balance_by_cost
-from ...engine.pipeline import DEFAULT_LOOKAHEAD
 from ...models import class_planning_loss, token_planning_loss
-from ...plan.search import CachedCosts, Candidate, Space, search
-from ...planner.memory import step_temporary_bytes
-from ...planner.stages import layer_activations, plan_stages
-from ...sim.costs import stage_costs
-from ...sim.measured import DeviceModel, LayerProfile, MeasuredCosts
-from ...sim.simulate import simulate
+from ...plan.search import Candidate, search
+from ...plan.subject import Subject, exact_peaks, simulate_candidate, space_of
+from ...sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
 from ..validate_sim.models import N, ValidationModel
 
 __all__ = ["Planned", "Predictor", "CAP_POINTS", "rule_configs"]
@@ -79,67 +76,40 @@ class Predictor:
     ) -> None:
         self.vm, self.dm, self.Ks, self.max_m = vm, dm, Ks, max_m
         self.layers = vm.meta_layers()
-        self.loss = (
+        loss = (
             token_planning_loss
             if vm.name in ("transformer", "translation")
             else class_planning_loss
         )
-        self.key = f"validate-plan|{vm.name}"
-        self.sample = _sample_fn(vm)
+        self.subject = Subject(self.layers, _sample_fn(vm), loss, f"validate-plan|{vm.name}", OPTIM)
+        self.hw = MeasuredDevice(calibration=dm)
         self.costs = MeasuredCosts(
             profile, dm.link, dm.overhead_s, step_overhead_s=dm.step_overhead_s
         )
-        self.acts = layer_activations(self.layers, self.sample, self.loss, key=self.key)
         self.params = [sum(p.numel() for p in la.parameters()) for la in self.layers]
+        self._full = space_of(self.subject, 2**62, self.costs)  # for configurations off the list
 
     def simulate(self, c: Candidate) -> tuple[float, float]:
         """The simulator on the measured costs, as the ``measured`` hardware runs it."""
-        r = simulate(
-            c.K,
-            c.M,
-            c.schedule,
-            list(c.checkpoint),
-            stage_costs(self.costs.layer_costs(c.micro_batch), c.balance),
-            self.costs.link,
-            self.costs.overhead_s,
-            sender_busy=self.dm.sender_busy,
-            step_overhead_s=self.costs.step_overhead_s,
-            lookahead=DEFAULT_LOOKAHEAD,
-            recompute_overhead_s=self.costs.recompute_overhead_s,
-        )
+        r = simulate_candidate(self.hw, self._full, c)
         return r.step_s, r.bubble_fraction
 
     def exact(self, c: Candidate) -> tuple[int, ...]:
-        stages = plan_stages(
-            self.layers,
-            self.sample,
-            self.loss,
-            c.balance,
-            K=c.K,
-            M=c.M,
-            micro_batch=c.micro_batch,
-            schedule=c.schedule,
-            checkpoint=list(c.checkpoint),
-            optim=OPTIM,
-            key=self.key,
-        )
-        return tuple(s.total for s in stages)
+        return exact_peaks(self.subject, c)
 
     def planned(self, c: Candidate) -> Planned:
         return Planned(c, self.simulate(c)[0], self.exact(c))
 
     def ranked(self, cap: int) -> list[Planned]:
         """The planner's list under ``cap``: best predicted first, none over the cap."""
-        space = Space(
-            layers=self.acts,
-            params=self.params,
-            optim=OPTIM,
-            costs=CachedCosts(self.costs),
-            cap=cap,
-            step_bytes=lambda n: step_temporary_bytes(n, OPTIM, 0.0, "cpu"),
-        )
+        space = space_of(self.subject, cap, self.costs)
+
+        def simulate(c: Candidate) -> tuple[float, float]:
+            r = simulate_candidate(self.hw, space, c)
+            return r.step_s, r.bubble_fraction
+
         with torch.no_grad():
-            cands, _ = search(space, max(self.Ks), N, self.max_m, 10**9, self.simulate)
+            cands, _ = search(space, max(self.Ks), N, self.max_m, 10**9, simulate)
         keep = [c for c in cands if c.K in self.Ks and c.replicas == 1]
         out = [
             p

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...errors import UserError
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
 from .measure import measure
@@ -30,17 +29,10 @@ class ValidateSim(Artefact[CellRow]):
     command = "make validate-sim"
     csv = "validation.csv"
     siblings = ("calibration.json", "events.jsonl", "roofline.csv", "cpu.yaml")
-
-    def options(self, parser: argparse.ArgumentParser) -> None:
-        help = "fewer cells, one round, two steps: a smoke run"
-        parser.add_argument("--quick", action="store_true", help=help)
-
-    def variant(self, opts: argparse.Namespace) -> str | None:
-        return "quick" if getattr(opts, "quick", False) else None
+    in_process = True
+    switch = ("quick", "fewer cells, one round, two steps: a smoke run")
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[CellRow]:
-        if source is not None:
-            raise UserError("--from takes its validation.csv (re-render), not a folder")
         v = measure(out, opts.quick)
         return Report(v.rows, Provenance.here(v.device.device))
 

@@ -48,11 +48,16 @@ class MeasuredDevice:
 
     name = "measured"
 
-    def __init__(self, device: str = "cpu", repeats: int = 5) -> None:
+    def __init__(
+        self, device: str = "cpu", repeats: int = 5, calibration: DeviceModel | None = None
+    ) -> None:
         self.device, self.repeats = device, repeats
+        self._calibration = calibration  # given: a calibration already made (a validation's own)
 
     def calibration(self) -> DeviceModel:
         """Link and engine overheads of this device, calibrated once per process (and cached)."""
+        if self._calibration is not None:
+            return self._calibration
         if self.device not in _CALIBRATION:
             _CALIBRATION[self.device] = device_model(self.device)
         return _CALIBRATION[self.device]

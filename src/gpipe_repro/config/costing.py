@@ -1,0 +1,94 @@
+"""A run's hardware profile, resolved and costed for its planned model, and its step simulated.
+
+What the ``sim`` backend, ``gpipe-run plan=auto``, ``gpipe-plan`` and the paper's simulated tables
+share: the run's ``hardware`` option resolved once into a ``sim.Hardware`` (``run_hardware``), the
+model as the profile costs it (``workload``; ``hardware=measured`` times each distinct layer at the
+micro-batches ``profile_sizes`` names, with the run's threads), and one step of the run's pipeline
+options on those costs (``simulate_plan``, over ``sim.step.simulate_step``, the one call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..errors import UserError
+from ..sim import CostModel, Hardware, HardwareError, SimResult, Workload, resolve_hardware
+from ..sim.step import simulate_step
+from .plan import ModelPlan
+from .schema import RunConfig
+
+__all__ = ["model_key", "workload", "profile_sizes", "run_hardware", "simulate_plan"]
+
+
+def model_key(spec: RunConfig, model: ModelPlan) -> str:
+    """The model and its data's shapes: what profiles, counts and meta measurements are kept by."""
+    return f"{spec.model!r}|{model.info!r}"
+
+
+def workload(spec: RunConfig, model: ModelPlan) -> Workload:
+    """The planned model as a hardware profile costs it (``sim.Workload``)."""
+    info = model.info
+
+    def targets(n: int) -> torch.Tensor:
+        return torch.zeros(n, *(info.shape if info.kind != "image" else ()), dtype=torch.long)
+
+    return Workload(
+        key=model_key(spec, model),
+        layers=model.layers,
+        example=info.example,
+        targets=targets,
+        loss_fn=model.model.loss_fn,
+        planning_loss=model.model.planning_loss,
+        seed=spec.seed,
+    )
+
+
+def profile_sizes(cap: int) -> list[int]:
+    """The micro-batches ``hardware=measured`` profiles at: the powers of two up to ``cap`` (the same
+    for every job of a sweep, so the sweep profiles once; others are interpolated)."""
+    sizes = [1]
+    while sizes[-1] * 2 <= cap:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def run_hardware(spec: RunConfig, model: ModelPlan) -> tuple[Hardware, CostModel]:
+    """The run's hardware and its costs for the planned model (the measured profile is timed with
+    the run's threads); a bad profile is one line (UserError)."""
+    try:
+        hw = resolve_hardware(spec.hardware, spec.device, spec.sim.profile_repeats)
+    except HardwareError as err:
+        raise UserError(str(err)) from None
+    torch.set_num_threads(spec.train.threads)
+    sizes = profile_sizes(spec.sim.profile_max_micro_batch)
+    return hw, hw.cost_model(workload(spec, model), sizes, spec.pipeline.M)
+
+
+def simulate_plan(
+    spec: RunConfig,
+    hw: Hardware,
+    costs: CostModel,
+    balance: Sequence[int],
+    micro_batch: int,
+    checkpoint: Sequence[str] | None = None,
+    layer_grad_bytes: Sequence[int] = (),
+) -> SimResult:
+    """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``;
+    ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage).
+    With ``pipeline.replicas`` > 1, ``layer_grad_bytes`` (``sim.step.grad_bytes``, one per layer)
+    are all-reduced per stage after its last backward."""
+    p = spec.pipeline
+    return simulate_step(
+        hw,
+        costs,
+        K=p.K,
+        M=p.M,
+        schedule=p.schedule,
+        checkpoint=p.checkpoint if checkpoint is None else checkpoint,
+        balance=balance,
+        micro_batch=micro_batch,
+        replicas=p.replicas,
+        layer_grad_bytes=layer_grad_bytes,
+    )
