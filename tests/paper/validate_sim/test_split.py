@@ -17,6 +17,7 @@ from gpipe_repro.paper.validate_sim.split import (
     SplitRow,
     group_rows,
     split_rows,
+    verdict_lines,
 )
 
 
@@ -71,8 +72,11 @@ def test_a_biased_group_is_flagged_a_small_bias_is_not_and_noise_is_not_met():
 
 
 def test_a_small_bias_below_the_spread_is_noise_not_met():
-    (g,) = group_rows(_group("mlp", "never", [0.02, 0.03, 0.04], 0.05))
+    rows = _group("mlp", "never", [0.02, 0.03, 0.04], 0.05)
+    (g,) = group_rows(rows)
     assert not g.outside and g.verdict == NOISE
+    (line, _) = verdict_lines(split_rows(rows), [g])
+    assert f"within ±5%: not shown ({NOISE}) — of 1 groups 0 met; 1 {NOISE}" in line
 
 
 def test_the_split_keeps_kinds_apart_and_splits_remat_and_schedule():

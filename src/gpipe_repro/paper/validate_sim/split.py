@@ -22,7 +22,16 @@ from pathlib import Path
 from ..rows import read_csv, write_csv
 from .run import CellRow
 
-__all__ = ["BIAS", "NOISE", "SplitRow", "GroupRow", "split_rows", "group_rows", "section"]
+__all__ = [
+    "BIAS",
+    "NOISE",
+    "SplitRow",
+    "GroupRow",
+    "split_rows",
+    "group_rows",
+    "verdict_lines",
+    "section",
+]
 
 BIAS = 0.05  # issue #21: every (model, K, remat) group's median signed error within ±5%
 NOISE = "inside this machine's noise"
@@ -168,7 +177,13 @@ def verdict_lines(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> lis
         if not gs:
             continue
         by = {v: [g for g in gs if g.verdict == v] for v in ("met", "not met", NOISE)}
-        target = "met" if len(by["met"]) == len(gs) else "**not met**"
+        target = (
+            "**not met**"
+            if by["not met"]
+            else "met"
+            if len(by["met"]) == len(gs)
+            else f"not shown ({NOISE})"
+        )
         parts = [f"{len(by['met'])} met"]
         if by["not met"]:
             parts.append(f"{len(by['not met'])} not met ({', '.join(map(_name, by['not met']))})")
