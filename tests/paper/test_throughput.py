@@ -217,3 +217,48 @@ def test_a_table_without_the_simulators_studies_is_never_published():
 def test_a_table_without_results_says_what_to_run(tmp_path):
     with pytest.raises(UserError, match="gpipe-run -m experiment=table3_amoebanet"):
         make(TABLE3, tmp_path, tmp_path / "out", OFF, "make table3")
+
+
+def test_a_cell_on_an_unanchored_profile_carries_validate_hws_mark_and_one_on_an_anchored_does_not(
+    tmp_path, monkeypatch
+):
+    from gpipe_repro.paper.validate_hw.flags import MARK
+    from gpipe_repro.paper.validate_hw.rows import CpuRow, DeviceSummary
+
+    hw = (
+        tmp_path / "hw"
+    )  # a validate-hw report: "good" anchored on images, "bad" misses its targets
+    hw.mkdir()
+    write_csv(
+        hw / "devices.csv",
+        DeviceSummary,
+        [
+            DeviceSummary("good", 2, 2, 1, 1, 1, 0.1, "image"),
+            DeviceSummary("bad", 2, 1, 1, 0, 1, 0.4, "image"),
+        ],
+    )
+    write_csv(
+        hw / "cpu.csv", CpuRow, [CpuRow("tuplenet", "image", "Cell", 1, 2, 1.0, 1.1, 0.1, True)]
+    )
+    rows = [
+        _gathered(K, M, h, "fixed", thr)
+        for h in ("good", "bad", "measured")
+        for (K, M), thr in {(2, 1): 100.0, (4, 4): 200.0}.items()
+    ]
+    (tmp_path / EXPERIMENTS[0]).mkdir()
+    write_csv(tmp_path / EXPERIMENTS[0] / "results.csv", SweepRow, rows)
+    monkeypatch.setattr(TABLE2, "hw", hw)
+    make(TABLE2, tmp_path, tmp_path / "out", OFF, "make table2")
+    md = (tmp_path / "out" / "table2.md").read_text()
+    # the summary table: columns bad, good, measured (in the order of the rows' series)
+    assert f"| 4 | 4 | 1.26 | 2.00{MARK} | 1.59 | 2.00 | 1.59 | 2.00 | 1.59 |" in md
+    marked = [ln for ln in md.splitlines() if ln.startswith("| 4 | 4 | 128 |")]  # per series
+    assert [MARK in ln for ln in marked] == [True, False, False]  # bad, good, measured
+    (note,) = [ln for ln in md.splitlines() if ln.startswith(MARK + " ")]
+    assert "amoebanet_d (fed image) on bad: bad's targets are not met (worst anchor +40.0%)" in note
+    assert str(hw) in note
+    # without a validate-hw report nothing is judged, and the page says so
+    monkeypatch.setattr(TABLE2, "hw", tmp_path / "none")
+    make(TABLE2, tmp_path / "out" / "results.csv", tmp_path / "again", OFF, "x")
+    again = (tmp_path / "again" / "table2.md").read_text()
+    assert MARK not in again and "no `make validate-hw` report was found" in again

@@ -242,3 +242,17 @@ def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
     assert fit(fitted, 10**12).train.batch_size > fitted.train.batch_size
     fixed = compose(["model=tuplenet", "data=synthetic"], cuda_available=False)
     assert fit(fixed, 10**12).train.batch_size == fixed.train.batch_size
+
+
+def test_a_simulated_run_records_its_threads_per_rank_and_its_sweep_provenance_shows_them(tmp_path):
+    """Tables 2 and 3 said "threads per rank ?": a simulated job recorded none (the profile is
+    measured with ``train.threads`` intra-op threads)."""
+    before = torch.get_num_threads()
+    try:
+        m = run(compose([*SIM, "train.threads=2"], cuda_available=False), tmp_path / "0_K1")
+    finally:
+        torch.set_num_threads(before)
+    assert m is not None and m.status == "ok", m and m.error
+    assert m.env.threads_per_rank == 2
+    _, prov = sweep_rows(tmp_path)
+    assert prov.threads == (2,) and "threads per rank 2;" in "\n".join(prov.page("t"))

@@ -27,7 +27,8 @@ stage k's compute time in a step, ``c = sum(busy) / b`` the compute per sample a
 - ``efficiency`` = c_r / c: compute per sample against the reference (per-micro-batch efficiency).
 
 The sentence for each cell names the factors furthest from 1 and compares our share of the bound
-with the paper's.
+with the paper's. A cell simulated on a published profile that ``make validate-hw`` finds not
+anchored well enough for it carries a mark and a footnote (``validate_hw.flags``, read at render).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .sweep import SweepRow
 from .throughput_rows import Cell, ThroughputRow
 from .throughput_sim import SimRow, studies
 from .throughput_text import markdown, plot, section
+from .validate_hw.flags import anchoring
 
 SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
 
@@ -218,6 +220,7 @@ class Throughput(Artefact[ThroughputRow]):
         self.experiments = [f"table{table}_amoebanet", f"table{table}_transformer"]
         self.profile, self.studies = profile, studies  # the simulator's studies (throughput_sim)
         self.runs = [[f"experiment={e}"] for e in self.experiments]
+        self.hw = REPORTS / "hw"  # the validate-hw report whose judgement marks the cells
 
     def options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -259,7 +262,9 @@ class Throughput(Artefact[ThroughputRow]):
         """The page (with the simulator's studies read back from their CSV) and the plot."""
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
-        args = (report.rows, report.provenance, self.table, self.title, self.names, ref)
+        pairs = [(r.model, r.hardware) for r in report.rows if r.source == "simulated"]
+        anchors = anchoring([p for p in pairs if p[1] != "measured"], self.hw)
+        args = (report.rows, report.provenance, self.table, self.title, self.names, ref, anchors)
         sims = read_csv(out / SENSITIVITY, SimRow) if (out / SENSITIVITY).exists() else []
         md, png = out / f"{self.page}.md", out / f"{self.page}.png"
         extra = section(sims, report.rows, self.names, self.profile)

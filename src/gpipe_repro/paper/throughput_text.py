@@ -17,6 +17,7 @@ from ..engine.schedule import bubble_fraction
 from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
+from .validate_hw.flags import MARK, Anchoring
 
 LINK_OK = 0.95  # "not the bottleneck": at least this share of the free link's throughput
 DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
@@ -38,35 +39,65 @@ def label(r: Any) -> str:
     return f"{where} · {BATCH.get(r.batch_mode, 'batch ' + r.batch_mode)}"
 
 
-def _cells(r: Any) -> list[str]:
+def _mark(r: Any, anchors: Anchoring) -> str:
+    """The validate-hw mark of a cell simulated on a published profile (``anchors``)."""
+    return anchors.mark(r.model, r.hardware) if r.source == "simulated" else ""
+
+
+def _cells(r: Any, anchors: Anchoring) -> list[str]:
     if r is None:
         return ["—", "—"]
     if r.normalized is None:
         return ["failed", "—"]
     flag = " (no fit)" if r.fits_memory is False else ""
-    return [f"{r.normalized:.2f}{flag}", "—" if r.ratio is None else f"{r.ratio:.2f}"]
+    ours = f"{r.normalized:.2f}{_mark(r, anchors)}{flag}"
+    return [ours, "—" if r.ratio is None else f"{r.ratio:.2f}"]
 
 
 def _f(v: float | None, spec: str = ".2f") -> str:
     return "—" if v is None else format(v, spec)
 
 
-def _series(r: Any) -> str:
+def _series(r: Any, anchors: Anchoring) -> str:
     fits = {True: "yes", False: "**no**"}.get(r.fits_memory, "—")
     head = f"| {r.M or '—'} | {r.K} | {r.batch_size or '—'} | {r.micro_batch or '—'} | {fits} | "
     if r.normalized is None:
         return head + f"— | failed | {_f(r.paper_normalized)} | — | — | — | — | — | — | {r.why} |"
     factors = (r.bound, r.balance, r.overlap, r.transfers, r.efficiency)
     return head + (
-        f"{r.throughput:.4g} | {r.normalized:.2f} | {_f(r.paper_normalized)} | {_f(r.ratio)} | "
-        + " | ".join(_f(v) for v in factors)
-        + f" | {r.why} |"
+        f"{r.throughput:.4g} | {r.normalized:.2f}{_mark(r, anchors)} | {_f(r.paper_normalized)} | "
+        f"{_f(r.ratio)} | " + " | ".join(_f(v) for v in factors) + f" | {r.why} |"
     )
 
 
+def _footnotes(rows: Sequence[Any], anchors: Anchoring) -> list[str]:
+    """Why the cells of ``rows`` that carry the mark have it (one line per model and profile)."""
+    pairs = dict.fromkeys((r.model, r.hardware) for r in rows if _mark(r, anchors))
+    return [
+        f"{MARK} Rests on a roofline not anchored well enough, as judged by {anchors.where}: "
+        f"{anchors.why[p]}."
+        for p in pairs
+    ]
+
+
 def markdown(
-    rows: Sequence[Any], prov: Provenance, table: int, title: str, names: dict[str, str], ref: str
+    rows: Sequence[Any],
+    prov: Provenance,
+    table: int,
+    title: str,
+    names: dict[str, str],
+    ref: str,
+    anchors: Anchoring | None = None,
 ) -> str:
+    """The page; ``anchors``: validate-hw's judgement of the published profiles, a mark beside
+    every cell that rests on one not anchored well enough (None: not judged)."""
+    anchors = anchors or Anchoring()
+    judged = (
+        f"{MARK}: the cell is simulated on a published profile that {anchors.where} finds not "
+        "anchored well enough for it (the footnote under each model says why)."
+        if anchors.where
+        else "Published profiles not judged here: no `make validate-hw` report was found."
+    )
     lines = [
         *prov.page(title),
         "",
@@ -78,7 +109,7 @@ def markdown(
         f"replica: its M, schedule, remat and partition). Each series is normalised to its {ref} if "
         "that cell's batch fits, else to its first cell that fits; the paper's numbers are "
         "re-normalised to the same cell before every ratio. *(no fit)*: the cell's batch does not "
-        "fit the device's memory (shown, never a normaliser).",
+        "fit the device's memory (shown, never a normaliser). " + judged,
         "",
         "`normalised = bound × balance × overlap × transfers × efficiency` (`paper/throughput.py`): "
         "the bubble bound K·M/(M+K−1) relative to the reference cell, the slowest stage's extra "
@@ -105,7 +136,8 @@ def markdown(
                     next(
                         (x for x in ms if label(x) == lb and (x.K, x.M) == (K, M)),
                         None,
-                    )
+                    ),
+                    anchors,
                 )
             ]
             lines.append(f"| {M} | {K} | {paper[(K, M)]:g} | " + " | ".join(cells) + " |")
@@ -114,7 +146,7 @@ def markdown(
             refs = {r.reference for r in ms if label(r) == lb and r.reference}
             note = f"normalised to {', '.join(sorted(refs))}" if refs else "no cell fits"
             lines.append(f"- *{lb}*: {note}")
-        lines.append("")
+        lines += ["", *_footnotes(ms, anchors), ""] if _footnotes(ms, anchors) else [""]
         for lb in every:
             lines += [
                 f"### {names[model]} — {lb}",
@@ -122,7 +154,7 @@ def markdown(
                 "| M | K | batch | micro-batch | fits | samples/s | ours | paper (same ref) | ratio | "
                 "bound | balance | overlap | transfers | efficiency | why |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-                *(_series(r) for r in ms if label(r) == lb),
+                *(_series(r, anchors) for r in ms if label(r) == lb),
                 "",
             ]
     return "\n".join(lines)

@@ -136,6 +136,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
         start += b
     m.layer_costs = run.choice.costs
     m.env.device_names = [record.get("device", hw.name)]
+    m.env.threads_per_rank = torch.get_num_threads()  # as set for the profile (``_hardware``)
     progress = ProgressWriter(out / PROGRESS_FILE)
     for step in range(t.steps):  # one simulated step stands for each: wandb sees the same series
         progress.write(

@@ -20,6 +20,7 @@ from ...sim.anchors.cpu import LayerPair
 from .uses import INPUTS, UseRow
 
 __all__ = [
+    "problems",
     "AnchorRow",
     "CpuRow",
     "DeviceSummary",
@@ -201,44 +202,52 @@ def kinds(rows: Sequence[CpuRow]) -> list[KindSummary]:
     return [KindSummary(m, i, k, tuple(sorted(es))) for (m, i, k), es in out.items()]
 
 
+def problems(
+    s: DeviceSummary | None, hardware: str, fed: str, cpu: Sequence[KindSummary]
+) -> list[str]:
+    """Why cells of a model fed ``fed`` simulated on ``hardware`` (its summary ``s``; None: no
+    anchor) rest on a roofline not anchored well enough; empty where it is anchored. End to end:
+    the profile's targets met and one of its anchors fed the same input (images or tokens); per
+    layer (what a time-balanced partition is cut on): every layer kind of this CPU's models fed that
+    input within ``TOLERANCE`` (``cpu``; not judged when empty)."""
+    out = []
+    if s is None or not s.anchors:
+        out.append(f"no published run checks {hardware}")
+    else:
+        if not s.met:
+            out.append(f"{hardware}'s targets are not met (worst anchor {s.worst:+.1%})")
+        if fed not in s.inputs.split("+"):
+            out.append(f"none of {hardware}'s anchors is fed {fed} ({s.inputs} only)")
+    ks = [k for k in cpu if k.input == fed]
+    bad = [k for k in ks if not k.within]
+    if bad:
+        worst, at = max(((e, k) for k in bad for _, e in k.errors), key=lambda p: abs(p[0]))
+        median = statistics.median(e for k in ks for _, e in k.errors)
+        out.append(
+            "the roofline's per-layer costs (a time-balanced partition is cut on them) miss "
+            f"this CPU's {fed} layers: {len(bad)} of {len(ks)} kinds outside "
+            f"{TOLERANCE:.0%}, median {median:+.0%}, worst {worst:+.0%} ({at.model} {at.kind})"
+        )
+    return out
+
+
 def rests_on(
     summaries: Sequence[DeviceSummary], used: Sequence[UseRow], cpu: Sequence[KindSummary]
 ) -> list[tuple[bool, str]]:
     """Per experiment simulated on a published profile: whether its roofline is anchored well
-    enough for it, and the line that says so. End to end: the profile's targets met and one of its
-    anchors fed the same input (images or tokens); per layer (what a time-balanced partition is cut
-    on): every layer kind of this CPU's models fed that input within ``TOLERANCE`` (``cpu``; not
-    judged when empty). Then one line per profile whose targets are not met and that no experiment
-    uses."""
+    enough for it (``problems``), and the line that says so. Then one line per profile whose
+    targets are not met and that no experiment uses."""
     by_name = {s.device: s for s in summaries}
     out = []
     for u in used:
         s = by_name.get(u.hardware)
         head = f"{u.experiment} ({u.model}, fed {u.input}), {u.cells} cells on {u.hardware}"
-        problems = []
-        if s is None or not s.anchors:
-            problems.append(f"no published run checks {u.hardware}")
-        else:
-            if not s.met:
-                problems.append(f"{u.hardware}'s targets are not met (worst anchor {s.worst:+.1%})")
-            if u.input not in s.inputs.split("+"):
-                problems.append(
-                    f"none of {u.hardware}'s anchors is fed {u.input} ({s.inputs} only)"
-                )
-        ks = [k for k in cpu if k.input == u.input]
-        bad = [k for k in ks if not k.within]
-        if bad:
-            worst, at = max(((e, k) for k in bad for _, e in k.errors), key=lambda p: abs(p[0]))
-            median = statistics.median(e for k in ks for _, e in k.errors)
-            problems.append(
-                "the roofline's per-layer costs (a time-balanced partition is cut on them) miss "
-                f"this CPU's {u.input} layers: {len(bad)} of {len(ks)} kinds outside "
-                f"{TOLERANCE:.0%}, median {median:+.0%}, worst {worst:+.0%} ({at.model} {at.kind})"
-            )
-        if problems:
+        why = problems(s, u.hardware, u.input, cpu)
+        if why:
             line = f"{head}: every one rests on a roofline not anchored well enough: "
-            out.append((False, line + "; ".join(problems)))
+            out.append((False, line + "; ".join(why)))
             continue
+        ks = [k for k in cpu if k.input == u.input]
         per_layer = (
             f"; this CPU's {len(ks)} {u.input} layer kinds within {TOLERANCE:.0%}"
             if ks

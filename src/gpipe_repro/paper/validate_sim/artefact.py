@@ -5,7 +5,8 @@
 
 Experiments: ``run.Settings`` (the grid; ``--quick``: fewer cells, one round, two steps). Collect:
 ``measure`` (``validation.csv``, ``events.jsonl``, ``cpu.yaml``, ``roofline.csv``,
-``calibration.json``). Render: ``text.markdown`` (``sim.md``, plots, traces), from those files alone.
+``calibration.json``). Render: ``text.markdown`` (``sim.md``, plots, traces) and ``split`` (the error
+by remat, schedule and (model, K, remat) group: ``split.csv``, ``groups.csv``), from those files alone.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from ..rows import read_csv
 from .cpu import RooflineRow
 from .plots import plot_cells, plot_roofline, trace_cell
 from .run import TRACE_CELL, VARIANTS, CellRow, worst
+from .split import section
 
 TARGETS = {"real": (0.05, 0.10), "emulated": (0.05, 0.05)}  # (median |error|, max |error|)
 # a cell whose steps waited longer than this share for a core was disturbed by other load
@@ -302,6 +303,8 @@ def markdown(rows: Sequence[CellRow], prov: Provenance, out: Path) -> list[Path]
         "costs do not; the targets are meant for a quiet machine.",
         "",
     ]
+    split, split_paths = section(rows, out)
+    lines += split
     lines += _speed(summ, calib)
     lines += by_group(rows)
     lines += [
@@ -395,4 +398,4 @@ def markdown(rows: Sequence[CellRow], prov: Provenance, out: Path) -> list[Path]
         for t in ("cell", "worst_real", "worst_emulated")
         for e in ("_measured.json", "_simulated.json", ".png")
     ]
-    return [out / n for n in names if (out / n).exists()]
+    return [*split_paths, *(out / n for n in names if (out / n).exists())]

@@ -1,0 +1,222 @@
+"""The validation's error split by what users decide: remat and schedule, and per (model, K, remat).
+
+Issue #21's target for the simulator is a *bias* target: in every (model, K, remat) group the median
+signed error within ±5% (bias distorts a table; noise averages out). Remat (GPipe §2.3) and the
+schedule are what a user decides, so the error is split by them, real and emulated cells always
+apart. A bias smaller than the same cell's repeat spread (how far the rounds of fresh processes
+differ on this machine, ``CellRow.round_spread``) cannot be told from this machine's noise: such a
+group says so instead of "met".
+
+Typed rows (``SplitRow``, ``GroupRow``) are computed from ``validation.csv``'s rows, written to
+``split.csv`` and ``groups.csv``, and the page's sections and verdict lines are rendered from what
+those CSVs hold.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..rows import read_csv, write_csv
+from .run import CellRow
+
+__all__ = [
+    "BIAS",
+    "NOISE",
+    "SplitRow",
+    "GroupRow",
+    "split_rows",
+    "group_rows",
+    "verdict_lines",
+    "section",
+]
+
+BIAS = 0.05  # issue #21: every (model, K, remat) group's median signed error within ±5%
+NOISE = "inside this machine's noise"
+KINDS = ("real", "emulated")
+ALL = "all"  # a split row over every schedule
+
+
+@dataclass
+class SplitRow:
+    """The error of one kind's cells with one remat and one schedule (``all``: every schedule)."""
+
+    kind: str
+    checkpoint: str
+    schedule: str
+    cells: int
+    median_signed: float
+    median_abs: float
+    max_abs: float
+
+
+@dataclass
+class GroupRow:
+    """One (model, K, remat) group of one kind: its bias against the ±5% target and its noise."""
+
+    kind: str
+    model: str
+    K: int
+    checkpoint: str
+    cells: int
+    median_signed: float
+    median_abs: float
+    max_abs: float
+    repeat_spread: float | None  # median over its cells of the rounds' spread (None: one round)
+    outside: bool  # |median signed| > BIAS
+    verdict: str  # met | not met | NOISE
+
+
+def verdict(bias: float, spread: float | None) -> str:
+    """A group's bias against the target: ``NOISE`` where it is smaller than the same cell's
+    repeat spread (nothing can be shown below that), else met or not met."""
+    if spread is not None and abs(bias) < spread:
+        return NOISE
+    return "met" if abs(bias) <= BIAS else "not met"
+
+
+def _errors(rs: Sequence[CellRow]) -> tuple[int, float, float, float]:
+    errs = [float(r.rel_error) for r in rs]
+    absolute = [abs(e) for e in errs]
+    return len(errs), statistics.median(errs), statistics.median(absolute), max(absolute)
+
+
+def split_rows(rows: Sequence[CellRow]) -> list[SplitRow]:
+    """Per kind x remat x (every schedule, then each): the cells' error."""
+    out = []
+    for kind in KINDS:
+        ks = [r for r in rows if r.kind == kind]
+        for ck in sorted({r.checkpoint for r in ks}):
+            cs = [r for r in ks if r.checkpoint == ck]
+            for sc in [ALL, *sorted({r.schedule for r in cs})]:
+                rs = [r for r in cs if sc in (ALL, r.schedule)]
+                out.append(SplitRow(kind, ck, sc, *_errors(rs)))
+    return out
+
+
+def group_rows(rows: Sequence[CellRow]) -> list[GroupRow]:
+    """Per kind, model, K and remat: the bias, the repeat spread beside it and the verdict."""
+    keys = sorted(
+        {(r.kind, r.model, r.K, r.checkpoint) for r in rows},
+        key=lambda k: (KINDS.index(k[0]) if k[0] in KINDS else len(KINDS), k[1], k[2], k[3]),
+    )
+    out = []
+    for kind, model, K, ck in keys:
+        rs = [r for r in rows if (r.kind, r.model, r.K, r.checkpoint) == (kind, model, K, ck)]
+        n, signed, med_abs, max_abs = _errors(rs)
+        spreads = [float(r.round_spread) for r in rs if r.round_spread is not None]
+        spread = statistics.median(spreads) if spreads else None
+        v = verdict(signed, spread)
+        out.append(
+            GroupRow(kind, model, K, ck, n, signed, med_abs, max_abs, spread, abs(signed) > BIAS, v)
+        )
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:+.1f}%"
+
+
+def _abs(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
+
+
+def _split_table(rows: Sequence[SplitRow]) -> list[str]:
+    lines = [
+        "## Error by what users decide: remat and schedule",
+        "",
+        "Signed error (simulated − measured) / measured, real and emulated cells apart (`split.csv`); "
+        f"*{ALL}*: both schedules together.",
+        "",
+        "| cells | remat | schedule | how many | median error (bias) | median abs. error | "
+        "max abs. error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.kind} | {r.checkpoint} | {r.schedule} | {r.cells} | {_pct(r.median_signed)} | "
+            f"{_abs(r.median_abs)} | {_abs(r.max_abs)} |"
+        )
+    return [*lines, ""]
+
+
+def _group_table(rows: Sequence[GroupRow]) -> list[str]:
+    lines = [
+        "## Bias per (model, K, remat) group",
+        "",
+        f"Target (issue #21): every group's median signed error within ±{BIAS:.0%} (`groups.csv`). "
+        "*Same-cell spread*: the median over the group's cells of how far the rounds of fresh "
+        "processes lie apart (the *rounds' spread* per cell below). A group whose bias is smaller "
+        f"than that spread is *{NOISE}*: this machine cannot show whether it meets the target.",
+        "",
+        "| cells | model | K | remat | how many | median error (bias) | median abs. error | "
+        f"max abs. error | same-cell spread | outside ±{BIAS:.0%} | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for g in rows:
+        verdict = "**not met**" if g.verdict == "not met" else g.verdict
+        lines.append(
+            f"| {g.kind} | {g.model} | {g.K} | {g.checkpoint} | {g.cells} | "
+            f"{_pct(g.median_signed)} | {_abs(g.median_abs)} | {_abs(g.max_abs)} | "
+            f"{_abs(g.repeat_spread)} | {'**yes**' if g.outside else 'no'} | {verdict} |"
+        )
+    return [*lines, ""]
+
+
+def _name(g: GroupRow) -> str:
+    return f"{g.model} K = {g.K} {g.checkpoint} {_pct(g.median_signed)}"
+
+
+def verdict_lines(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> list[str]:
+    """One line per kind: the bias target over its groups, and the bias per remat."""
+    lines = []
+    for kind in KINDS:
+        gs = [g for g in groups if g.kind == kind]
+        if not gs:
+            continue
+        by = {v: [g for g in gs if g.verdict == v] for v in ("met", "not met", NOISE)}
+        target = (
+            "**not met**"
+            if by["not met"]
+            else "met"
+            if len(by["met"]) == len(gs)
+            else f"not shown ({NOISE})"
+        )
+        parts = [f"{len(by['met'])} met"]
+        if by["not met"]:
+            parts.append(f"{len(by['not met'])} not met ({', '.join(map(_name, by['not met']))})")
+        if by[NOISE]:
+            parts.append(
+                f"{len(by[NOISE])} {NOISE} ({', '.join(map(_name, by[NOISE]))}: bias below the "
+                "same-cell spread)"
+            )
+        remat = ", ".join(
+            f"`{s.checkpoint}` {_pct(s.median_signed)} ({s.cells} cells)"
+            for s in splits
+            if s.kind == kind and s.schedule == ALL
+        )
+        outside = sum(g.outside for g in gs)
+        lines.append(
+            f"- {kind} cells, every group's bias within ±{BIAS:.0%}: {target} — of {len(gs)} "
+            f"groups {'; '.join(parts)}; {outside} outside ±{BIAS:.0%}. Bias by remat: {remat}."
+        )
+    return [*lines, ""]
+
+
+def section(rows: Sequence[CellRow], out: Path) -> tuple[list[str], list[Path]]:
+    """Write ``split.csv`` and ``groups.csv`` from ``rows`` into ``out``; the page's sections, read
+    back from them, and the files written."""
+    paths = [out / "split.csv", out / "groups.csv"]
+    write_csv(paths[0], SplitRow, split_rows(rows))
+    write_csv(paths[1], GroupRow, group_rows(rows))
+    splits, groups = read_csv(paths[0], SplitRow), read_csv(paths[1], GroupRow)
+    lines = [
+        *_split_table(splits),
+        *_group_table(groups),
+        "Verdicts (from the two tables above):",
+        "",
+        *verdict_lines(splits, groups),
+    ]
+    return lines, paths
