@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..config import RunConfig
 from ..config.costing import model_key, run_hardware, simulate_plan
 from ..config.device import DeviceMemory
@@ -136,7 +138,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
         start += b
     m.layer_costs = run.choice.costs
     m.env.device_names = [record.get("device", hw.name)]
-    m.env.threads_per_rank = torch.get_num_threads()  # as set for the profile (``_hardware``)
+    m.env.threads_per_rank = torch.get_num_threads()  # as set for the profile (``run_hardware``)
     progress = ProgressWriter(out / PROGRESS_FILE)
     for step in range(t.steps):  # one simulated step stands for each: wandb sees the same series
         progress.write(
