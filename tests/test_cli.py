@@ -52,15 +52,9 @@ STAGE_KEYS = [
 ]
 
 
-def test_two_stage_run_writes_complete_metrics(tmp_path):
-    r = gpipe_run(
-        "pipeline.K=2",
-        "pipeline.M=4",
-        "pipeline.checkpoint=always",
-        *FAST,
-        f"hydra.run.dir={tmp_path}",
-    )
-    assert r.returncode == 0, r.stderr
+def test_two_stage_run_writes_complete_metrics(k2_run):
+    """The session's K = 2 run through gpipe-run (tests/conftest.py: K2_RUN)."""
+    tmp_path = k2_run
     m = json.loads((tmp_path / "metrics.json").read_text())
     for key in CONTRACT:
         assert key in m, key
@@ -86,6 +80,7 @@ def test_two_stage_run_writes_complete_metrics(tmp_path):
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
     assert (tmp_path / "timeline.png").stat().st_size > 1000
+    assert (tmp_path / "saves" / "save-4" / "COMPLETE").exists()  # the final save
 
 
 def test_multirun_gathers_every_job_failed_ones_too(tmp_path):

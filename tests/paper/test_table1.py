@@ -165,3 +165,18 @@ def test_the_largest_transformer_that_fits_is_maximal(label, precision):
     assert plan.fits and plan_column(column, (L, 0), precision).fits
     assert not plan_column(column, (L + 1, 0), precision).fits, (label, precision, L)
     assert L < 8192
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("label", ["Naive-1", "Pipeline-1"])
+def test_the_largest_amoebanet_that_fits_is_maximal(label, precision):
+    """Table 1's AmoebaNet columns (largest D, a multiple of 8, at the paper's L): it fits, and the
+    next size up, D + 8, does not (the search's upper bound is not what stopped it). A search of
+    ~10 meta-device plans per cell: ``long`` (tests/conftest.py)."""
+    column = next(c for c in COLUMNS if c.model == "amoebanet_d" and c.label == label)
+    found = largest(column, precision)
+    assert found is not None
+    (L, D), plan = found
+    assert L == column.size[0] and D % 8 == 0 and plan.fits
+    assert not plan_column(column, (L, D + 8), precision).fits, (label, precision, D)
+    assert D < 8192
