@@ -78,7 +78,7 @@ LONG = (
     "tests/engine/test_hostmem.py::test_retain_removes_steady_state_page_faults",  # 11 s, a measurement
     "tests/faults/test_faults.py::test_divergence_is_reported_as_diverged",  # 7 s
     "tests/paper/test_validate_hw.py::test_the_command_checks_this_cpus_roofline_per_layer_kind",  # 45 s
-    "tests/paper/test_table1.py::test_the_largest_amoebanet_that_fits_is_maximal",  # ~80 s: 4 searches
+    "tests/paper/test_table1.py::test_the_largest_amoebanet_that_fits_is_maximal",  # 4 x 2 AmoebaNet plans
     "tests/sim/test_backend.py::test_measured_hardware_through_gpipe_run",  # ~30 s (contended)
     "tests/faults/test_faults.py::test_sigint_of_a_one_process_run",  # 8 s (Ctrl-C: the K = 2 and sweep tests)
     "tests/faults/test_faults.py::test_a_run_that_cannot_fit",  # 7 s (the guard in-process: tests/runner/test_memory_guard.py; exit 1 in one line: test_bad_input)

@@ -129,6 +129,7 @@ def test_measured_hardware_through_gpipe_run_is_the_simulation_on_this_cpus_prof
     monkeypatch.setattr(measured, "_CALIBRATION", {})
     monkeypatch.setattr(measured, "_COSTS", {})
     threads = torch.get_num_threads()  # the profile is timed with the run's threads
+    (tmp_path / "again").mkdir()  # the simulated steps' progress file
 
     def step_s(extra: list[str]) -> float | None:
         spec = compose([*args, *extra], cuda_available=False)
