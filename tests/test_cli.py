@@ -134,18 +134,3 @@ def test_wandb_offline_run_has_a_live_history_and_the_timeline(tmp_path):
     assert any(k.startswith("timeline.") for h in history for k in h)  # the timeline image
     assert list(runs[0].glob("files/media/images/timeline_*.png"))
     assert any(x["type"] == "artifact" for x in recs)  # trace.json + metrics.json
-
-
-@pytest.mark.slow
-def test_resuming_a_finished_sweep_keeps_its_results_and_gathers_them_again(tmp_path):
-    sweep = tmp_path / "sweep"
-    args = ["-m", "pipeline.M=1,2", *FAST, "train.eval=false", f"hydra.sweep.dir={sweep}"]
-    first = gpipe_run(*args)
-    assert first.returncode == 0, first.stderr[-2000:]
-    before = {p: p.read_text() for p in sweep.glob("*/metrics.json")}
-    (sweep / "results.csv").unlink()
-    again = gpipe_run(*args, "train.resume=auto")
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stderr.count("already finished") == 2
-    assert {p: p.read_text() for p in sweep.glob("*/metrics.json")} == before
-    assert len((sweep / "results.csv").read_text().splitlines()) == 3  # gathered again

@@ -186,6 +186,8 @@ def _readme_sweep_resume(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_a_sweep_and_the_readme_recipe_finishes_it(tmp_path):
+    """Ctrl-C in a sweep, the README's recipe to finish it, and the finished sweep resumed once more
+    (all its jobs kept; what tests/test_cli.py checked with two sweep launches of its own)."""
     sweep = tmp_path / "sweep"
     # four jobs: the two at K = 1 finish, the first at K = 2 is stopped by Ctrl-C, the last does
     # not start
@@ -215,6 +217,15 @@ def test_ctrl_c_stops_a_sweep_and_the_readme_recipe_finishes_it(tmp_path):
     assert metrics(sweep / "3_K2-M2")["status"] == "ok"
     rows = (sweep / "results.csv").read_text().splitlines()
     assert len(rows) == 5 and all(",ok," in r for r in rows[1:])
+    # the finished sweep resumed again (train.resume=auto, without skip_done): every job says it
+    # already finished and keeps its results as they are; the sweep is gathered again
+    before = {p: p.read_text() for p in sweep.glob("*/metrics.json")}
+    (sweep / "results.csv").unlink()
+    again = [*command, f"hydra.sweep.dir={sweep}", "train.resume=auto"]
+    code, err, _ = finish(start(again, tmp_path), 300)
+    assert code == 0 and err.count("already finished") == 4, err
+    assert {p: p.read_text() for p in sweep.glob("*/metrics.json")} == before
+    assert len((sweep / "results.csv").read_text().splitlines()) == 5
 
 
 @pytest.mark.slow
