@@ -70,6 +70,7 @@ LONG = (
     "tests/engine/test_events.py::test_measured_bubble_matches_formula[4-",  # 16-19 s each (contended; 21-24 s at 0.4 s cells); K = 2 stays
     "tests/engine/test_events.py::test_measured_bubble_matches_formula[2-1-",  # 10 s (contended)
     "tests/test_multinode.py::test_submitit_local_one_task_per_rank",  # 18 s (torchrun's stays)
+    "tests/test_multinode.py::test_the_tasks_of_a_slurm_job",  # 22 s contended (torchrun's stays)
     "tests/paper/test_table1.py::test_transformer_columns_report",  # 17 s
     "tests/models/test_models_in_engine.py::test_amoebanet_d_small_learns_mnist_at_k2",  # 19 s
     "tests/paper/validate_sim/test_validate_sim_cells.py::test_the_validation_pipeline_writes_its_report",  # 23 s
