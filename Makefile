@@ -25,10 +25,10 @@ demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with
 	$(BIN)/gpipe-run -m experiment=demo
 
 test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~10 min; the longest: make test-long, make test-targets)
-	$(BIN)/python -m pytest -q -m "not target and not long"
+	$(BIN)/python -m pytest -q --durations=30 -m "not target and not long"
 
 test-long: $(STAMP) ## the minutes-long end-to-end tests and grid cells left out of make test (~9 min)
-	$(BIN)/python -m pytest -q -m long
+	$(BIN)/python -m pytest -q --durations=30 -m long
 
 test-targets: $(STAMP) ## each paper target's quick variant end to end, its report checked (~10 min)
 	$(BIN)/python -m pytest -q -m target

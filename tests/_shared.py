@@ -1,6 +1,7 @@
 """Helpers shared by the test files: gpipe-run as a subprocess (to its end, or started in a session of
-its own to be signalled, with bounded waits), a parallel corpus written to a folder, and the skip of a
-network test when the Debian archive cannot be reached."""
+its own to be signalled, with bounded waits), a run's final weights read back from its save, a parallel
+corpus written to a folder, and the skip of a network test when the Debian archive cannot be
+reached."""
 
 from __future__ import annotations
 
@@ -14,12 +15,28 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpipe_repro.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "WANDB_MODE": "disabled", "GPIPE_PROGRESS": "0"}
+
+# A small K = 2 run with a final save (train.save_every larger than its steps: a save at the end
+# only); the session's ``k2_run`` fixture (tests/conftest.py) runs it once through gpipe-run.
+K2_RUN = [
+    "pipeline.K=2",
+    "pipeline.M=4",
+    "pipeline.checkpoint=always",
+    "train.steps=4",
+    "train.warmup_steps=1",
+    "train.eval_batch_size=500",
+    "train.save_every=1000",
+    "logger=none",
+    "model.hidden=64",
+    "model.depth=3",
+]
 
 
 def gpipe_run(
@@ -90,6 +107,26 @@ def group_left(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
             left.append(int(d.name))
     return left
+
+
+def final_weights(save: Path, overrides: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The weights and buffers of a save, by global key, loaded into the model ``overrides`` build
+    (whatever the K that wrote it: a save is keyed by global layer)."""
+    from gpipe_repro.config.compose import compose
+    from gpipe_repro.config.plan import plan_model
+    from gpipe_repro.models import materialize
+    from gpipe_repro.save import load_weights
+    from gpipe_repro.save.keys import layer_tensors
+
+    spec = compose([a for a in overrides if not a.startswith("hydra.")], cuda_available=False)
+    layers = materialize(plan_model(spec).layers, spec.seed)
+    load_weights(save, layers, 0)
+    return {k: t.clone() for k, t in layer_tensors(layers, 0).items()}
+
+
+def same_tensors(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """The same keys, and every tensor equal bit for bit."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def write_corpus(

@@ -42,6 +42,19 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
         torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def k2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the ``K2_RUN`` job (tests/_shared.py), run once for the session through
+    ``gpipe-run``: the files of a run (tests/test_cli.py) and the reference the other launchers must
+    equal bit for bit (tests/test_multinode.py) — one launch for both."""
+    from _shared import K2_RUN, gpipe_run  # here: after pytest_configure has hidden the GPUs
+
+    out = tmp_path_factory.mktemp("k2_run")
+    r = gpipe_run(*K2_RUN, f"hydra.run.dir={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
 # Tests marked ``long`` here (``make test-long``, not ``make test``): the minutes-long end-to-end runs
 # and the larger cells of grids whose small cells stay in ``make test`` — measured with
 # ``pytest --durations`` (seconds on 2 idle cores), so that ``make test`` stays near ten minutes.
@@ -57,6 +70,7 @@ LONG = (
     "tests/engine/test_events.py::test_measured_bubble_matches_formula[4-",  # 16-19 s each (contended; 21-24 s at 0.4 s cells); K = 2 stays
     "tests/engine/test_events.py::test_measured_bubble_matches_formula[2-1-",  # 10 s (contended)
     "tests/test_multinode.py::test_submitit_local_one_task_per_rank",  # 18 s (torchrun's stays)
+    "tests/test_multinode.py::test_the_tasks_of_a_slurm_job",  # 22 s contended (torchrun's stays)
     "tests/paper/test_table1.py::test_transformer_columns_report",  # 17 s
     "tests/models/test_models_in_engine.py::test_amoebanet_d_small_learns_mnist_at_k2",  # 19 s
     "tests/paper/validate_sim/test_validate_sim_cells.py::test_the_validation_pipeline_writes_its_report",  # 23 s
@@ -65,6 +79,17 @@ LONG = (
     "tests/engine/test_hostmem.py::test_retain_removes_steady_state_page_faults",  # 11 s, a measurement
     "tests/faults/test_faults.py::test_divergence_is_reported_as_diverged",  # 7 s
     "tests/paper/test_validate_hw.py::test_the_command_checks_this_cpus_roofline_per_layer_kind",  # 45 s
+    "tests/paper/test_table1.py::test_the_largest_amoebanet_that_fits_is_maximal",  # 4 x 2 AmoebaNet plans
+    "tests/sim/test_backend.py::test_measured_hardware_through_gpipe_run",  # ~30 s (contended)
+    "tests/faults/test_faults.py::test_sigint_of_a_one_process_run",  # 8 s (Ctrl-C: the K = 2 and sweep tests)
+    # half the memory model's grid (one launch runs the cells a session checks): each model keeps a
+    # cell of each remat mode and each precision in make test
+    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
+    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
+    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[except_last-1f1b-bf16]",
+    "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
+    "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
+    "tests/faults/test_faults.py::test_a_run_that_cannot_fit",  # 7 s (the guard in-process: tests/runner/test_memory_guard.py; exit 1 in one line: test_bad_input)
 )
 
 

@@ -15,15 +15,19 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from _shared import ROOT, finish, group_left, start, steps_done, wait_for
+from _shared import (
+    ROOT,
+    final_weights,
+    finish,
+    group_left,
+    same_tensors,
+    start,
+    steps_done,
+    wait_for,
+)
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
-from gpipe_repro.models import materialize
 from gpipe_repro.runner import run as run_here
-from gpipe_repro.save import load_weights
-from gpipe_repro.save.keys import layer_tensors
 
 MLP = ["model.hidden=64", "model.depth=3", "logger=none", "train.eval=false"]
 
@@ -91,18 +95,6 @@ def _losses(run: Path) -> list[float]:
     return metrics(run)["losses"]
 
 
-def _final(save: Path, args: list[str]) -> dict[str, torch.Tensor]:
-    """The weights and buffers of a save, by global key (loaded into the run's own model)."""
-    spec = compose([a for a in args if not a.startswith("hydra.")], cuda_available=False)
-    layers = materialize(plan_model(spec).layers, spec.seed)
-    load_weights(save, layers, 0)
-    return {k: t.clone() for k, t in layer_tensors(layers, 0).items()}
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
 @pytest.mark.slow
 def test_ctrl_c_stops_a_k2_run_after_the_step_and_resume_is_bit_identical_at_any_k(tmp_path):
     args = [
@@ -131,12 +123,14 @@ def test_ctrl_c_stops_a_k2_run_after_the_step_and_resume_is_bit_identical_at_any
     save = run / "saves" / f"save-{done}"
     assert (save / "COMPLETE").exists()  # a save when saves are on
     assert m["losses"] == _losses(full)[:done]
-    final = _final(full / "saves" / "save-40", k1)
+    final = final_weights(full / "saves" / "save-40", k1)
     # resume at another K (K = 1, from that save, in a folder of its own) ...
     other = tmp_path / "other"
     resumed = run_here(compose([*k1, f"train.resume={save}"], cuda_available=False), other)
     assert resumed.status == "ok", resumed.error
-    assert _losses(other) == _losses(full) and _same(_final(other / "saves" / "save-40", k1), final)
+    assert _losses(other) == _losses(full) and same_tensors(
+        final_weights(other / "saves" / "save-40", k1), final
+    )
     # ... and through gpipe-run in the same folder at the same K: the per-step losses and the final
     # parameters of the whole run equal the uninterrupted run's, bit for bit
     code, err, _ = finish(
@@ -144,7 +138,7 @@ def test_ctrl_c_stops_a_k2_run_after_the_step_and_resume_is_bit_identical_at_any
     )
     assert code == 0, err
     assert _losses(run) == _losses(full)
-    assert _same(_final(run / "saves" / "save-40", args), final)
+    assert same_tensors(final_weights(run / "saves" / "save-40", args), final)
 
 
 @pytest.mark.slow
@@ -192,6 +186,8 @@ def _readme_sweep_resume(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_a_sweep_and_the_readme_recipe_finishes_it(tmp_path):
+    """Ctrl-C in a sweep, the README's recipe to finish it, and the finished sweep resumed once more
+    (all its jobs kept; what tests/test_cli.py checked with two sweep launches of its own)."""
     sweep = tmp_path / "sweep"
     # four jobs: the two at K = 1 finish, the first at K = 2 is stopped by Ctrl-C, the last does
     # not start
@@ -221,6 +217,15 @@ def test_ctrl_c_stops_a_sweep_and_the_readme_recipe_finishes_it(tmp_path):
     assert metrics(sweep / "3_K2-M2")["status"] == "ok"
     rows = (sweep / "results.csv").read_text().splitlines()
     assert len(rows) == 5 and all(",ok," in r for r in rows[1:])
+    # the finished sweep resumed again (train.resume=auto, without skip_done): every job says it
+    # already finished and keeps its results as they are; the sweep is gathered again
+    before = {p: p.read_text() for p in sweep.glob("*/metrics.json")}
+    (sweep / "results.csv").unlink()
+    again = [*command, f"hydra.sweep.dir={sweep}", "train.resume=auto"]
+    code, err, _ = finish(start(again, tmp_path), 300)
+    assert code == 0 and err.count("already finished") == 4, err
+    assert {p: p.read_text() for p in sweep.glob("*/metrics.json")} == before
+    assert len((sweep / "results.csv").read_text().splitlines()) == 5
 
 
 @pytest.mark.slow

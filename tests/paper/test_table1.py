@@ -4,11 +4,14 @@ import csv
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from gpipe_repro.paper.__main__ import main
 from gpipe_repro.planner.table1 import COLUMNS, largest, plan_column
+
+REPORT = Path(__file__).resolve().parents[2] / "reports" / "table1"
 
 
 def test_transformer_columns_report(tmp_path):
@@ -165,3 +168,20 @@ def test_the_largest_transformer_that_fits_is_maximal(label, precision):
     assert plan.fits and plan_column(column, (L, 0), precision).fits
     assert not plan_column(column, (L + 1, 0), precision).fits, (label, precision, L)
     assert L < 8192
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("label", ["Naive-1", "Pipeline-1"])
+def test_the_largest_amoebanet_that_fits_is_maximal(label, precision):
+    """Table 1's AmoebaNet columns as published (reports/table1: the largest D, a multiple of 8, at
+    the paper's L): that size fits, and the next size up, D + 8, does not. Two meta-device plans a
+    cell instead of the search's ~11 (the search itself: the Transformer test above); still ~10 s
+    a cell on a shared machine: ``long`` (tests/conftest.py)."""
+    column = next(c for c in COLUMNS if c.model == "amoebanet_d" and c.label == label)
+    rows = csv.DictReader((REPORT / "results.csv").open())
+    row = next(r for r in rows if (r["column"], r["precision"]) == (label, precision))
+    L, D = int(row["largest_L"]), int(row["largest_D"])
+    assert row["model"] == "amoebanet_d" and L == column.size[0] and D % 8 == 0
+    found = plan_column(column, (L, D), precision)
+    assert found.fits and max(found.totals) == int(row["largest_max_stage_total_bytes"])
+    assert not plan_column(column, (L, D + 8), precision).fits, (label, precision, D)

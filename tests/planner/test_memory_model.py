@@ -1,5 +1,7 @@
 """The memory model (fake tensors, nothing allocated) against what the engine measures on this CPU, fp32 and bf16."""
 
+import sys
+
 import _memory_grid as mg
 import pytest
 import torch
@@ -54,19 +56,35 @@ def _spec(model, checkpoint, schedule, precision):
     )
 
 
+def _cell(item: pytest.Item) -> tuple[str, ...] | None:
+    """The grid cell a test of this file checks (None: not a grid test)."""
+    params = getattr(item, "callspec", None)
+    if item.module is not sys.modules[__name__] or params is None:
+        return None
+    model = "amoebanet_d" if "amoebanet" in item.name else "transformer_lm"
+    p = params.params
+    return (model, p["checkpoint"], p["schedule"], p["precision"])
+
+
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], list]:
-    """What the engine measures per stage for every cell: one launch of two ranks runs them all."""
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, ...], list]:
+    """What the engine measures per stage for every cell this session checks (``make test`` leaves
+    the cells listed in tests/conftest.py to ``make test-long``): one launch of two ranks runs them
+    all."""
+    wanted = {_cell(item) for item in request.session.items}
+    cells = [cell for cell in CELLS if cell in wanted]
     root = tmp_path_factory.mktemp("grid")
     jobs = []
-    for i, cell in enumerate(CELLS):
+    for i, cell in enumerate(cells):
         spec = _spec(*cell)
         (root / str(i)).mkdir()
         jobs.append((spec, plan(spec, plan_model(spec)), str(root / str(i))))
     per_rank = launch(mg.grid, 2, (jobs,), threads=1)
     return {
         cell: sorted((rank[i] for rank in per_rank), key=lambda r: r.stage)
-        for i, cell in enumerate(CELLS)
+        for i, cell in enumerate(cells)
     }
 
 

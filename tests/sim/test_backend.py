@@ -6,13 +6,18 @@ import json
 
 import pytest
 import torch
+from _shared import gpipe_run
 from jsonschema import Draft202012Validator
 
 from gpipe_repro.config.compose import compose, preflight
+from gpipe_repro.config.plan import plan_model
 from gpipe_repro.errors import UserError
+from gpipe_repro.metrics.contract import load_metrics
 from gpipe_repro.metrics.schema import json_schema
 from gpipe_repro.paper.sweep import markdown_table, sweep_rows
-from gpipe_repro.runner import run
+from gpipe_repro.runner import plan, run
+from gpipe_repro.runner.simulated import simulate_run
+from gpipe_repro.sim import measured
 
 MLP = [
     "model=mlp",
@@ -97,6 +102,46 @@ def test_each_stage_records_its_recompute_inside_its_busy_time(both):
             assert 0 < s["recompute_s"] < s["busy_s"], (key, s)
     rows, _ = sweep_rows(both["sweep"])
     assert [len(r.stage_recompute_s.split(";")) for r in rows] == [1, 2]
+
+
+@pytest.mark.slow
+def test_measured_hardware_through_gpipe_run_is_the_simulation_on_this_cpus_profile(
+    tmp_path, monkeypatch
+):
+    """``backend=sim hardware=measured`` end to end: gpipe-run profiles this CPU (into a cache of the
+    test's own) and writes a metrics.json that fits the schema and reads back; its step is what
+    ``runner.simulated`` gives for the same config on that profile, which a published profile's
+    step is not (a run that ignored the measured profile would fail here). ~30 s of profiling and
+    calibration: ``long`` (tests/conftest.py)."""
+    # model.batchnorm=false: the measured profile times micro-batch 1, which BatchNorm1d refuses in
+    # training (a separate fault of hardware=measured, reported)
+    args = [*MLP, "model.batchnorm=false", "backend=sim", "hardware=measured", "pipeline.K=2"]
+    cache, folder = tmp_path / "cache", tmp_path / "run"
+    r = gpipe_run(*args, f"hydra.run.dir={folder}", env={"GPIPE_CACHE": str(cache)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    Draft202012Validator(json_schema()).validate(json.loads((folder / "metrics.json").read_text()))
+    m = load_metrics(folder / "metrics.json")
+    assert m.status == "ok" and m.source == "simulated" and m.pipeline.K == 2
+    assert m.hardware["name"] == "measured" and m.hardware["kind"] == "measured"
+    assert any(cache.rglob("*.json")), "the run measured nothing into its cache"
+    # In this process, from the run's cache (not from what another test calibrated in it)
+    monkeypatch.setenv("GPIPE_CACHE", str(cache))
+    monkeypatch.setattr(measured, "_CALIBRATION", {})
+    monkeypatch.setattr(measured, "_COSTS", {})
+    threads = torch.get_num_threads()  # the profile is timed with the run's threads
+    (tmp_path / "again").mkdir()  # the simulated steps' progress file
+
+    def step_s(extra: list[str]) -> float | None:
+        spec = compose([*args, *extra], cuda_available=False)
+        model = plan_model(spec)
+        try:
+            simulated, _ = simulate_run(plan(spec, model), model, tmp_path / "again")
+        finally:
+            torch.set_num_threads(threads)
+        return simulated.step_time_s
+
+    assert m.step_time_s is not None and m.step_time_s == step_s([])
+    assert m.step_time_s != step_s(["hardware=tpu_v3"])
 
 
 def test_backend_auto_picks_the_simulator_here_and_the_engine_with_a_device_per_rank(monkeypatch):
