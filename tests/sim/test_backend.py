@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from unittest.mock import patch
 
 import pytest
 import torch
 from _shared import gpipe_run
 from jsonschema import Draft202012Validator
 
+from gpipe_repro.config import costing
 from gpipe_repro.config.compose import compose, preflight
+from gpipe_repro.config.costing import profile_sizes
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.errors import UserError
 from gpipe_repro.metrics.contract import load_metrics
@@ -113,9 +116,9 @@ def test_measured_hardware_through_gpipe_run_is_the_simulation_on_this_cpus_prof
     ``runner.simulated`` gives for the same config on that profile, which a published profile's
     step is not (a run that ignored the measured profile would fail here). ~30 s of profiling and
     calibration: ``long`` (tests/conftest.py)."""
-    # model.batchnorm=false: the measured profile times micro-batch 1, which BatchNorm1d refuses in
-    # training (a separate fault of hardware=measured, reported)
-    args = [*MLP, "model.batchnorm=false", "backend=sim", "hardware=measured", "pipeline.K=2"]
+    # the MLP keeps its BatchNorm1d, which refuses one sample per channel in training: the profile
+    # starts at micro-batch 2 for it (it timed 1 and failed before)
+    args = [*MLP, "backend=sim", "hardware=measured", "pipeline.K=2"]
     cache, folder = tmp_path / "cache", tmp_path / "run"
     r = gpipe_run(*args, f"hydra.run.dir={folder}", env={"GPIPE_CACHE": str(cache)})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -142,6 +145,23 @@ def test_measured_hardware_through_gpipe_run_is_the_simulation_on_this_cpus_prof
 
     assert m.step_time_s is not None and m.step_time_s == step_s([])
     assert m.step_time_s != step_s(["hardware=tpu_v3"])
+
+
+def test_the_measured_profile_starts_at_two_samples_for_batch_normalisation():
+    assert profile_sizes(8) == [1, 2, 4, 8] and profile_sizes(8, smallest=2) == [2, 4, 8]
+    seen: list[list[int]] = []
+
+    class Recorder:
+        name = "recorder"
+
+        def cost_model(self, workload, sizes, M):
+            seen.append(list(sizes))
+
+    for norm, first in (("true", 2), ("false", 1)):
+        spec = compose([*MLP, f"model.batchnorm={norm}", "hardware=measured"], cuda_available=False)
+        with patch.object(costing, "resolve_hardware", lambda *a: Recorder()):
+            costing.run_hardware(spec, plan_model(spec))
+        assert seen[-1][0] == first, (norm, seen[-1])
 
 
 def test_backend_auto_picks_the_simulator_here_and_the_engine_with_a_device_per_rank(monkeypatch):

@@ -115,6 +115,10 @@ def test_a_recompute_dearer_than_forward_plus_overhead_is_refused():
         check_recompute(_times(1.0, 2.0, 0.8, 0.1), "here")
     with pytest.raises(ProfileError, match="no-grad forward"):
         check_recompute(_times(1.0, 1.0, 1.5, 0.1), "here")
+    # a few calls can have no spread at all: a microsecond layer is not refused for its clock's jitter
+    assert check_recompute(_times(5e-6, 5e-6, 6e-6, 1e-5), "tiny") == pytest.approx(1e-5)
+    with pytest.raises(ProfileError, match="no-grad forward was profiled at 0.009 ms"):
+        check_recompute(_times(5e-6, 5e-6, 9e-6, 1e-5), "tiny")
 
 
 def test_records_pool_a_group_and_put_calls_on_the_reference_speed():

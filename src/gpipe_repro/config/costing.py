@@ -45,13 +45,18 @@ def workload(spec: RunConfig, model: ModelPlan) -> Workload:
     )
 
 
-def profile_sizes(cap: int) -> list[int]:
-    """The micro-batches ``hardware=measured`` profiles at: the powers of two up to ``cap`` (the same
-    for every job of a sweep, so the sweep profiles once; others are interpolated)."""
-    sizes = [1]
+def profile_sizes(cap: int, smallest: int = 1) -> list[int]:
+    """The micro-batches ``hardware=measured`` profiles at: the powers of two from ``smallest`` up to
+    ``cap`` (the same for every job of a sweep, so the sweep profiles once; others are interpolated,
+    and below ``smallest`` scaled in proportion)."""
+    sizes = [min(smallest, max(cap, 1))]
     while sizes[-1] * 2 <= cap:
         sizes.append(sizes[-1] * 2)
     return sizes
+
+
+def _modules(model: ModelPlan) -> list[torch.nn.Module]:
+    return [m for layer in model.layers for m in layer.modules()]
 
 
 def run_hardware(spec: RunConfig, model: ModelPlan) -> tuple[Hardware, CostModel]:
@@ -62,7 +67,9 @@ def run_hardware(spec: RunConfig, model: ModelPlan) -> tuple[Hardware, CostModel
     except HardwareError as err:
         raise UserError(str(err)) from None
     torch.set_num_threads(spec.train.threads)
-    sizes = profile_sizes(spec.sim.profile_max_micro_batch)
+    # batch normalisation in training refuses one sample per channel: such a model is timed from 2
+    norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in _modules(model))
+    sizes = profile_sizes(spec.sim.profile_max_micro_batch, smallest=2 if norm else 1)
     return hw, hw.cost_model(workload(spec, model), sizes, spec.pipeline.M)
 
 
