@@ -113,12 +113,13 @@ def test_per_stage_remat_in_the_memory_planner_and_the_simulator():
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("mode", ["never", "always"])
 def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
-    a = StageActivation(input=7, saved=11, output=13, weights=5)
+    a = StageActivation(input=7, saved=11, output=13, weights=5, work=17, work_fixed=19)
     for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3)]:
         for k in range(K):
             ci, cs, co, cw = _coef(schedule, mode, K, M, k)
             walk = peak_activation_bytes(a, schedule, mode, K, M, k) + sent_bytes(
                 a, schedule, mode, K, M, k
             )
-            assert ci * 7 + cs * 11 + co * 13 + cw * 5 == walk, (K, M, k)
+            # the working set once on top (``Space._bytes``)
+            assert ci * 7 + cs * 11 + co * 13 + cw * 5 + 17 + 19 == walk, (K, M, k)
             assert alive(schedule, K, M, k) == peak_in_flight(schedule, K, M, k)

@@ -7,7 +7,9 @@ activation memory (summed over the accelerators, as the paper's table does, and 
 one), and searches the largest model that fits the per-accelerator budget (largest D at the paper's L
 for AmoebaNet-D; largest L for Transformer-L). Partitions are the engine's exact min-max partition of
 the per-layer memory (state + activations). ``precision``: the activations as the engine keeps them
-in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both.
+in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both. Every stage also
+counts one micro-batch's working set during its backward, as every other plan does
+(``planner.memory``, ``planner.working``).
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
     """Per-sequence activation pieces of a Transformer-L stage, measured once on a 2-layer model.
 
     All L layers are identical, so a stage of n layers costs the 1-layer stage plus (n-1) times
-    the difference between the 2-layer and the 1-layer stages (exact by construction)."""
+    the difference between the 2-layer and the 1-layer stages (exact by construction); its
+    working set is the 2-layer stage's."""
     with torch.device("meta"):
         layers = transformer_lm_layers(2, d, H, A, V)
         tok = torch.zeros(1, S, dtype=torch.long)
@@ -215,11 +218,14 @@ def _stage_act(pieces: dict, emb: bool, soft: bool, nl: int) -> StageActivation:
     if nl <= 2:
         return pieces[(emb, soft, nl)]
     a1, a2 = pieces[(emb, soft, 1)], pieces[(emb, soft, 2)]
+    # one micro-batch's working set is one layer's at a time: more identical layers add none
     return StageActivation(
         a1.input,
         a1.saved + (nl - 1) * (a2.saved - a1.saved),
         a1.output,
         a1.weights + (nl - 1) * (a2.weights - a1.weights),
+        max(a1.work, a2.work),
+        max(a1.work_fixed, a2.work_fixed),
     )
 
 
