@@ -38,11 +38,7 @@ def inputs(name: str, first: int) -> tuple[list[torch.nn.Module], list[torch.nn.
     """The real and meta layers from ``first`` on, and the mini-batch those layers receive."""
     vm = model(name)
     layers, meta = vm.layers(), vm.meta_layers()
-    x = vm.sample(N)[0]
-    with torch.no_grad():
-        for la in layers[:first]:
-            x = la(x)
-    return layers[first:], meta[first:], x
+    return layers[first:], meta[first:], vm.received(layers, first, N)
 
 
 def loss_of(name: str) -> Any:

@@ -55,10 +55,7 @@ def _stages(name: str, K: int, checkpoint: str, M: int) -> list[Any]:
     first, balance = STAGES[(name, K)]
     vm = model(name)
     layers, meta = vm.layers(), vm.meta_layers()
-    x = vm.sample(N)[0]
-    with torch.no_grad():
-        for la in layers[:first]:
-            x = la(x)
+    x = vm.received(layers, first, N)
     loss = token_planning_loss if name == "transformer" else class_planning_loss
     return check_stages(layers[first:], meta[first:], x, loss, balance, M, checkpoint)
 
