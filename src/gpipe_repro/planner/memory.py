@@ -265,26 +265,36 @@ def _split_work(
 
 
 def peak_activation_bytes(
-    a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int
+    a: StageActivation,
+    schedule: str,
+    checkpoint: str,
+    K: int,
+    M: int,
+    stage: int,
+    working: bool = True,
 ) -> int:
     """The stage's peak activation bytes, walking its own action list (``engine.schedule``; an
     unknown schedule is refused there): a kept micro-batch holds input, saved tensors and output
     from its forward to its backward; a rematerialised one holds its input, and its saved tensors
     and output from the recompute until its backward ends (GPipe §2.3). One micro-batch's working
     set comes on top while it runs forward or backward: counted at each action, so once. The
-    closed forms of the module doc follow from this walk."""
+    closed forms of the module doc follow from this walk. ``working=False``: without the working
+    set and the recomputed output, the saved-tensor accounting the engine's meter does
+    (``engine.memory``) rather than the allocator's peak."""
     held = peak = 0
     whole = a.input + a.graph + a.output
+    work = a.working if working else 0
+    recomputed = a.graph + (a.output if working else 0)
     for act in stage_actions(schedule, K, M, stage):
         remat = uses_remat(checkpoint, act.mb, M)
         if act.kind == "F":
             held += a.input if remat else whole
-            peak = max(peak, held + a.working)
+            peak = max(peak, held + work)
         elif remat:  # the recompute's saved tensors and output, then the backward's working set
-            peak = max(peak, held + a.graph + a.output + a.working)
+            peak = max(peak, held + recomputed + work)
             held -= a.input
         else:
-            peak = max(peak, held + a.working)
+            peak = max(peak, held + work)
             held -= whole
     return peak
 

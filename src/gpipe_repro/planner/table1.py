@@ -86,6 +86,8 @@ class Plan:
     weight_copies: list[int] = field(
         default_factory=list
     )  # per stage: autocast's weight copies in activation
+    # per stage: the activations as the engine's meter accounts them (saved tensors, no working set)
+    accounted: list[int] = field(default_factory=list)
 
     @property
     def oversized(self) -> str | None:
@@ -123,17 +125,20 @@ def _finish(
     costs: list[float],
     names: list[str],
 ) -> Plan:
-    state, acts, copies, start = [], [], [], 0
+    state, acts, copies, accounted, start = [], [], [], [], 0
     for k, b in enumerate(balance):
         state.append(state_bytes(sum(params[start : start + b])))
         acts.append(peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k))
+        accounted.append(
+            peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k, working=False)
+        )
         copies.append(
             peak_activation_bytes(
                 StageActivation(0, 0, 0, stage_acts[k].weights), schedule, checkpoint, K, M, k
             )
         )
         start += b
-    return Plan(sum(params), balance, state, acts, budget, costs, names, copies)
+    return Plan(sum(params), balance, state, acts, budget, costs, names, copies, accounted)
 
 
 def plan_amoebanet(
