@@ -90,8 +90,7 @@ def test_amoebanet_plan_matches_engine_within_10_percent(engine, checkpoint, sch
         balance=bal,
         precision=precision,
     )
-    # the engine's meter accounts saved tensors: the planner's same accounting, no working set
-    for st, act, state in zip(stages, plan_.accounted, plan_.state, strict=True):
+    for st, act, state in zip(stages, plan_.activation, plan_.state, strict=True):
         assert act == pytest.approx(st.activation_bytes, rel=0.10), (
             st.stage,
             act,
@@ -121,7 +120,7 @@ def test_transformer_plan_matches_engine_within_10_percent(engine, checkpoint, s
         balance=bal,
         precision=precision,
     )
-    for st, act in zip(stages, plan_.accounted, strict=True):
+    for st, act in zip(stages, plan_.activation, strict=True):
         assert act == pytest.approx(st.activation_bytes, rel=0.10), (
             st.stage,
             act,
