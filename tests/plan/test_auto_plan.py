@@ -20,7 +20,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 # a model too big for one device under the cap: the planner must pipeline it (K = 2)
 MODEL = ["model.hidden=512", "model.depth=2", "train.batch_size=16", "hardware=tpu_v3"]
 RUN = ["train.steps=3", "train.warmup_steps=1", "train.progress=false", "train.eval=false"]
-AUTO = ["plan=auto", "plan.devices=2", "plan.memory_gib=0.006"]
+AUTO = ["plan=auto", "plan.devices=2", "plan.memory_gib=0.007"]
 
 
 SHAPE = ("K", "M", "replicas", "schedule")
@@ -51,12 +51,12 @@ def as_run(m) -> dict[str, object]:
 def test_a_real_run_with_plan_auto_runs_gpipe_plan_pick_and_records_it(tmp_path):
     m = run(compose([*MODEL, *RUN, *AUTO, "logger=none"], cuda_available=False), tmp_path / "r")
     assert m is not None and m.status == "ok", m.error
-    pick = planner_pick(tmp_path, ["plan.devices=2", "plan.memory_gib=0.006"])
+    pick = planner_pick(tmp_path, ["plan.devices=2", "plan.memory_gib=0.007"])
     assert pick["K"] == 2  # the cap binds: a real pipeline ran
     written = load_metrics(tmp_path / "r" / "metrics.json")
     assert as_run(written) == pick
     a = written.plan.auto
-    assert a.devices == 2 and a.memory_cap_bytes == int(0.006 * 2**30) and a.hardware == "tpu_v3"
+    assert a.devices == 2 and a.memory_cap_bytes == int(0.007 * 2**30) and a.hardware == "tpu_v3"
     assert max(a.predicted_stage_bytes) <= a.memory_cap_bytes and a.candidates > 10
     assert written.plan.balance_cost.startswith("plan=auto")
     assert written.throughput is not None and len(written.losses) == 3  # measured beside it
@@ -65,7 +65,7 @@ def test_a_real_run_with_plan_auto_runs_gpipe_plan_pick_and_records_it(tmp_path)
 
 
 def test_backend_sim_with_plan_auto_simulates_the_pick(tmp_path):
-    extra = ["plan.devices=4", "plan.memory_gib=0.006"]
+    extra = ["plan.devices=4", "plan.memory_gib=0.007"]
     spec = compose([*MODEL, *RUN, "plan=auto", *extra, "backend=sim", "logger=none"])
     m = run(spec, tmp_path / "s")
     assert m is not None and m.status == "ok" and m.source == "simulated", m.error

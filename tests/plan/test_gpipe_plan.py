@@ -23,7 +23,9 @@ from gpipe_repro.sim import Link, StageCost, simulate
 GiB = 2**30
 # the default model (an MLP on digits) on a published device: planned in about a second
 BASE = ["hardware=tpu_v3", "model.hidden=1024"]
-CAP = "plan.memory_gib=0.025"
+# tight: one micro-batch's working set (the 1024 x 1024 weight gradient before it is accumulated,
+# 4 MiB) counted, 81 candidates fit on 4 devices (32 at 0.025 GiB)
+CAP = "plan.memory_gib=0.028"
 
 
 def test_pruning_keeps_the_exhaustive_ranking_and_no_row_exceeds_the_cap(tmp_path):
@@ -32,7 +34,7 @@ def test_pruning_keeps_the_exhaustive_ranking_and_no_row_exceeds_the_cap(tmp_pat
     assert len(full) > 40  # nothing pruned: every candidate that fits was simulated
     assert [c.samples_per_s for c in pruned] == [c.samples_per_s for c in full[:4]]
     for c in full:
-        assert max(c.stage_bytes) <= 0.025 * GiB  # planned exactly
+        assert max(c.stage_bytes) <= 0.028 * GiB  # planned exactly
         assert c.bound_s <= c.step_s * (1 + 1e-9)  # the bound pruning relies on
         assert c.K * c.replicas <= 4 and c.batch_size == 64
     rates = [c.samples_per_s for c in full]
@@ -53,10 +55,10 @@ def test_the_bound_stays_below_every_simulated_step_under_remat(tmp_path):
 def test_the_cap_binds_and_fit_fills_it(tmp_path):
     loose, _ = plan([*BASE, "plan.devices=2", "plan.memory_gib=1", f"plan.out={tmp_path}/a"])
     tight, _ = plan([*BASE, "plan.devices=2", CAP, f"plan.out={tmp_path}/b"])
-    assert max(loose[0].stage_bytes) > 0.025 * GiB  # the loose pick would not fit the tight cap
-    assert max(tight[0].stage_bytes) <= 0.025 * GiB
+    assert max(loose[0].stage_bytes) > 0.028 * GiB  # the loose pick would not fit the tight cap
+    assert max(tight[0].stage_bytes) <= 0.028 * GiB
     fit, _ = plan([*BASE, "plan.devices=2", CAP, "plan.batch_size=fit", f"plan.out={tmp_path}/c"])
-    assert fit[0].batch_size > 64 and max(fit[0].stage_bytes) <= 0.025 * GiB
+    assert fit[0].batch_size > 64 and max(fit[0].stage_bytes) <= 0.028 * GiB
 
 
 def test_cli_prints_the_table_and_command_and_writes_the_files(tmp_path, capsys):
@@ -113,12 +115,13 @@ def test_per_stage_remat_in_the_memory_planner_and_the_simulator():
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("mode", ["never", "always"])
 def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
-    a = StageActivation(input=7, saved=11, output=13, weights=5)
+    a = StageActivation(input=7, saved=11, output=13, weights=5, work=17, work_fixed=19)
     for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3)]:
         for k in range(K):
             ci, cs, co, cw = _coef(schedule, mode, K, M, k)
             walk = peak_activation_bytes(a, schedule, mode, K, M, k) + sent_bytes(
                 a, schedule, mode, K, M, k
             )
-            assert ci * 7 + cs * 11 + co * 13 + cw * 5 == walk, (K, M, k)
+            # the working set once on top (``Space._bytes``)
+            assert ci * 7 + cs * 11 + co * 13 + cw * 5 + 17 + 19 == walk, (K, M, k)
             assert alive(schedule, K, M, k) == peak_in_flight(schedule, K, M, k)

@@ -7,18 +7,20 @@ import pytest
 from gpipe_repro.engine.errors import ArgumentError
 from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes
 
-A = StageActivation(input=3, saved=40, output=7, weights=10)  # graph = saved + weights = 50
+# graph = saved + weights = 50; one micro-batch's working set = work + work_fixed = 7
+A = StageActivation(input=3, saved=40, output=7, weights=10, work=5, work_fixed=2)
 
 
 def closed_form(schedule: str, checkpoint: str, K: int, M: int, k: int) -> int:
-    """The table of the module doc (GPipe §2.3), written out."""
+    """The table of the module doc (GPipe §2.3), written out: the working set once, on top."""
     n = M if schedule == "gpipe" else min(K - k, M)
     if checkpoint == "never":
-        return n * (A.input + A.graph + A.output)
+        return n * (A.input + A.graph + A.output) + A.working
     if checkpoint == "always":
-        return n * A.input + A.graph
+        return n * A.input + A.graph + A.output + A.working
     overlap = schedule == "1f1b" and M > 1 and K - k - 1 >= 1
-    return n * A.input + A.graph * (2 if overlap else 1) + A.output
+    # a stage with warm-up forwards recomputes one micro-batch while it holds the kept last one
+    return n * A.input + (A.graph + A.output) * (2 if overlap else 1) + A.working
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -34,3 +36,18 @@ def test_the_walk_gives_the_papers_closed_forms(schedule, checkpoint):
 def test_an_unknown_schedule_is_refused_not_read_as_1f1b():
     with pytest.raises(ArgumentError, match="schedule='interleaved' is unknown"):
         peak_activation_bytes(A, "interleaved", "never", 4, 8, 0)
+
+
+def test_the_working_set_counts_once_whatever_the_micro_batches_alive():
+    none = StageActivation(input=3, saved=40, output=7, weights=10)
+    for schedule in ("gpipe", "1f1b"):
+        for checkpoint in ("never", "except_last", "always"):
+            for M in (1, 4):
+                got = peak_activation_bytes(A, schedule, checkpoint, 2, M, 0)
+                without = peak_activation_bytes(none, schedule, checkpoint, 2, M, 0)
+                assert got - without == A.working, (schedule, checkpoint, M)
+
+
+def test_scaling_a_stage_scales_the_working_sets_linear_part_only():
+    a = A.scaled(4)
+    assert (a.work, a.work_fixed, a.weights) == (20, 2, 10)

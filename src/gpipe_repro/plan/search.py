@@ -13,7 +13,8 @@ remat only where memory needs it (remat never makes a stage faster). The all-nev
 partitions are candidates too. Memory per cell comes from the memory planner's per-layer meta
 measurements (``planner.stages``): state exactly, activations bounded from above (a cell saves at
 most its layers' own saved tensors plus their inputs), times the schedule's and mode's count of
-micro-batches alive (the memory planner's closed forms, ``_coef``).
+micro-batches alive (the memory planner's closed forms, ``_coef``), plus one micro-batch's working
+set, bounded by its layers' largest plus the gradient the cell receives.
 The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
 
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
@@ -160,6 +161,10 @@ class Space:
         inner = seg(inp) - inp[ii]
         self.saved = seg([a.saved for a in self.layers]) + inner
         self.weights = seg([a.weights for a in self.layers])
+        # one micro-batch's working set <= the largest of its layers' own, plus the gradient the
+        # cell receives (held through its whole backward), per sample; and the part that does not scale
+        self.work = _range_max([a.work for a in self.layers]) + self.out
+        self.work_fixed = _range_max([a.work_fixed for a in self.layers])
         nparams = seg(self.params)
         self.state = np.vectorize(lambda p: state_bytes(int(p), self.optim))(np.maximum(nparams, 0))
         self.step = np.vectorize(lambda p: self.step_bytes(int(p)))(np.maximum(nparams, 0))
@@ -200,7 +205,12 @@ class Space:
         return self._bytes([co[:, q][:, None, None] for q in range(4)], n)
 
     def _bytes(self, c: Sequence[Any], n: int) -> np.ndarray:
-        act = n * (c[0] * self.inp + c[1] * self.saved + c[2] * self.out) + c[3] * self.weights
+        """The working set counts once, whatever the mode and the micro-batches alive."""
+        act = (
+            n * (c[0] * self.inp + c[1] * self.saved + c[2] * self.out + self.work)
+            + c[3] * self.weights
+            + self.work_fixed
+        )
         return self.state + np.maximum(np.rint(act), self.step)
 
     def cell(self, micro_batch: int, start: int, stop: int) -> StageCost:
@@ -222,6 +232,15 @@ class Space:
         return self._fits[key]
 
 
+def _range_max(v: Sequence[int]) -> np.ndarray:
+    """(L+1, L+1): the largest of v[i:j] for i < j, 0 elsewhere."""
+    L = len(v)
+    out = np.zeros((L + 1, L + 1))
+    for i in range(L):
+        out[i, i + 1 :] = np.maximum.accumulate(np.asarray(v[i:], dtype=np.float64))
+    return out
+
+
 def alive(schedule: str, K: int, M: int, k: int) -> int:
     """Micro-batches stage k holds at its peak: M under gpipe, min(K - k, M) under 1f1b
     (``engine.schedule.peak_in_flight``'s closed form, checked against it in the tests)."""
@@ -232,8 +251,9 @@ def _coef(schedule: str, mode: str, K: int, M: int, k: int) -> tuple[float, floa
     """Stage k's peak activations as a linear form of (input, saved, output, weights) of one
     micro-batch: the memory planner's closed forms (``planner.memory``'s table; its walk,
     ``peak_activation_bytes`` + ``sent_bytes``, is checked against them in the tests) — never:
-    n · (in + saved + out + weights); always: n · in + saved + weights, and the outputs sent but
-    still in transfer (n of them, none from the last stage); n = the micro-batches alive."""
+    n · (in + saved + out + weights); always: n · in + saved + weights + the recomputed output, and
+    the outputs sent but still in transfer (n of them, none from the last stage); n = the
+    micro-batches alive. One micro-batch's working set comes on top once (``Space._bytes``)."""
     return _coef_of(mode, alive(schedule, K, M, k), k == K - 1)
 
 
@@ -241,7 +261,7 @@ def _coef_of(mode: str, n: int, last: bool) -> tuple[float, float, float, float]
     if mode == "never":
         return (n, n, n, n)
     if mode == "always":
-        return (n, 1, 0 if last else n, 1)
+        return (n, 1, 1 if last else n + 1, 1)
     raise ValueError(f"mode={mode!r} is not searched; allowed: {', '.join(MODES)}")
 
 

@@ -1,7 +1,8 @@
 """The planner's per-stage peak against the CPU allocator's: real tensors, one stage at a time.
 
 ``planner.memory`` counts what autograd saves (fake tensors, nothing allocated). This module runs a
-small AmoebaNet-D's stages for real on this CPU, each in this process, through the engine's own
+small model's stages (AmoebaNet-D through the Table 1 planner, ``check_amoebanet``; any layer list
+through ``planner.stages``, ``check_stages``) for real on this CPU, each in this process, through the engine's own
 stage code (``engine.pipeline.Cell``) and in GPipe's fill-drain order (GPipe §2.2-2.3): all M
 forwards, then the M backwards in reverse; with remat ``always`` the forwards keep only their inputs
 and each backward recomputes its micro-batch first; a stage that is not the last sends its outputs on
@@ -18,7 +19,7 @@ does not: temporaries of the kernels, backward's gradient buffers, the loss's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +28,13 @@ import torch.nn.functional as F
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
-from ..engine.microbatch import as_tuple, from_tuple, split
+from ..engine.microbatch import Batch, as_tuple, from_tuple, split
 from ..engine.pipeline import Cell
 from ..models.amoebanet import amoebanet_layers
+from .stages import plan_stages
 from .table1 import GiB, plan_amoebanet
 
-__all__ = ["Check", "allocator_peak", "check_amoebanet"]
+__all__ = ["Check", "allocator_peak", "check_amoebanet", "check_stages"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,13 @@ def _loss(out: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long))
 
 
-def _step(cell: Cell, inputs: list[Any], checkpoint: str, last: bool) -> None:
+def _step(
+    cell: Cell,
+    inputs: list[Any],
+    checkpoint: str,
+    last: bool,
+    loss: Callable[[Any], torch.Tensor] = _loss,
+) -> None:
     """One fill-drain step of a stage on its micro-batch ``inputs`` (module doc)."""
     xs: list[Any] = [
         from_tuple(
@@ -97,7 +105,7 @@ def _step(cell: Cell, inputs: list[Any], checkpoint: str, last: bool) -> None:
     for m in reversed(range(len(xs))):
         y = outs.pop() if checkpoint == "never" else cell(xs[m])
         if last:
-            _loss(y).backward()
+            loss(y).backward()
         else:
             ys = as_tuple(y)
             torch.autograd.backward(list(ys), [torch.randn_like(t) for t in ys])
@@ -125,17 +133,63 @@ def check_amoebanet(
     out, start = [], 0
     for k, b in enumerate(balance):
         cell = Cell(layers[start : start + b])
-        params = list(cell.parameters())
-        inputs = split(x, M)
-        opt = torch.optim.RMSprop(params, lr=1e-6)
-        _step(cell, inputs, checkpoint, k == K - 1)  # warm-up: gradients and state exist
-        opt.step()
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            _step(cell, inputs, checkpoint, k == K - 1)
-        state = 12 * sum(p.numel() for p in params)
-        out.append(
-            Check(K, k, checkpoint, M, N, state, plan.totals[k], state + allocator_peak(prof))
-        )
+        state, measured = _measure(cell, x, M, checkpoint, k == K - 1, _loss)
+        out.append(Check(K, k, checkpoint, M, N, state, plan.totals[k], measured))
+        with torch.no_grad():
+            x = cell(x)  # the next stage's input
+        start += b
+    return out
+
+
+def _measure(
+    cell: Cell, x: Any, M: int, checkpoint: str, last: bool, loss: Callable[[Any], torch.Tensor]
+) -> tuple[int, int]:
+    """(state, measured peak) of one stage: a warm-up step and an RMSProp step, then the profiled
+    step (module doc)."""
+    params = list(cell.parameters())
+    opt = torch.optim.RMSprop(params, lr=1e-6)
+    _step(cell, split(x, M), checkpoint, last, loss)  # warm-up: gradients and state exist
+    opt.step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _step(cell, split(x, M), checkpoint, last, loss)
+    state = 12 * sum(p.numel() for p in params)
+    return state, state + allocator_peak(prof)
+
+
+def check_stages(
+    layers: Sequence[torch.nn.Module],
+    meta_layers: Sequence[torch.nn.Module],
+    x: Batch,
+    loss: Callable[[Any], torch.Tensor],
+    balance: list[int],
+    M: int,
+    checkpoint: str,
+) -> list[Check]:
+    """Every stage of ``layers`` (real; ``meta_layers`` the same on meta) on the mini-batch ``x``,
+    planned (``planner.stages.plan_stages``, schedule gpipe) and measured (module doc); ``loss``:
+    the last stage's loss of its output."""
+    K, N = len(balance), as_tuple(x)[0].shape[0]
+
+    def sample(n: int, device: str) -> Batch:
+        ts = [torch.empty((n, *t.shape[1:]), dtype=t.dtype, device=device) for t in as_tuple(x)]
+        return from_tuple(ts, isinstance(x, tuple))
+
+    plan = plan_stages(
+        meta_layers,
+        sample,
+        loss,
+        balance,
+        K=K,
+        M=M,
+        micro_batch=N // M,
+        schedule="gpipe",
+        checkpoint=checkpoint,
+    )
+    out, start = [], 0
+    for k, b in enumerate(balance):
+        cell = Cell(layers[start : start + b])
+        state, measured = _measure(cell, x, M, checkpoint, k == K - 1, loss)
+        out.append(Check(K, k, checkpoint, M, N, state, plan[k].total, measured))
         with torch.no_grad():
             x = cell(x)  # the next stage's input
         start += b

@@ -8,15 +8,20 @@ compared (tests/planner): per stage,
 - activations of one micro-batch: the unique tensors autograd saves for backward while the stage
   runs forward (the loss's too on the last stage), plus the stage's input (kept for backward or
   for rematerialisation) and its output (kept until its gradient arrives);
+- the working set of one micro-batch (``planner.working``): what its forward and backward hold for
+  a while beyond the above — the received output gradient, the gradients of intermediate outputs,
+  backward's outputs and the kernels' scratch; it occurs for one micro-batch at a time, so it counts
+  once per stage, whatever the schedule and remat mode;
 - how many micro-batches are alive at the peak, from the schedule and the remat mode:
 
   | schedule, remat | peak activation bytes of stage k |
   |---|---|
-  | gpipe, never | M · (in + saved + out) |
-  | gpipe, always | M · in + saved (one micro-batch recomputed at a time) |
-  | gpipe, except_last | M · in + saved + out |
+  | gpipe, never | M · (in + saved + out) + work |
+  | gpipe, always | M · in + saved + out + work (one micro-batch recomputed at a time) |
+  | gpipe, except_last | M · in + saved + out + work |
   | 1f1b | the same with M replaced by the micro-batches in flight, min(K - k, M); with except_last a
   |      | stage that has warm-up forwards (k < K-1) also holds a second micro-batch's saved tensors |
+  |      | and output (the kept last one's, while it recomputes another) |
 
 These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
 
@@ -46,6 +51,7 @@ from ..engine.microbatch import Batch, as_tuple
 from ..engine.pipeline import Cell
 from ..engine.precision import autocast, compute_dtype, fp32_loss
 from ..engine.schedule import peak_in_flight, stage_actions
+from .working import working_set
 
 __all__ = [
     "Saved",
@@ -84,11 +90,25 @@ class StageActivation:
     # Autocast's compute-dtype copies of the weights that a micro-batch's graph saves: one set per
     # graph alive, whatever the micro-batch's size (so ``scaled`` leaves them); 0 in fp32.
     weights: int = 0
+    # One micro-batch's working set (``planner.working``), linear in the micro-batch: the part that
+    # scales with it (gradients of activations, their scratch) and the part that does not (weight
+    # gradients before they are accumulated, their scratch).
+    work: int = 0
+    work_fixed: int = 0
 
     def scaled(self, f: float) -> StageActivation:
         return StageActivation(
-            round(self.input * f), round(self.saved * f), round(self.output * f), self.weights
+            round(self.input * f),
+            round(self.saved * f),
+            round(self.output * f),
+            self.weights,
+            round(self.work * f),
+            self.work_fixed,
         )
+
+    @property
+    def working(self) -> int:
+        return self.work + self.work_fixed
 
     @property
     def graph(self) -> int:
@@ -151,13 +171,16 @@ def measure_stage(
     precision: str = "fp32",
     detail: list[Saved] | None = None,
     device_type: str = MEASURE_DEVICE,
+    working: bool = True,
 ) -> tuple[StageActivation, Batch]:
     """Run ``layers`` forward on input ``x`` (meta tensors) as the engine's stage would run them and
     count what a training step keeps (see the module docstring).
 
     Returns the per-micro-batch bytes and the stage's output, on meta (the next stage's input).
     ``detail``: a list that receives every saved tensor counted (the loss's with layer index
-    ``len(layers)``). ``device_type``: the device the engine will run on ("cpu" or "cuda")."""
+    ``len(layers)``). ``device_type``: the device the engine will run on ("cpu" or "cuda").
+    ``working``: also measure the working set (else 0), at ``x``'s batch and at twice it, which
+    splits it into the part that scales with the micro-batch and the part that does not."""
     mode = FakeTensorMode()
     cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
     state: dict[str, torch.Tensor] = {
@@ -213,30 +236,65 @@ def measure_stage(
             h.remove()
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
     weights = sum(seen[k] for k in copies)
-    act = StageActivation(sum(_nbytes(t) for t in xs), sum(seen.values()) - weights, out, weights)
+    work, fixed = _split_work(layers, x, loss, precision, device_type) if working else (0, 0)
+    act = StageActivation(
+        sum(_nbytes(t) for t in xs), sum(seen.values()) - weights, out, weights, work, fixed
+    )
     ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
 
 
+def _split_work(
+    layers: Sequence[nn.Module],
+    x: Batch,
+    loss: Callable[[Any], torch.Tensor] | None,
+    precision: str,
+    device_type: str,
+) -> tuple[int, int]:
+    """The working set at ``x``'s batch b as (part that scales, part that does not), from the
+    working sets at b and 2b: w(b) = fixed + scaling, w(2b) = fixed + 2 scaling. Where the two
+    are not linear, the split that is exact at 2b and above the measurement at b is kept."""
+    one = working_set(layers, x, loss, precision, device_type)
+    two = working_set(layers, x, loss, precision, device_type, batch=2)
+    scaling = two - one
+    if scaling < 0:
+        return 0, one
+    if one - scaling < 0:
+        return (two + 1) // 2, 0
+    return scaling, one - scaling
+
+
 def peak_activation_bytes(
-    a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int
+    a: StageActivation,
+    schedule: str,
+    checkpoint: str,
+    K: int,
+    M: int,
+    stage: int,
+    working: bool = True,
 ) -> int:
     """The stage's peak activation bytes, walking its own action list (``engine.schedule``; an
     unknown schedule is refused there): a kept micro-batch holds input, saved tensors and output
     from its forward to its backward; a rematerialised one holds its input, and its saved tensors
-    from the recompute until its backward ends (GPipe §2.3). The closed forms of the module doc
-    follow from this walk."""
+    and output from the recompute until its backward ends (GPipe §2.3). One micro-batch's working
+    set comes on top while it runs forward or backward: counted at each action, so once. The
+    closed forms of the module doc follow from this walk. ``working=False``: without the working
+    set and the recomputed output, the saved-tensor accounting the engine's meter does
+    (``engine.memory``) rather than the allocator's peak."""
     held = peak = 0
     whole = a.input + a.graph + a.output
+    work = a.working if working else 0
+    recomputed = a.graph + (a.output if working else 0)
     for act in stage_actions(schedule, K, M, stage):
         remat = uses_remat(checkpoint, act.mb, M)
         if act.kind == "F":
             held += a.input if remat else whole
-            peak = max(peak, held)
-        elif remat:
-            peak = max(peak, held + a.graph)
+            peak = max(peak, held + work)
+        elif remat:  # the recompute's saved tensors and output, then the backward's working set
+            peak = max(peak, held + recomputed + work)
             held -= a.input
         else:
+            peak = max(peak, held + work)
             held -= whole
     return peak
 

@@ -6,7 +6,8 @@ activations under the schedule and remat mode (``planner.memory``), the largest 
 §6: a single layer must fit on one accelerator), and the largest micro-batch that fits a budget —
 activations are linear in the micro-batch, the state is not, so that last one is a closed form. In
 bf16, autocast's weight copies are activation bytes that do not scale with the micro-batch
-(``StagePlan.fixed_activation``).
+(``StagePlan.fixed_activation``), and so is the part of one micro-batch's working set that weight
+gradients make (``planner.memory``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class StagePlan:
     state: int  # bytes of weights + gradients + optimiser state
     activation: int  # peak activation bytes at the planned micro-batch
     per_sample: float  # activation bytes per sample of micro-batch (the linear part)
-    fixed_activation: int  # activation bytes that do not scale: autocast's weight copies (bf16)
+    # activation bytes that do not scale: autocast's weight copies (bf16), the working set's fixed part
+    fixed_activation: int
     step: int = 0  # what opt.step() allocates besides the state, after the activations are freed
 
     @property
@@ -79,7 +81,9 @@ class _Measured:
         x = sample
         for layer in self.layers:  # the input of every layer, once
             self.inputs.append(x)
-            _, x = measure_stage([layer], x, None, precision, device_type=device_type)
+            _, x = measure_stage(
+                [layer], x, None, precision, device_type=device_type, working=False
+            )
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per planned model
     def stage(self, start: int, end: int) -> StageActivation:
@@ -167,12 +171,14 @@ def plan_stages(
     out, start = [], 0
     for k, b in enumerate(balance):
         a = meas.stage(start, start + b)
-        unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0)
+        unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0)
         mode = modes[k]
         per = peak_activation_bytes(unit, schedule, mode, K, M, k) + sent_bytes(
             unit, schedule, mode, K, M, k
         )
-        fixed = peak_activation_bytes(StageActivation(0, 0, 0, a.weights), schedule, mode, K, M, k)
+        fixed = peak_activation_bytes(
+            StageActivation(0, 0, 0, a.weights, 0, a.work_fixed), schedule, mode, K, M, k
+        )
         opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
         params = _params(layers[start : start + b])
         out.append(

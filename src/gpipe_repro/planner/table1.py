@@ -7,7 +7,11 @@ activation memory (summed over the accelerators, as the paper's table does, and 
 one), and searches the largest model that fits the per-accelerator budget (largest D at the paper's L
 for AmoebaNet-D; largest L for Transformer-L). Partitions are the engine's exact min-max partition of
 the per-layer memory (state + activations). ``precision``: the activations as the engine keeps them
-in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both.
+in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both. Activations are the
+saved-tensor accounting the paper's table reports (GPipe §3) and the engine's meter keeps: one
+micro-batch's working set (``planner.working``), which every other plan counts, is left out here
+(``peak_activation_bytes(working=False)``; nothing measures it), so the columns stay comparable
+with the paper's and with the committed report.
 """
 
 from __future__ import annotations
@@ -124,10 +128,18 @@ def _finish(
     state, acts, copies, start = [], [], [], 0
     for k, b in enumerate(balance):
         state.append(state_bytes(sum(params[start : start + b])))
-        acts.append(peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k))
+        acts.append(
+            peak_activation_bytes(stage_acts[k], schedule, checkpoint, K, M, k, working=False)
+        )
         copies.append(
             peak_activation_bytes(
-                StageActivation(0, 0, 0, stage_acts[k].weights), schedule, checkpoint, K, M, k
+                StageActivation(0, 0, 0, stage_acts[k].weights),
+                schedule,
+                checkpoint,
+                K,
+                M,
+                k,
+                working=False,
             )
         )
         start += b
@@ -161,11 +173,16 @@ def plan_amoebanet(
     for i, layer in enumerate(layers):
         inputs.append(y)
         a, y = measure_stage(
-            [layer], y, class_planning_loss if i == len(layers) - 1 else None, precision
+            [layer],
+            y,
+            class_planning_loss if i == len(layers) - 1 else None,
+            precision,
+            working=False,
         )
         a = a.scaled(n / 2)
         costs.append(
-            state_bytes(params[i]) + peak_activation_bytes(a, schedule, checkpoint, K, M, 0)
+            state_bytes(params[i])
+            + peak_activation_bytes(a, schedule, checkpoint, K, M, 0, working=False)
         )
     balance = balance or balance_by_cost(costs, K)
     acts, start = [], 0
@@ -175,6 +192,7 @@ def plan_amoebanet(
             inputs[start],
             class_planning_loss if k == K - 1 else None,
             precision,
+            working=False,
         )
         acts.append(a.scaled(n / 2))
         start += b
@@ -195,7 +213,7 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
 
     loss = token_planning_loss
 
-    _, h = measure_stage([E], tok, None, precision)
+    _, h = measure_stage([E], tok, None, precision, working=False)
     pieces = {}
     for emb in (False, True):
         for soft in (False, True):
@@ -205,7 +223,9 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
                 seq = ([E] if emb else []) + list(layers[1 : 1 + nl]) + ([Sm] if soft else [])
                 if not seq:
                     continue
-                a, _ = measure_stage(seq, tok if emb else h, loss if soft else None, precision)
+                a, _ = measure_stage(
+                    seq, tok if emb else h, loss if soft else None, precision, working=False
+                )
                 pieces[(emb, soft, nl)] = a
     params = {"embed": _nparams(E), "layer": _nparams(layers[1]), "softmax": _nparams(Sm)}
     return {"pieces": pieces, "params": params}
@@ -246,7 +266,9 @@ def plan_transformer(
     params = [p["embed"]] + [p["layer"]] * L + [p["softmax"]]
     one = {  # per-layer memory cost for partitioning
         "embed": state_bytes(p["embed"])
-        + peak_activation_bytes(pieces[(True, False, 0)].scaled(n), schedule, checkpoint, K, M, 0),
+        + peak_activation_bytes(
+            pieces[(True, False, 0)].scaled(n), schedule, checkpoint, K, M, 0, working=False
+        ),
         "layer": state_bytes(p["layer"])
         + peak_activation_bytes(
             StageActivation(
@@ -260,9 +282,12 @@ def plan_transformer(
             K,
             M,
             0,
+            working=False,
         ),
         "softmax": state_bytes(p["softmax"])
-        + peak_activation_bytes(pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0),
+        + peak_activation_bytes(
+            pieces[(False, True, 0)].scaled(n), schedule, checkpoint, K, M, 0, working=False
+        ),
     }
     costs = [float(one["embed"])] + [float(one["layer"])] * L + [float(one["softmax"])]
     balance = balance or balance_by_cost(costs, K)

@@ -49,6 +49,14 @@ class ValidationModel:
         with torch.device("meta"):
             return self.build()
 
+    def received(self, layers: list[nn.Module], first: int, n: int) -> Any:
+        """What ``layers[first]`` receives for the sample of ``n``: the layers before it run on it."""
+        x = self.sample(n)[0]
+        with torch.no_grad():
+            for la in layers[:first]:
+                x = la(x)
+        return x
+
 
 def _images(
     size: int, channels: int = 3, classes: int = 10
