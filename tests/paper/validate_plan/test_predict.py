@@ -30,9 +30,18 @@ def test_caps_run_from_everything_fits_to_the_naive_config_out(pred):
     caps = pred.caps()
     assert caps["tight"] < caps["mid"] < pred.naive() < caps["loose"]
     loose, tight = pred.ranked(caps["loose"]), pred.ranked(caps["tight"])
-    assert any(p.c.K == 1 and p.c.checkpoint == ("never",) for p in loose)
-    assert not any(p.c.K == 1 and p.c.checkpoint == ("never",) for p in tight)
+    assert any(p.c.K == 1 and p.c.M == 1 and p.c.checkpoint == ("never",) for p in loose)
+    assert not any(p.c.K == 1 and p.c.M == 1 and p.c.checkpoint == ("never",) for p in tight)
     assert tight and len(tight) < len(loose)
+    assert max(max(p.stage_bytes) for p in tight) <= caps["tight"]
+
+
+def test_least_is_the_smallest_cap_under_which_the_planner_lists_anything(pred):
+    # the fit test bounds memory from above: below ``least`` the list is empty, even where a
+    # configuration's exact peak is lower (a tight cap there left a validate-plan scenario empty)
+    least = pred.least()
+    assert pred.ranked(least) and not pred.ranked(least - 1)
+    assert least >= min(max(p.stage_bytes) for p in pred.ranked(2**62))
 
 
 def test_the_list_is_best_first_within_the_cap_and_the_measurable_space(pred):

@@ -12,9 +12,10 @@ real here, K = 4, 8 in emulation.
 
 Caps (per model, from the planner's memory, so each model gets the same three regimes): ``naive``
 = the K = 1, M = 1, remat-never peak (the whole mini-batch's activations on one device), ``least``
-= the smallest peak of any candidate; loose = 1.05 naive (everything fits), mid and tight lie 50% and
-15% of the way from ``least`` to ``naive`` (K = 1 without remat no longer fits; at tight, little
-but deep pipelines and remat does).
+= the smallest cap under which the planner lists anything (``Predictor.least``: its fit test bounds
+a cell's working set from above, so this can lie well above the smallest exact peak); loose = 1.05
+naive, raised until everything is listed (``Predictor.everything``), mid and tight lie 50% and 15% of the way from ``least`` to ``naive`` (the
+naive configuration no longer fits; at tight, mostly more stages, more micro-batches and remat).
 
 Rules of thumb (``summary.RULES``), each the pick with one choice made the usual way: equal layers
 per stage, the partition balancing parameters, M = 4K, remat on every stage; where the pick's remat
@@ -124,13 +125,37 @@ class Predictor:
         c = Candidate(1, 1, 1, "gpipe", ("never",), (len(self.layers),), N, N, 0.0)
         return max(self.exact(c))
 
+    def least(self) -> int:
+        """The smallest cap under which the planner lists a configuration. Its fit test bounds a
+        cell's memory from above (``plan.search``), so this lies at or above the smallest exact peak:
+        a cap between them would leave the planner nothing to propose. Found by bisection over the
+        exact peaks of the uncapped list (a larger cap never lists fewer configurations)."""
+        peaks = sorted({max(p.stage_bytes) for p in self.ranked(2**62)})
+        lo, hi = 0, len(peaks) - 1  # ranked(peaks[hi]) is not empty: its own candidate fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.ranked(peaks[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return peaks[lo]
+
+    def everything(self, naive: int) -> int:
+        """The loose cap: 1.05 naive, raised by quarters until the planner lists every configuration
+        it lists uncapped (its fit test bounds memory from above, so 1.05 naive can leave some out)."""
+        cap, n = int(1.05 * naive), len(self.ranked(2**62))
+        while len(self.ranked(cap)) < n:
+            cap = int(1.25 * cap)
+        return cap
+
     def caps(self) -> dict[str, int]:
         """The three caps in bytes (module doc)."""
-        naive = self.naive()
-        least = min(max(p.stage_bytes) for p in self.ranked(2**62))
+        naive, least = self.naive(), self.least()
         out = {}
         for name, point in CAP_POINTS.items():
-            out[name] = int(1.05 * naive) if point is None else int(least + point * (naive - least))
+            out[name] = (
+                self.everything(naive) if point is None else int(least + point * (naive - least))
+            )
         return out
 
 
