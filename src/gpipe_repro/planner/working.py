@@ -9,14 +9,14 @@ recompute's forward (GPipe §2.3) has its own temporaries too. All that is freed
 micro-batch's backward ends, so it occurs once per stage, for one micro-batch at a time.
 
 How it is counted: the stage's forward and backward run on fake tensors (shapes and dtypes, no
-storage), and a ``TorchDispatchMode`` records every storage an operation creates together with a weak
-reference to it; before each operation the storages nobody holds any more are dropped. The live sum
-is the bytes an allocator would hold; its peak over the forward and backward, minus what is live when
-the forward has returned (the micro-batch's saved tensors and output, counted by ``planner.memory``),
-is the working set. Storages that existed before (parameters, their gradients, the input) are not
-counted. Scratch a kernel allocates and frees inside itself is invisible to the mode; the one that
-matters on a CPU, the convolution's (oneDNN's layout copies), is added from its operands' sizes
-(``scratch_bytes``).
+storage), and a ``TorchDispatchMode`` records every storage an operation creates together with a
+weak reference to it; the storages nobody holds any more are dropped whenever the sum could set a
+new peak. The live sum is the bytes an allocator would hold; its peak over the forward and backward,
+minus what is live when the forward has returned (the micro-batch's saved tensors and output,
+counted by ``planner.memory``), is the working set. Storages that existed before (parameters, their
+gradients, the input) are not counted. Scratch a kernel allocates and frees inside itself is
+invisible to the mode; the one that matters on a CPU, the convolution's (oneDNN's layout copies), is
+added from its operands' sizes (``scratch_bytes``).
 """
 
 from __future__ import annotations
@@ -70,12 +70,16 @@ class LiveBytes(TorchDispatchMode):
         self._live[ref.cdata] = (ref, storage.nbytes())
         self.now += storage.nbytes()
 
-    def track(self, tensors: Iterable[Any]) -> None:
-        """Count ``tensors`` (made outside an operation, e.g. a received gradient) as live."""
+    def track(self, tensors: Iterable[Any], extra: int = 0) -> None:
+        """Count ``tensors`` (an operation's outputs, or made outside one) as live, and the peak with
+        ``extra`` bytes more for a moment. Dead storages are dropped only when the sum with them
+        could set a new peak: it never undercounts, so a sum at or below the peak cannot exceed it
+        once swept, and the peak stays exact without polling every storage at every operation."""
         for t in tensors:
             if isinstance(t, torch.Tensor):
                 self._track(t)
-        self.peak = max(self.peak, self.now)
+        if self.now + extra > self.peak:
+            self.peak = max(self.peak, self.sweep() + extra)
 
     def __torch_dispatch__(
         self,
@@ -84,10 +88,8 @@ class LiveBytes(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        self.sweep()
         out = func(*args, **(kwargs or {}))
-        self.track(tree_leaves(out))
-        self.peak = max(self.peak, self.now + scratch_bytes(func, args, out))
+        self.track(tree_leaves(out), scratch_bytes(func, args, out))
         return out
 
 
