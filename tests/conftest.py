@@ -89,9 +89,9 @@ LONG = (
     "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[except_last-1f1b-bf16]",
     "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
     "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
-    # 83 s since the memory planner counts backward's working set (24 s before; 129 s before LiveBytes
-    # swept lazily): gpipe-plan's exact
-    # rows of a paper-size AmoebaNet; the all-reduce's effect on the pick: tests/sim/test_allreduce.py
+    # 83 s since the memory planner counts backward's working set (24 s before, 129 s before LiveBytes
+    # swept lazily): gpipe-plan's exact rows of a paper-size AmoebaNet; the all-reduce's effect on
+    # the pick stays in make test: tests/sim/test_allreduce.py
     "tests/plan/test_allreduce_plan.py::test_a_slow_link_flips_the_pick_away_from_eight_replicas",
     "tests/faults/test_faults.py::test_a_run_that_cannot_fit",  # 7 s (the guard in-process: tests/runner/test_memory_guard.py; exit 1 in one line: test_bad_input)
 )
