@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -89,6 +90,7 @@ class Predictor:
         )
         self.params = [sum(p.numel() for p in la.parameters()) for la in self.layers]
         self._full = space_of(self.subject, 2**62, self.costs)  # for configurations off the list
+        self._exact: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
     def simulate(self, c: Candidate) -> tuple[float, float]:
         """The simulator on the measured costs, as the ``measured`` hardware runs it."""
@@ -96,7 +98,11 @@ class Predictor:
         return r.step_s, r.bubble_fraction
 
     def exact(self, c: Candidate) -> tuple[int, ...]:
-        return exact_peaks(self.subject, c)
+        """The candidate's exact per-stage peaks, planned once (the caps' bisection asks again)."""
+        key = (c.K, c.M, c.schedule, c.checkpoint, c.balance, c.micro_batch, c.replicas)
+        if key not in self._exact:
+            self._exact[key] = exact_peaks(self.subject, c)
+        return self._exact[key]
 
     def planned(self, c: Candidate) -> Planned:
         return Planned(c, self.simulate(c)[0], self.exact(c))
@@ -120,6 +126,11 @@ class Predictor:
         out.sort(key=lambda p: (p.step_s, max(p.stage_bytes)))  # ties: the least memory
         return out
 
+    @cached_property
+    def uncapped(self) -> list[Planned]:
+        """The planner's list with no cap."""
+        return self.ranked(2**62)
+
     def naive(self) -> int:
         """The K = 1, M = 1, remat-never peak: the whole mini-batch's activations on one device."""
         c = Candidate(1, 1, 1, "gpipe", ("never",), (len(self.layers),), N, N, 0.0)
@@ -130,7 +141,7 @@ class Predictor:
         cell's memory from above (``plan.search``), so this lies at or above the smallest exact peak:
         a cap between them would leave the planner nothing to propose. Found by bisection over the
         exact peaks of the uncapped list (a larger cap never lists fewer configurations)."""
-        peaks = sorted({max(p.stage_bytes) for p in self.ranked(2**62)})
+        peaks = sorted({max(p.stage_bytes) for p in self.uncapped})
         lo, hi = 0, len(peaks) - 1  # ranked(peaks[hi]) is not empty: its own candidate fits
         while lo < hi:
             mid = (lo + hi) // 2
@@ -143,7 +154,7 @@ class Predictor:
     def everything(self, naive: int) -> int:
         """The loose cap: 1.05 naive, raised by quarters until the planner lists every configuration
         it lists uncapped (its fit test bounds memory from above, so 1.05 naive can leave some out)."""
-        cap, n = int(1.05 * naive), len(self.ranked(2**62))
+        cap, n = int(1.05 * naive), len(self.uncapped)
         while len(self.ranked(cap)) < n:
             cap = int(1.25 * cap)
         return cap
