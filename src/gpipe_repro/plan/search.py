@@ -12,9 +12,12 @@ each (K, R, M, schedule) the partition minimises the slowest stage over every re
 remat only where memory needs it (remat never makes a stage faster). The all-never and all-always
 partitions are candidates too. Memory per cell comes from the memory planner's per-layer meta
 measurements (``planner.stages``): state exactly, activations bounded from above (a cell saves at
-most its layers' own saved tensors plus their inputs), times the schedule's and mode's count of
-micro-batches alive (the memory planner's closed forms, ``_coef``), plus one micro-batch's working
-set, bounded by its layers' largest plus the gradient the cell receives.
+most its layers' own saved tensors plus the outputs its inner layers take as inputs), times the
+schedule's and mode's count of micro-batches alive (the memory planner's closed forms, ``_coef``);
+the micro-batch in backward counts as the largest, over its layers m, of what layers up to m save
+plus m's own working set (what later layers saved is freed by then), plus the gradient the cell
+receives. On the planner's four validation models this bound lies 0-36% above the exact peak
+(tests/plan/test_search.py checks it never lies below).
 The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
 
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
@@ -157,13 +160,23 @@ class Space:
         self.out = np.broadcast_to(
             np.array([a.output for a in self.layers], float)[jm], (L + 1, L + 1)
         )
-        # saved tensors of a cell <= its layers' own plus the inputs of all but its first layer
-        inner = seg(inp) - inp[ii]
+        # saved tensors of a cell <= its layers' own plus the inputs of all but its first layer; an
+        # inner layer's input is its predecessor's output, which that layer's own saved tensors, its
+        # input (counted the same way, or the cell's input) or its ``output`` (the part counted by
+        # neither) hold: so the inner inputs add at most the outputs of all but the cell's last layer
+        po = np.concatenate([[0.0], np.cumsum([a.output for a in self.layers], dtype=np.float64)])
+        inner = np.where(self.valid, po[jm] - po[ii], 0.0)  # outputs of layers i..j-2
         self.saved = seg([a.saved for a in self.layers]) + inner
         self.weights = seg([a.weights for a in self.layers])
-        # one micro-batch's working set <= the largest of its layers' own, plus the gradient the
-        # cell receives (held through its whole backward), per sample; and the part that does not scale
-        self.work = _range_max([a.work for a in self.layers]) + self.out
+        # the micro-batch in backward: while layer m's backward runs (or its forward), the tensors
+        # the cell's layers after m saved are freed (or not made yet), so its saved tensors and
+        # working set together are at most the largest, over m, of what layers i..m save (with
+        # their inputs, as above) plus layer m's own working set; plus the gradient the cell
+        # receives (held through its whole backward); per sample. The part that does not scale:
+        # the largest layer's.
+        ps = np.concatenate([[0.0], np.cumsum([a.saved for a in self.layers], dtype=np.float64)])
+        upto = ps[1:] + po[:-1] + np.array([a.work for a in self.layers], dtype=np.float64)
+        self.back = np.where(self.valid, _range_max(upto) - ps[ii] - po[ii], 0.0) + self.out
         self.work_fixed = _range_max([a.work_fixed for a in self.layers])
         nparams = seg(self.params)
         self.state = np.vectorize(lambda p: state_bytes(int(p), self.optim))(np.maximum(nparams, 0))
@@ -207,7 +220,7 @@ class Space:
     def _bytes(self, c: Sequence[Any], n: int) -> np.ndarray:
         """The working set counts once, whatever the mode and the micro-batches alive."""
         act = (
-            n * (c[0] * self.inp + c[1] * self.saved + c[2] * self.out + self.work)
+            n * (c[0] * self.inp + (c[1] - 1) * self.saved + c[2] * self.out + self.back)
             + c[3] * self.weights
             + self.work_fixed
         )

@@ -139,17 +139,18 @@ class Predictor:
     def least(self) -> int:
         """The smallest cap under which the planner lists a configuration. Its fit test bounds a
         cell's memory from above (``plan.search``), so this lies at or above the smallest exact peak:
-        a cap between them would leave the planner nothing to propose. Found by bisection over the
-        exact peaks of the uncapped list (a larger cap never lists fewer configurations)."""
-        peaks = sorted({max(p.stage_bytes) for p in self.uncapped})
-        lo, hi = 0, len(peaks) - 1  # ranked(peaks[hi]) is not empty: its own candidate fits
-        while lo < hi:
+        a cap between them would leave the planner nothing to propose. Found by bisection on the
+        cap in bytes (a larger cap never lists fewer configurations), below the uncapped list's
+        largest exact peak: a listed candidate's threshold is
+        the larger of its bound and its exact peak, and under a cap the partitions change, so the
+        threshold need not be any uncapped candidate's exact peak."""
+        lo, hi = 0, max(max(p.stage_bytes) for p in self.uncapped)
+        while not self.ranked(hi):  # a bound can lie above every exact peak
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:  # ranked(lo) is empty, ranked(hi) is not
             mid = (lo + hi) // 2
-            if self.ranked(peaks[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        return peaks[lo]
+            lo, hi = (lo, mid) if self.ranked(mid) else (mid, hi)
+        return hi
 
     def everything(self, naive: int) -> int:
         """The loose cap: 1.05 naive, raised by quarters until the planner lists every configuration
