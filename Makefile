@@ -24,11 +24,12 @@ setup: $(STAMP) ## create .venv with the pinned CPU torch and the project (edita
 demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
 	$(BIN)/gpipe-run -m experiment=demo
 
-# Two pytest workers, one test file each at a time (a file's module fixtures are built once): on 2
-# cores 530 s against 685 s in one process (the multi-process tests leave a core idle while they
-# start, wait and exchange). TEST_WORKERS=0 runs the suite in this process.
-TEST_WORKERS ?= 2
-test: $(STAMP) ## the test suite (CPU, real gloo ranks, 2 workers; ~9 min; the longest: make test-long, make test-targets)
+# One process by default. TEST_WORKERS=2: two pytest workers, one test file each at a time (a file's
+# module fixtures built once): 517 s / 431 s against 685 s in one process on 2 idle cores, but a
+# second worker makes the profiler's timings of 0.1-ms layers jitter past its recompute check
+# (tests/sim/test_measure.py failed 1 run in 3): not the default until the timed tests allow for it.
+TEST_WORKERS ?= 0
+test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~11 min; TEST_WORKERS=2: ~8 min; the longest: make test-long, make test-targets)
 	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile -m "not target and not long"
 
 test-long: $(STAMP) ## the minutes-long end-to-end tests and grid cells left out of make test (~9 min)
