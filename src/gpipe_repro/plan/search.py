@@ -16,8 +16,8 @@ most its layers' own saved tensors plus the outputs its inner layers take as inp
 schedule's and mode's count of micro-batches alive (the memory planner's closed forms, ``_coef``);
 the micro-batch in backward counts as the largest, over its layers m, of what layers up to m save
 plus m's own working set (what later layers saved is freed by then), plus the gradient the cell
-receives. On the planner's four validation models this bound lies 0-36% above the exact peak
-(tests/plan/test_search.py checks it never lies below).
+receives. On validate-plan's imbalanced model this bound lies at most 1.4x above the exact peak and
+never below it (tests/paper/validate_plan/test_predict.py).
 The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
 
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
@@ -151,8 +151,11 @@ class Space:
         jm = np.clip(j - 1, 0, L - 1)
         ii = np.clip(i, 0, L - 1)
 
+        def prefix(v: Sequence[float] | np.ndarray) -> np.ndarray:
+            return np.concatenate([[0.0], np.cumsum(np.asarray(v, dtype=np.float64))])
+
         def seg(v: Sequence[float] | np.ndarray) -> np.ndarray:
-            p = np.concatenate([[0.0], np.cumsum(np.asarray(v, dtype=np.float64))])
+            p = prefix(v)
             return p[None, :] - p[:, None]
 
         inp = np.array([a.input for a in self.layers], dtype=np.float64)
@@ -164,7 +167,7 @@ class Space:
         # inner layer's input is its predecessor's output, which that layer's own saved tensors, its
         # input (counted the same way, or the cell's input) or its ``output`` (the part counted by
         # neither) hold: so the inner inputs add at most the outputs of all but the cell's last layer
-        po = np.concatenate([[0.0], np.cumsum([a.output for a in self.layers], dtype=np.float64)])
+        po = prefix([a.output for a in self.layers])
         inner = np.where(self.valid, po[jm] - po[ii], 0.0)  # outputs of layers i..j-2
         self.saved = seg([a.saved for a in self.layers]) + inner
         self.weights = seg([a.weights for a in self.layers])
@@ -174,7 +177,7 @@ class Space:
         # their inputs, as above) plus layer m's own working set; plus the gradient the cell
         # receives (held through its whole backward); per sample. The part that does not scale:
         # the largest layer's.
-        ps = np.concatenate([[0.0], np.cumsum([a.saved for a in self.layers], dtype=np.float64)])
+        ps = prefix([a.saved for a in self.layers])
         upto = ps[1:] + po[:-1] + np.array([a.work for a in self.layers], dtype=np.float64)
         self.back = np.where(self.valid, _range_max(upto) - ps[ii] - po[ii], 0.0) + self.out
         self.work_fixed = _range_max([a.work_fixed for a in self.layers])
