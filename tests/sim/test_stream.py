@@ -11,8 +11,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpipe_repro.sim.measured.profile import (
+    CHECK_TRIES,
+    RECOMPUTE_EXCESS_PER_LAYER_S,
     ProfileError,
     check_recompute,
+    checked_stream,
     records,
     stream_lengths,
 )
@@ -63,6 +66,7 @@ class Head(nn.Module):
         return self.lin(x[0] if isinstance(x, tuple) else x)
 
 
+@pytest.mark.usefixtures("one_thread")  # tests/conftest.py: as a rank runs
 @pytest.mark.parametrize("tuples", [False, True])
 def test_each_layer_is_charged_its_own_forward_backward_and_recompute(tuples):
     torch.manual_seed(0)
@@ -119,6 +123,47 @@ def test_a_recompute_dearer_than_forward_plus_overhead_is_refused():
     assert check_recompute(_times(5e-6, 5e-6, 6e-6, 1e-5), "tiny") == pytest.approx(1e-5)
     with pytest.raises(ProfileError, match="no-grad forward was profiled at 0.009 ms"):
         check_recompute(_times(5e-6, 5e-6, 9e-6, 1e-5), "tiny")
+
+
+def test_a_recompute_after_a_backward_may_cost_a_few_microseconds_more_per_layer():
+    # bench/recompute_excess.py: four small layers at micro-batch 1 recompute 30-50 us above forward +
+    # overhead (their first calls after a backward); that passes, twice the forward does not
+    L, fwd, over = 4, 35e-6, 25e-6
+    kept = Step(1.0, forward=[[fwd] * L] * 2, backward=[[1.0] * L] * 2)
+
+    def cell(rec_per_layer: float) -> StreamTimes:
+        remat = Step(
+            1.0,
+            nograd=[[fwd] * L] * 2,
+            recompute=[[rec_per_layer] * L] * 2,
+            backward=[[1.0] * L] * 2,
+            recompute_overhead=[over] * 2,
+        )
+        return StreamTimes(L, 2, [kept, remat], [8] * L, [[]] * L)
+
+    excess = RECOMPUTE_EXCESS_PER_LAYER_S * 0.9
+    assert check_recompute(cell(fwd + over / L + excess), "cell") == pytest.approx(over)
+    with pytest.raises(ProfileError, match="for its 4 layer"):
+        check_recompute(cell(2 * fwd + over / L), "cell")
+
+
+def test_a_refused_timing_is_taken_again_and_one_refused_every_time_is_an_error():
+    good, bad = _times(1.0, 1.05, 0.8, 0.1), _times(1.0, 2.0, 0.8, 0.1)
+    calls: list[StreamTimes] = []
+
+    def timings(*seq: StreamTimes):
+        def time_it() -> StreamTimes:
+            calls.append(seq[len(calls)])
+            return calls[-1]
+
+        return time_it
+
+    t, over = checked_stream(timings(bad, bad, good), "here")  # a load that passed
+    assert t is good and over == pytest.approx(0.1) and len(calls) == 3
+    calls.clear()
+    with pytest.raises(ProfileError, match=r"2000\.000 ms.*\(3 timings, each refused\)"):
+        checked_stream(timings(bad, bad, bad, good), "here")  # what fails every time is refused
+    assert len(calls) == CHECK_TRIES == 3
 
 
 def test_records_pool_a_group_and_put_calls_on_the_reference_speed():

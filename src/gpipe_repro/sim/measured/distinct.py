@@ -39,13 +39,13 @@ from .profile import (
     OptimizerFn,
     _rmsprop,
     _to,
-    check_recompute,
+    checked_stream,
     profile_key,
     records,
     stream_lengths,
     time_update,
 )
-from .stream import fresh_input, time_stream
+from .stream import StreamTimes, fresh_input, time_stream
 
 __all__ = ["profile_planned", "layer_groups"]
 
@@ -158,16 +158,22 @@ def profile_planned(
         for n in sizes:
             x = _to(_real_input(inputs[i], n, i == 0, example, g), dev)
             M = lengths[n]
-            t = time_stream(
-                [lay],
-                [fresh_input(x, i > 0) for _ in range(M)],
-                [_to(targets(n), dev)] * M if i == last and loss_fn is not None else None,
-                loss_fn if i == last else None,
-                device=dev,
-                warmup=warmup,
-                repeats=repeats,
-            )
-            overheads.append(check_recompute(t, f"layer {i} at micro-batch {n} (M={M})"))
+
+            def time_it(
+                lay: nn.Module = lay, x: Any = x, n: int = n, M: int = M, i: int = i
+            ) -> StreamTimes:
+                return time_stream(
+                    [lay],
+                    [fresh_input(x, i > 0) for _ in range(M)],
+                    [_to(targets(n), dev)] * M if i == last and loss_fn is not None else None,
+                    loss_fn if i == last else None,
+                    device=dev,
+                    warmup=warmup,
+                    repeats=repeats,
+                )
+
+            t, over = checked_stream(time_it, f"layer {i} at micro-batch {n} (M={M})")
+            overheads.append(over)
             (per[n],) = records(t, [0], stat)
         upd = time_update(lay, optimizer_fn, dev, warmup, repeats, stat)
         timed[i] = {n: replace(c, update_s=upd) for n, c in per.items()}

@@ -15,7 +15,9 @@ timed calls, per layer (``stat``: the median by default):
 ``check_recompute`` asserts what the engine guarantees: a recompute is the forward again, so a
 profile in which the recompute (or the no-grad forward) costs more than the forward plus the
 recompute's own overhead, by more than the noise of the calls (their interquartile range), was not
-taken as the engine incurs it and is refused with an error naming the size and the figures.
+taken as the engine incurs it and is refused with an error naming the size and the figures. A stream
+is timed again when its check fails (``checked_stream``, ``CHECK_TRIES`` in all): a moment of another
+process's load on a shared CPU passes, a profiler that times the wrong thing fails every time.
 
 Stream length: ``stream`` maps each size to its M (an int: the same M everywhere); by default the sizes
 are read as the micro-batches of one mini-batch of ``max(sizes)`` samples, so size n runs
@@ -51,6 +53,7 @@ __all__ = [
     "profile_layers",
     "records",
     "check_recompute",
+    "checked_stream",
     "time_update",
     "stream_lengths",
     "groups_of",
@@ -156,19 +159,34 @@ def records(
 
 NOISE_FLOOR_REL = 0.05  # of the forward: the least spread a call timed again shows on a shared CPU
 NOISE_FLOOR_S = 2e-6  # the clock read and the Python call around a timed action
+# A recompute runs right after another micro-batch's backward, the kept forward right after the
+# previous forward: each layer's first call after a backward costs a few microseconds more (its code
+# and weights no longer warm). `python bench/recompute_excess.py` on this 2-core machine: 5-12 us
+# per layer (small linear layers at micro-batch 1, M = 32: the recompute 23-28% above forward +
+# overhead, at the edge of the noise, so a profile of a small model failed about one run in three);
+# at micro-batch 32 the recompute came out cheaper. Allowed per layer, above the noise:
+RECOMPUTE_EXCESS_PER_LAYER_S = 15e-6
 
 
 def check_recompute(t: StreamTimes, where: str, ref: float | None = None) -> float:
     """Raise ``ProfileError`` unless the recompute and the no-grad forward of the cell cost no more
-    than its forward plus the recompute's overhead, up to the noise; returns that overhead."""
+    than its forward (the recompute: plus its overhead and ``RECOMPUTE_EXCESS_PER_LAYER_S`` per layer),
+    up to the noise; returns the recompute's overhead."""
     fwd, rec, ngr = t.actions("forward", ref), t.actions("recompute", ref), t.actions("nograd", ref)
     over = statistics.median(t.overheads(ref))
     f, r, g = (statistics.median(x) for x in (fwd, rec, ngr))
     # the interquartile range of a few calls can be 0; a call timed twice on a shared CPU differs by
     # a few per cent and by the clock's own jitter, so the noise is never taken below that floor
     noise = max(_iqr(fwd), _iqr(rec), _iqr(ngr), NOISE_FLOOR_REL * f, NOISE_FLOOR_S)
+    cold = RECOMPUTE_EXCESS_PER_LAYER_S * t.layers
     for name, v, allowed, what in (
-        ("recompute", r, f + over, f"forward {f * 1e3:.3f} ms + overhead {over * 1e3:.3f} ms"),
+        (
+            "recompute",
+            r,
+            f + over + cold,
+            f"forward {f * 1e3:.3f} ms + overhead {over * 1e3:.3f} ms + {cold * 1e3:.3f} ms for "
+            f"its {t.layers} layer(s) called after a backward",
+        ),
         ("no-grad forward", g, f, f"forward {f * 1e3:.3f} ms"),
     ):
         if v > allowed + noise:
@@ -179,6 +197,24 @@ def check_recompute(t: StreamTimes, where: str, ref: float | None = None) -> flo
                 "quiet machine"
             )
     return over
+
+
+CHECK_TRIES = 3  # timings of one stream, before a failed check is the user's error
+
+
+def checked_stream(
+    time_it: Callable[[], StreamTimes], where: str, ref: float | None = None
+) -> tuple[StreamTimes, float]:
+    """``time_it()`` (one ``time_stream``) and its ``check_recompute``, timed again when the check
+    fails, up to ``CHECK_TRIES`` timings; returns the times and the recompute's overhead."""
+    for attempt in range(1, CHECK_TRIES + 1):
+        t = time_it()
+        try:
+            return t, check_recompute(t, where, ref)
+        except ProfileError as e:
+            if attempt == CHECK_TRIES:
+                raise ProfileError(f"{e} ({CHECK_TRIES} timings, each refused)") from None
+    raise AssertionError("unreachable")
 
 
 def time_update(
@@ -339,17 +375,21 @@ def profile_layers(
     for n in sizes:
         x, y = _to(samples[n][0], dev), _to(samples[n][1], dev)
         M = lengths[n]
-        t = time_stream(
-            layers,
-            [fresh_input(x, False) for _ in range(M)],
-            [y] * M if loss_fn is not None else None,
-            loss_fn,
-            device=dev,
-            warmup=warmup,
-            repeats=repeats,
-            probe=probe,
-        )
-        overheads.append(check_recompute(t, f"micro-batch {n} (M={M})", normalize_to))
+
+        def time_it(x: Batch = x, y: torch.Tensor = y, M: int = M) -> StreamTimes:
+            return time_stream(
+                layers,
+                [fresh_input(x, False) for _ in range(M)],
+                [y] * M if loss_fn is not None else None,
+                loss_fn,
+                device=dev,
+                warmup=warmup,
+                repeats=repeats,
+                probe=probe,
+            )
+
+        t, over = checked_stream(time_it, f"micro-batch {n} (M={M})", normalize_to)
+        overheads.append(over)
         groups = groups or groups_of(layers, t)
         costs[n] = records(t, groups, stat, normalize_to)
         raws[n] = records(t, groups, stat)
