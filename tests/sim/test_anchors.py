@@ -76,3 +76,28 @@ def test_the_command_prints_each_anchors_error_and_writes_only_a_fit(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["tpu_v3", "--write"])  # --write without --fit would write an unfitted curve
     assert stop.value.code == 2 and "--write writes the fitted curve" in capsys.readouterr().err
+
+
+def test_the_translation_anchors_are_the_published_models():
+    from gpipe_repro.sim.anchors import counts
+
+    def per_sample(model: str, seq: int) -> tuple[float, int]:
+        cs = counts(model, seq)
+        return sum(sum(c.fwd_ops) for c in cs) / cs[0].batch, sum(c.params for c in cs)
+
+    # Switch Transformers, Table 9: T5-Base 124 and T5-Large 425 GFLOPs a sequence (512 in, 114 out)
+    for model, published in (("t5_base", 124e9), ("t5_large", 425e9)):
+        flops, _ = per_sample(model, 512)
+        assert flops == pytest.approx(published, rel=0.2), model
+    # Vaswani et al., Table 3: the base model has 65M parameters, its embeddings and softmax shared
+    # (here the softmax has its own 37000 x 512 matrix, which adds no FLOPs to share)
+    flops, params = per_sample("transformer_base", 32)
+    assert params - 37000 * 512 == pytest.approx(65e6, rel=0.05)
+    # the same model at twice the tokens a side costs a little over twice (attention's seq^2)
+    assert 2.0 < per_sample("transformer_base", 64)[0] / flops < 2.2
+
+
+@pytest.mark.parametrize("name", ["tpu_v3", "p100_pcie"])
+def test_the_profiles_of_the_papers_devices_have_token_anchors(name):
+    fed = {ANCHOR_MODELS[a.model].describe for a in load_profile(name).anchors if a.seq > 0}
+    assert len(fed) >= 1 and len([a for a in load_profile(name).anchors if a.seq > 0]) >= 2

@@ -133,6 +133,22 @@ def _transformer(
     return build
 
 
+def _translation(
+    L: int, d: int, H: int, A: int, V: int, target: int | None = None
+) -> Callable[[int], tuple[list[nn.Module], Any]]:
+    """An encoder-decoder T(L, H, A) at width d (``transformer_mt_layers``): a sample is a source of
+    ``seq`` tokens and a target of ``target`` tokens (``None``: ``seq`` too)."""
+
+    def build(seq: int) -> tuple[list[nn.Module], Any]:
+        from ...models.transformer import transformer_mt_layers
+
+        tgt = seq if target is None else target
+        src = torch.ones(2, seq, dtype=torch.long)  # token 1: not padding
+        return transformer_mt_layers(L, H, A, d, V), (src, torch.ones(2, tgt, dtype=torch.long))
+
+    return build
+
+
 ANCHOR_MODELS: dict[str, AnchorModel] = {
     "resnet50": AnchorModel(
         "ResNet-50 v1.5, 224x224, 1000 classes", _resnet((3, 4, 6, 3)), class_planning_loss
@@ -146,6 +162,31 @@ ANCHOR_MODELS: dict[str, AnchorModel] = {
     "bert_large_squad": AnchorModel(
         "BERT-large fine-tuned for SQuAD: the same encoder, a 2-logit (start, end) head per token",
         _transformer(24, 1024, 4096, 16, 2),
+        token_planning_loss,
+    ),
+    "transformer_base": AnchorModel(
+        "Transformer base (Vaswani et al., 2017): 6 encoder + 6 decoder layers, d 512, H 2048, A 8, "
+        "a shared vocabulary of 37000 (WMT'14 en-de BPE); a sample: seq source and seq target tokens",
+        _translation(6, 512, 2048, 8, 37000),
+        token_planning_loss,
+    ),
+    "t5_base": AnchorModel(
+        "T5.1.1-base's FLOPs (Raffel et al., 2020): 12 + 12 layers, d 768, A 12, a 2-matrix FFN of H "
+        "3072 (= GEGLU's 3 x 2048), vocabulary 32128; a sample: seq input tokens, 114 target tokens "
+        "(span corruption's 512 -> 114)",
+        _translation(12, 768, 3072, 12, 32128, target=114),
+        token_planning_loss,
+    ),
+    "t5_large": AnchorModel(
+        "T5.1.1-large's FLOPs: 24 + 24 layers, d 1024, A 16, a 2-matrix FFN of H 4224 (= GEGLU's 3 x "
+        "2816), vocabulary 32128; a sample: seq input tokens, 114 target tokens",
+        _translation(24, 1024, 4224, 16, 32128, target=114),
+        token_planning_loss,
+    ),
+    "flax_wmt": AnchorModel(
+        "Flax's WMT example (its default config): 6 + 6 layers, d 1024, H 4096, A 16, vocabulary "
+        "32000; a sample: seq source and seq target tokens (packed)",
+        _translation(6, 1024, 4096, 16, 32000),
         token_planning_loss,
     ),
     "llama3_8b": AnchorModel(
