@@ -29,9 +29,12 @@ demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with
 # assertions read wall-clock times, which a second worker's load disturbs. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 TEST_MARKS := not target and not long
+# Both phases run whatever the first gives; the exit status is the worse of the two.
 test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~8 min on 2 cores; the longest: make test-long, make test-targets)
-	$(BIN)/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile -m "$(TEST_MARKS) and not timed"
-	$(BIN)/python -m pytest -q --durations=10 -m "$(TEST_MARKS) and timed"
+	@rc=0; \
+	$(BIN)/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile -m "$(TEST_MARKS) and not timed" || rc=$$?; \
+	$(BIN)/python -m pytest -q --durations=10 -m "$(TEST_MARKS) and timed" || rc=$$?; \
+	exit $$rc
 
 test-long: $(STAMP) ## the minutes-long end-to-end tests and grid cells left out of make test (~9 min)
 	$(BIN)/python -m pytest -q --durations=30 -m long
@@ -42,8 +45,11 @@ test-targets: $(STAMP) ## each paper target's quick variant end to end, its repo
 test-network: $(STAMP) ## the tests that fetch from the internet (the Debian archive; skipped when it cannot be reached)
 	$(BIN)/python -m pytest -q -m network
 
-test-fast: $(STAMP) ## the tests not marked slow
-	$(BIN)/python -m pytest -q -m "not slow and not target and not long"
+test-fast: $(STAMP) ## the tests not marked slow (the same two phases as make test)
+	@rc=0; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(TEST_MARKS) and not slow and not timed" || rc=$$?; \
+	$(BIN)/python -m pytest -q -m "$(TEST_MARKS) and not slow and timed" || rc=$$?; \
+	exit $$rc
 
 lint: $(STAMP) ## ruff (check + format) and mypy (strict on the engine)
 	$(BIN)/ruff check src tests bench

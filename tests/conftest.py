@@ -115,6 +115,8 @@ TIMED = (
     "tests/sim/test_stream.py::",
     "tests/sim/test_backend.py::",
     "tests/sim/test_speed.py::",
+    "tests/sim/test_distinct.py::",  # profiles tiny layers (the recompute check)
+    "tests/sim/test_hardware.py::test_a_measured_profile",
     "tests/engine/test_events.py::test_measured_bubble_matches_formula",
     "tests/engine/test_fifo.py::test_a_wait_is_bounded",
     "tests/rank/test_rank_run.py::",

@@ -25,9 +25,7 @@ SIM = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPIPE_CACHE", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("private_cache")  # tests/conftest.py: one thread, as a rank
 
 
 def test_measured_and_published_resolve_to_the_same_interface():

@@ -126,8 +126,8 @@ def test_a_recompute_dearer_than_forward_plus_overhead_is_refused():
 
 
 def test_a_recompute_after_a_backward_may_cost_a_few_microseconds_more_per_layer():
-    # bench/recompute_excess.py: four small layers at micro-batch 1 recompute 30-50 us above forward +
-    # overhead (their first calls after a backward); that passes, twice the forward does not
+    # bench/recompute_excess.py: small layers at micro-batch 1 recompute 5-12 us per layer above
+    # forward + overhead (their first calls after a backward); that passes, twice the forward does not
     L, fwd, over = 4, 35e-6, 25e-6
     kept = Step(1.0, forward=[[fwd] * L] * 2, backward=[[1.0] * L] * 2)
 

@@ -178,7 +178,9 @@ def check_recompute(t: StreamTimes, where: str, ref: float | None = None) -> flo
     # the interquartile range of a few calls can be 0; a call timed twice on a shared CPU differs by
     # a few per cent and by the clock's own jitter, so the noise is never taken below that floor
     noise = max(_iqr(fwd), _iqr(rec), _iqr(ngr), NOISE_FLOOR_REL * f, NOISE_FLOOR_S)
-    cold = RECOMPUTE_EXCESS_PER_LAYER_S * t.layers
+    # seconds at this machine's speed; on the reference speed as the calls are when ``ref`` is given
+    speed = statistics.median(ref / s.probe_s for s in t.steps) if ref is not None else 1.0
+    cold = RECOMPUTE_EXCESS_PER_LAYER_S * t.layers * speed
     for name, v, allowed, what in (
         (
             "recompute",
