@@ -38,8 +38,6 @@ from .summary import MIB, RULES, PlanRow
 
 __all__ = ["Settings", "collect", "ms_of"]
 
-PROFILE_TRIES = 3
-
 
 @dataclass
 class Settings:
@@ -79,19 +77,14 @@ def _sizes(s: Settings) -> list[int]:
     return sorted({N // m for m in Ms})
 
 
-def _profile(
-    name: str, s: Settings, sizes: list[int], ref: float, log: Callable[[str], None]
-) -> LayerProfile:
-    """The model's layers profiled (``validate_sim.run.profile_model``); a profile the machine's noise made
-    inconsistent (``ProfileError``) is taken again, ``PROFILE_TRIES`` times at most."""
-    for attempt in range(1, PROFILE_TRIES + 1):
-        try:
-            return profile_model(name, sizes, s.repeats, s.seed, ref)
-        except ProfileError as err:
-            log(f"{name}: profile {attempt}/{PROFILE_TRIES} rejected: {err}")
-            if attempt == PROFILE_TRIES:
-                raise UserError(f"{name}: {err}") from None
-    raise AssertionError("unreachable")
+def _profile(name: str, s: Settings, sizes: list[int], ref: float) -> LayerProfile:
+    """The model's layers profiled (``validate_sim.run.profile_model``; a stream the machine's noise
+    made inconsistent is timed again there, ``profile.checked_stream``); one refused every time ends
+    the run with its figures."""
+    try:
+        return profile_model(name, sizes, s.repeats, s.seed, ref)
+    except ProfileError as err:
+        raise UserError(f"{name}: {err}") from None
 
 
 def _row(
@@ -134,7 +127,7 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
     for name in s.models:
         vm = model(name)
         t0 = time.perf_counter()
-        prof = _profile(name, s, sizes, ref, log)
+        prof = _profile(name, s, sizes, ref)
         phases["profile"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         pred = Predictor(vm, prof, dm, s.Ks, s.max_m)
