@@ -125,13 +125,35 @@ TIMED = (
 )
 
 
+# Tests marked ``slow`` here, by cost (`make test` runs them; `make test-fast` leaves them out): the
+# not-slow tests of 5 s or more in a serial `pytest --durations=0` at e759e34 (seconds there).
+SLOW = (
+    "tests/plan/test_gpipe_plan.py::test_the_bound_stays_below_every_simulated_step_under_remat",  # 19
+    "tests/test_cli.py::test_two_stage_run_writes_complete_metrics",  # 10 (the K = 2 run's fixture)
+    "tests/test_cli.py::test_wandb_offline_run_has_a_live_history_and_the_timeline",  # 10
+    "tests/paper/test_table1.py::test_a_budget_too_small_names_the_layer",  # 9
+    "tests/paper/test_stats.py::test_the_detectable_effect_is_detected_four_times_in_five",  # 8
+    "tests/runner/test_transfer.py::test_the_body_loads_from_the_save_and_the_head_is_new",  # 8
+    "tests/paper/test_throughput_sim.py::test_the_partition_study_cuts_by",  # 7
+    "tests/config/test_compose.py::test_every_experiment_runs_two_steps[fig3_tricks]",  # 7
+    "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[fig3",  # 5-7
+    "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[table5]",  # 6
+    "tests/engine/test_comm.py::test_a_stem_pair_across_a_boundary_updates_bit_for_bit",  # 6
+    "tests/engine/test_fifo.py::test_the_engine_on_one_group_hangs_in_nccl_order",  # 6 each
+    "tests/plan/test_auto_plan.py::test_a_real_run_with_plan_auto_runs_gpipe_plan_pick",  # 6
+    "tests/plan/test_per_stage_remat.py::test_a_per_stage_vector_keeps_the_losses_bit_identical",  # 5
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    long, timed = pytest.mark.long, pytest.mark.timed
+    long, timed, slow = pytest.mark.long, pytest.mark.timed, pytest.mark.slow
     for item in items:
         if item.nodeid.startswith(LONG):
             item.add_marker(long)
         if item.nodeid.startswith(TIMED):
             item.add_marker(timed)
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(slow)
     # Tests that need the internet run only when asked for (-m network, make test-network).
     if "network" not in (config.getoption("markexpr") or ""):
         offline = [item for item in items if "network" not in item.keywords]
