@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import time
 
 import torch
 from torch import nn
@@ -294,3 +296,23 @@ def held_sends_step(K: int, M: int, schedule: str, nccl_order: bool) -> dict:
 
 def mse(y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return (y - t).pow(2).mean()
+
+
+def environment(keys: list[str]) -> dict:
+    """What a rank sees of its surroundings (tests/engine/test_launch.py)."""
+    return {
+        "env": {k: os.environ.get(k) for k in keys},
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+    }
+
+
+def sleeper(folder: str, seconds: float) -> None:
+    """Leave this rank's pid and its parent's in ``folder``, then sleep (tests/engine/test_launch.py)."""
+    from pathlib import Path
+
+    tmp = Path(folder, f".{os.getpid()}")
+    tmp.write_text(str(os.getppid()))
+    tmp.replace(Path(folder, str(os.getpid())))
+    time.sleep(seconds)

@@ -5,20 +5,49 @@ rendezvous on a free loopback port, and a monitor that stops every rank as soon 
 rank that raises ends the run within a bounded time and its message reaches the caller as a
 :class:`RankError`. Across machines, run the same per-rank function under ``torchrun`` or SLURM
 instead (see ``topology.init_topology``).
+
+Ranks start from a fork server (``multiprocessing``'s ``forkserver``, where the platform has one):
+a process that imported torch and the rank's modules once, forked for every rank of this and every
+later launch of the same process (a sweep's jobs, a test worker's runs), instead of a fresh
+interpreter importing them again per rank. What a fresh interpreter got by itself, each rank gets
+explicitly: its launcher's environment of the moment (``_adopt``: a fork server's children inherit
+the server's, taken when it started) with the variables the elastic agent set for it; the default
+action of SIGTERM, SIGHUP and SIGQUIT (the server ignores them, so that a signal to the whole process
+group — ``scancel``, a closed terminal — stops the ranks and not the process that reports on them);
+and SIGINT when its launcher dies (``_watch``: the parent whose death torch signals is now the
+server, which outlives the launcher while a rank runs). The working directory and ``sys.path`` come
+with ``multiprocessing``'s own preparation data.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import select
 import signal
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RankError", "launch", "is_secondary"]
+__all__ = ["RankError", "launch", "is_secondary", "START_METHOD"]
+
+# Where the platform has no fork server (Windows), each rank is a fresh interpreter.
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+# The environment this module was imported under: in a fork server's child, the server's own.
+_INHERITED_ENV = dict(os.environ)
+# What torch's elastic agent sets for every rank it starts (LocalElasticAgent._start_workers), kept
+# even where the server's stale environment happens to hold the same value; and its TORCHELASTIC_*.
+_RANK_KEYS = frozenset(
+    ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+    + ("GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    + ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)
+)
+# Signals sent to a whole process group that the fork server ignores and a rank does not.
+_GROUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 SECONDARY_DELAY_S = 3.0
 # Failures that echo another rank's failure rather than cause one.
@@ -62,10 +91,52 @@ def _ranked(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _entry(fn: Callable[..., Any], args: tuple[Any, ...], threads: int | None) -> Any:
+def _adopt(env: dict[str, str]) -> None:
+    """Make this rank's environment ``env`` (its launcher's at the launch) plus the variables the
+    elastic agent set for this rank: its rank's, and any that differ from what the process
+    inherited."""
+    own = {
+        k: v
+        for k, v in os.environ.items()
+        if k in _RANK_KEYS or k.startswith("TORCHELASTIC_") or _INHERITED_ENV.get(k) != v
+    }
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ.update(own)
+
+
+def _watch(launcher: int) -> None:
+    """SIGINT to this rank when its launcher process ends (killed by SIGKILL, by the OOM killer)."""
+    try:
+        fd = os.pidfd_open(launcher)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGINT)
+        return
+    except (AttributeError, OSError):  # no pidfd here (not Linux, or a kernel before 5.3)
+        return
+
+    def wait() -> None:
+        select.select([fd], [], [])  # readable once the process has ended
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=wait, name="gpipe-launcher-watch", daemon=True).start()
+
+
+def _entry(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    threads: int | None,
+    env: dict[str, str],
+    launcher: int,
+) -> Any:
     import torch
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    if START_METHOD == "forkserver":
+        for sig in _GROUP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        _adopt(env)
+        _watch(launcher)
     if threads:
         torch.set_num_threads(threads)
     try:
@@ -75,6 +146,42 @@ def _entry(fn: Callable[..., Any], args: tuple[Any, ...], threads: int | None) -
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _start_server(fn: Callable[..., Any]) -> None:
+    """Start this process's fork server unless it runs: preloaded with torch and the modules of
+    ``fn``'s package and of this one that this process has imported (so that a rank imports almost
+    nothing, not even for the script that started this process, which it runs again), and ignoring
+    ``_GROUP_SIGNALS`` (a disposition the server inherits from this process, set while it starts)."""
+    from multiprocessing import forkserver
+
+    packages = {fn.__module__.split(".")[0], __name__.split(".")[0]}
+    mine = sorted(
+        m for m in list(sys.modules) if m.split(".")[0] in packages and not m.endswith("__main__")
+    )
+    preload = ["torch", "torch.distributed", __name__, *mine, fn.__module__]
+    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
+    saved: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        saved = {sig: signal.getsignal(sig) for sig in _GROUP_SIGNALS}
+    if any(h is None for h in saved.values()):  # a handler set outside Python: left alone
+        saved = {}
+    # The server is `python -c`, whose sys.path would start with the working directory of the
+    # moment (a `grp.py` there would shadow the standard library's): PYTHONSAFEPATH (Python 3.11+)
+    # keeps it off; a rank's own sys.path is its launcher's, as it would be in a fresh interpreter.
+    safe = os.environ.get("PYTHONSAFEPATH")
+    try:
+        for sig in saved:
+            signal.signal(sig, signal.SIG_IGN)
+        os.environ["PYTHONSAFEPATH"] = "1"
+        forkserver.ensure_running()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if safe is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe
 
 
 def _split_failure(failure: Any) -> tuple[str, str]:
@@ -134,6 +241,8 @@ def launch(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     os.environ.setdefault("OMP_NUM_THREADS", str(threads or 1))
+    if START_METHOD == "forkserver":
+        _start_server(fn)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -143,7 +252,7 @@ def launch(
         rdzv_endpoint="127.0.0.1:0",
         max_restarts=0,
         monitor_interval=monitor_interval,
-        start_method="spawn",
+        start_method=START_METHOD,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
         signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT" if handle_signals else "SIGHUP,SIGQUIT",
     )
@@ -159,7 +268,7 @@ def launch(
         else {}
     )
     try:
-        results = elastic_launch(config, _entry)(fn, args, threads)
+        results = elastic_launch(config, _entry)(fn, args, threads, dict(os.environ), os.getpid())
     except Exception as err:  # ChildFailedError and rendezvous errors
         rank, msg = _root_message(err)
         raise RankError(rank, f"rank {rank}: {msg}" if rank >= 0 else msg) from None

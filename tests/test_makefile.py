@@ -1,0 +1,47 @@
+"""`make test` and `make test-fast` run the `timed` tests (tests/conftest.py's TIMED) in a second
+phase that collects only their files: a TIMED entry whose file the Makefile misses would silently
+never run."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _timed_phase(target: str) -> list[str]:
+    """The words of the target's pytest command that selects the timed tests (``make -n``: printed,
+    not run)."""
+    out = subprocess.run(
+        ["make", "-n", "-s", target, "STAMP="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    phases = [line for line in out.splitlines() if "pytest" in line and "and timed" in line]
+    assert len(phases) == 1, out
+    return shlex.split(phases[0].split("||")[0])
+
+
+def _timed_list(config: pytest.Config) -> tuple[str, ...]:
+    """tests/conftest.py's TIMED, from the conftest module pytest loaded."""
+    root = ROOT / "tests" / "conftest.py"
+    for plugin in config.pluginmanager.get_plugins():
+        if getattr(plugin, "__file__", None) == str(root):
+            return tuple(plugin.TIMED)
+    raise AssertionError(f"{root} is not loaded")
+
+
+@pytest.mark.parametrize("target", ["test", "test-fast"])
+def test_the_timed_phase_collects_every_timed_tests_file_and_only_those(target, pytestconfig):
+    words = _timed_phase(target)
+    files = {w for w in words if w.startswith("tests/")}
+    wanted = {entry.split("::")[0] for entry in _timed_list(pytestconfig)}
+    assert files == wanted, (sorted(files ^ wanted), words)
+    assert all((ROOT / f).is_file() for f in files)
