@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,10 +105,14 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 def test_ranks_end_soon_after_their_launcher_is_killed(tmp_path):
-    """SIGKILL of the launching process (the OOM killer, kill -9): its ranks get SIGINT, as torch
-    gives a rank whose parent died, and end within seconds; the fork server with them."""
+    """SIGKILL of the launching process (the OOM killer, kill -9): its ranks end within seconds, the
+    fork server with them — also when they ignore SIGINT (as torch's parent-death signal is, in a
+    process that a non-interactive shell started in the background: the launcher here)."""
     here = Path(__file__).parent
-    proc = subprocess.Popen([sys.executable, "-c", _SLEEPERS, str(here), str(tmp_path)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLEEPERS, str(here), str(tmp_path)],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # inherited, as by `cmd &`
+    )
     try:
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("[0-9]*"))) < 2:
@@ -118,7 +123,13 @@ def test_ranks_end_soon_after_their_launcher_is_killed(tmp_path):
     finally:
         proc.kill()
     proc.wait(10)
+    left = ranks + sorted(parents)
     deadline = time.monotonic() + 20
-    while not all(_gone(p) for p in ranks + sorted(parents)):
-        assert time.monotonic() < deadline, [(p, _gone(p)) for p in ranks + sorted(parents)]
-        time.sleep(0.1)
+    try:
+        while not all(_gone(p) for p in left):
+            assert time.monotonic() < deadline, [(p, _gone(p)) for p in left]
+            time.sleep(0.1)
+    finally:  # nothing outlives the test
+        for p in left:
+            if not _gone(p):
+                os.kill(p, signal.SIGKILL)

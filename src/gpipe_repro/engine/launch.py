@@ -14,9 +14,11 @@ explicitly: its launcher's environment of the moment (``_adopt``: a fork server'
 the server's, taken when it started) with the variables the elastic agent set for it; the default
 action of SIGTERM, SIGHUP and SIGQUIT (the server ignores them, so that a signal to the whole process
 group — ``scancel``, a closed terminal — stops the ranks and not the process that reports on them);
-and SIGINT when its launcher dies (``_watch``: the parent whose death torch signals is now the
-server, which outlives the launcher while a rank runs). The working directory and ``sys.path`` come
-with ``multiprocessing``'s own preparation data.
+and SIGTERM when its launcher dies (``_watch``: the parent whose death torch signals, with SIGINT,
+is now the server, which outlives the launcher while a rank runs; SIGTERM, since a rank may ignore
+SIGINT — a gpipe-run rank does, and so does any process started in the background by a
+non-interactive shell). The working directory and ``sys.path`` come with ``multiprocessing``'s own
+preparation data.
 """
 
 from __future__ import annotations
@@ -106,18 +108,19 @@ def _adopt(env: dict[str, str]) -> None:
 
 
 def _watch(launcher: int) -> None:
-    """SIGINT to this rank when its launcher process ends (killed by SIGKILL, by the OOM killer)."""
+    """SIGTERM to this rank when its launcher process ends (killed by SIGKILL, by the OOM killer):
+    nothing would collect its result."""
     try:
         fd = os.pidfd_open(launcher)
     except ProcessLookupError:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
         return
     except (AttributeError, OSError):  # no pidfd here (not Linux, or a kernel before 5.3)
         return
 
     def wait() -> None:
         select.select([fd], [], [])  # readable once the process has ended
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=wait, name="gpipe-launcher-watch", daemon=True).start()
 
