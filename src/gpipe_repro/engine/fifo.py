@@ -13,8 +13,8 @@ thread, which issues the queued operations to gloo strictly one after another, s
 only once the previous one completed. gloo's sends complete only once the peer has posted the
 matching receive (a rendezvous), so this is NCCL at its strictest: no send is absorbed by a buffer,
 the case in which 1F1B deadlocks too. Selected by ``init_topology(nccl_order=True)`` or by the
-environment variable ``GPIPE_NCCL_ORDER=1`` (which the ranks of a launch inherit); off by default, since the
-hand-over to a thread costs time. Every wait is bounded: the worker's by the process group's
+environment variable ``GPIPE_NCCL_ORDER=1`` (which the ranks of a launch inherit); off by default,
+since the hand-over to a thread costs time. Every wait is bounded: the worker's by the process group's
 timeout, :meth:`FifoWork.wait` by ``timeout_s`` (it raises :class:`TimeoutError`).
 """
 

@@ -162,12 +162,12 @@ def _start_server(fn: Callable[..., Any]) -> None:
     mine = sorted(
         m for m in list(sys.modules) if m.split(".")[0] in packages and not m.endswith("__main__")
     )
-    preload = ["torch", "torch.distributed", __name__, *mine, fn.__module__]
+    # `mine` holds this module and fn's (named again for a fn whose module ends in __main__)
+    preload = ["torch", "torch.distributed", *mine, fn.__module__]
     multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
-    saved: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        saved = {sig: signal.getsignal(sig) for sig in _GROUP_SIGNALS}
-    if any(h is None for h in saved.values()):  # a handler set outside Python: left alone
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.getsignal(sig) for sig in _GROUP_SIGNALS} if main else {}
+    if None in saved.values():  # a handler set outside Python: left alone
         saved = {}
     # The server is `python -c`, whose sys.path would start with the working directory of the
     # moment (a `grp.py` there would shadow the standard library's): PYTHONSAFEPATH (Python 3.11+)
