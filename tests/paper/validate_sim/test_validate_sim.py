@@ -215,3 +215,13 @@ def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope(
     assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
     with pytest.raises(ValueError, match="points"):
         fit_slope([])
+
+
+def test_the_emulation_dilation_grows_with_the_ranks_per_core():
+    from gpipe_repro.paper.validate_sim.run import emulation_dilation
+
+    assert emulation_dilation(8, 5.0, 2) == 20.0  # 8 ranks on 2 cores
+    assert emulation_dilation(4, 5.0, 2) == 10.0
+    assert emulation_dilation(4, 5.0, 64) == 1.0  # a core each and more: no dilation needed
+    with pytest.raises(ValueError, match="cores=0"):
+        emulation_dilation(4, 5.0, 0)

@@ -9,11 +9,17 @@
 2. **Real cells**: K in {1, 2} x M in {1, 2, 4, 8, 32} x both schedules x remat never/always, each
    model, ``rounds`` rounds of fresh processes in a shuffled order (``cells``).
 3. **Emulated cells**: K in {4, 8}, same grid, the engine with every layer sleeping its profiled cost
-   times ``dilation`` (time dilation: with 8 ranks on 2 cores the engine's own CPU work — the Python
-   around each layer call, autograd, gloo's threads — would otherwise queue for the cores, which 8
-   devices would not; sleeping longer keeps that work a small share of each core). The emulated
-   layer call's own CPU cost is calibrated before, on a model that is not emulated
-   (``emulation_call_s``: K = 1 emulated steps against their simulation, slope over layer calls).
+   times a *dilation* (``emulation_dilation``: ``dilation_scale`` times the ranks per core, here
+   5 x 8 / 2 = 20 at K = 8). Time dilation: with 8 ranks on 2 cores the engine's own CPU work — the
+   Python around each layer call, autograd, gloo's threads — queues for the cores, which 8 devices
+   would not, and the emulated step comes out slower than any simulation of 8 devices. Measured on
+   the 2-core development VM (Transformer and AmoebaNet, K = 4 and 8, M = 1, 8, 32, gpipe): at one
+   fixed dilation of 3 the Transformer's K = 8 cells measured up to 44% slower than simulated, their
+   ranks waiting up to 28% of a step for a core; at 10, -7.5% at worst (K = 4: -2.8%); at 40, -2.7%
+   at worst (every cell's core wait under 1%). So the dilation grows with the ranks per core, and
+   each cell's core wait is reported beside its error. The emulated layer call's own CPU cost is
+   calibrated before, on a model that is not emulated (``emulation_call_s``: K = 1 emulated steps
+   against their simulation, slope over layer calls).
 4. **Simulate** every cell with the same partition: one ``CellRow`` per cell (``validation.csv``:
    measured median, simulated, relative error, the spread of the measured steps, how far the rounds'
    medians lie apart — the machine's repeatability, a floor for any model). A real cell's steps in a
@@ -27,6 +33,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import sys
@@ -113,6 +120,7 @@ class CellRow:
     simulated_posted_s: float | None = None
     simulated_no_calls_s: float | None = None
     simulated_no_overhead_s: float | None = None
+    dilation: float | None = None  # emulated cells: the layers slept this many times their cost
 
 
 @dataclass
@@ -131,7 +139,7 @@ class Settings:
     repeats: int = 7  # profile repeats per layer and size
     seed: int = 0
     normalize: bool = True  # put real cells and the profile on the speed probe's reference speed
-    dilation: float = 3.0  # emulated layers sleep this many times their profiled cost
+    dilation_scale: float = 5.0  # emulated layers sleep this x (ranks per core) x their cost
     emulated_warmup: int = 1
     emulated_steps: int = 3
 
@@ -246,6 +254,16 @@ def emulation_call_s(
         sim = simulate_cell(ct.cell, 1, [L], lc, dm, overshoot).step_s
         points.append((2.0 * L * M, statistics.median(ct.times) - sim))  # forward + backward calls
     return fit_slope(points)
+
+
+def emulation_dilation(K: int, scale: float, cores: int) -> float:
+    """How many times its profiled cost an emulated layer sleeps with ``K`` ranks on ``cores``
+    cores: ``scale`` times the ranks per core, at least 1 (module doc, item 3)."""
+    if not (K >= 1 and scale > 0 and cores >= 1):
+        raise ValueError(
+            f"K={K}, scale={scale}, cores={cores} are invalid; allowed: K >= 1, scale > 0, cores >= 1"
+        )
+    return max(1.0, scale * K / cores)
 
 
 def simulate_cell(
@@ -375,7 +393,10 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         call_model = others[0] if others else s.models[0] if s.models else s.emulated_models[0]
         call_s = emulation_call_s(
             call_model,
-            dilated(profiles[call_model].costs, s.dilation),
+            dilated(
+                profiles[call_model].costs,
+                emulation_dilation(1, s.dilation_scale, os.cpu_count() or 1),
+            ),
             dm,
             overshoot,
             sorted(set(s.Ms)),
@@ -387,6 +408,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         )
     grid = _grid(s)
     rows: list[CellRow] = []
+    dilations: dict[str, float] = {}
     every = out / "events-all.jsonl.tmp"  # every cell's last step; only the traced cells are kept
     with open(every, "w") as ev_file:
         plan = [("real", m, K) for m in s.models for K in s.real_K] + [
@@ -395,7 +417,11 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         for kind, name, K in plan:
             prof = profiles[name]
             balance = _partition(prof, K)
-            slept = dilated(prof.costs, s.dilation) if kind == "emulated" else prof.costs
+            dilation = None
+            if kind == "emulated":
+                dilation = emulation_dilation(K, s.dilation_scale, os.cpu_count() or 1)
+                dilations[f"K={K}"] = dilation
+            slept = dilated(prof.costs, dilation) if dilation is not None else prof.costs
             if kind == "real":
                 measured = _rounds(kind, name, K, balance, grid, s.rounds, s, C.real_rank, (), log)
             else:
@@ -469,6 +495,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     "measured_iqr_s": q[2] - q[0],
                     "steps_timed": len(ts),
                     "core_wait_share": statistics.median(ws),
+                    "dilation": dilation,
                     "measured_bubble": _bubble(evs, K),
                     "simulated_bubble": res.bubble_fraction,
                 }
@@ -491,6 +518,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         "settings": asdict(s),
         "speed_reference_s": ref,
         "emulation_call_s": call_s,
+        "dilations": dilations,
+        "cores": os.cpu_count(),
         "emulation_call_model": call_model,
         "device": dm.to_json(),
         "sleep_overshoot_s": overshoot,

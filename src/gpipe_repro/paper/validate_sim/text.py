@@ -232,6 +232,27 @@ def by_group(rows: Sequence[CellRow]) -> list[str]:
     return out + [""]
 
 
+def _dilations(calib: dict[str, Any]) -> str:
+    """The emulation's time dilation in words: one fixed (an older calibration) or one per group."""
+    st = calib.get("settings", {})
+    per = calib.get("dilations")
+    if not per:
+        return (
+            f"every emulated layer sleeps {st.get('dilation', 1)} times its profiled cost (time "
+            "dilation: emulated times, measured and simulated alike, are that many times a device's; "
+            f"it keeps the engine's own CPU work of {max(st.get('emulated_K', [0]) or [0])} ranks a "
+            f"small share of {os.cpu_count()} cores)"
+        )
+    groups = ", ".join(f"{k} ×{v:g}" for k, v in per.items())
+    return (
+        "every emulated layer sleeps its profiled cost times a dilation (emulated times, measured and "
+        f"simulated alike, are that many times a device's): {st.get('dilation_scale', 0):g} times the "
+        f"ranks per core ({calib.get('cores', '?')} cores here), {groups} — so that the engine's own CPU "
+        "work of K ranks does not queue for the cores as it would not on K devices (each cell's *core "
+        "wait* shows what is left)"
+    )
+
+
 def markdown(rows: Sequence[CellRow], prov: Provenance, out: Path) -> list[Path]:
     """``sim.md`` and its plots and traces in ``out`` (beside ``calibration.json``, ``events.jsonl``
     and ``roofline.csv``); returns the files written."""
@@ -317,11 +338,8 @@ def markdown(rows: Sequence[CellRow], prov: Provenance, out: Path) -> list[Path]
         f"occupies its sender for the whole transfer: {dev.get('sender_busy')}",
         f"- engine overhead, from K = 1 runs of a separate reference model: {1e6 * dev.get('overhead_s', 0):.0f} µs "
         f"per forward/backward action, {1e3 * dev.get('step_overhead_s', 0):.2f} ms per step and stage",
-        f"- emulation: every emulated layer sleeps {st.get('dilation', 1)} times its profiled cost (time "
-        "dilation: emulated times, measured and simulated alike, are that many times a device's; it keeps "
-        f"the engine's own CPU work of {max(st.get('emulated_K', [0]) or [0])} ranks a small share of "
-        f"{os.cpu_count()} cores); `time.sleep` overshoots by {1e6 * calib.get('sleep_overshoot_s', 0):.0f} µs "
-        "per call, and an emulated layer call costs "
+        f"- emulation: {_dilations(calib)}; `time.sleep` overshoots by "
+        f"{1e6 * calib.get('sleep_overshoot_s', 0):.0f} µs per call, and an emulated layer call costs "
         f"{1e6 * calib.get('emulation_call_s', 0):.0f} µs of CPU beyond its sleep (K = 1 emulated steps of "
         f"`{calib.get('emulation_call_model', '?')}`, a model that is not emulated, against their "
         "simulation: the slope of the residual over the layer calls); both are added to every emulated "
