@@ -4,7 +4,9 @@ A configuration is (K, M, schedule, remat per stage, partition) at the cells' fi
 Configurations sharing K run in one launch of fresh ranks (``validate_sim.cells``, each cell
 with its own partition): K <= 2 with the real engine (``real_rank``: each step put on the
 reference speed by the speed probe before it), K = 4, 8 in emulation (``emulated_rank``: every layer
-sleeps its profiled cost, dilation 1, so the step is on the planner's time scale). ``rounds``
+sleeps its profiled cost times the group's dilation, ``validate_sim.run.emulation_dilation``, so that
+the engine's own CPU work of K ranks does not queue for the 2 cores as it would not on K devices;
+``run.collect`` puts the step back on the device's time scale). ``rounds``
 rounds, each launching every group again in a new random order; a configuration's figure is the
 median of all its timed steps, each round's median kept for the repeatability.
 
@@ -27,6 +29,7 @@ from ...engine import launch
 from ...sim.measured import LayerProfile
 from ...sim.measured.speed import normalized
 from ..validate_sim import cells as C
+from ..validate_sim.run import dilated
 
 __all__ = ["Measured", "measure_configs", "REAL_K"]
 
@@ -40,6 +43,7 @@ class Measured:
     rounds: list[float]  # each round's median
     wait: float  # median share of a step a rank waited for a core
     peaks: list[int] = field(default_factory=list)  # per stage, bytes
+    dilation: float = 1.0  # emulated: the layers slept this many times their profiled cost
 
 
 Key = tuple[Any, ...]  # (K, M, schedule, checkpoint per stage, balance)
@@ -74,9 +78,13 @@ def measure_configs(
     steps: int,
     seed: int,
     log: Callable[[str], None],
+    dilation: Callable[[int], float] = lambda K: 1.0,
+    emulated_steps: tuple[int, int] | None = None,
 ) -> dict[Key, Measured]:
     """Measure every configuration in ``keys`` (module doc); ``ref``: the speed probe's reference
-    (None: real steps are not normalised)."""
+    (None: real steps are not normalised); ``dilation(K)``: how many times its cost an emulated
+    layer sleeps; ``emulated_steps``: (warm-up, timed) steps of the emulated configurations
+    (None: ``warmup``, ``steps``)."""
     groups: dict[int, list[Key]] = {}
     for k in dict.fromkeys(keys):
         groups.setdefault(k[0], []).append(k)
@@ -95,7 +103,9 @@ def measure_configs(
             if real:
                 got = _launch(model, K, ks, (warmup, steps, TIMEOUT_S, r == 0), False)
             else:
-                got = _launch(model, K, ks, (profile.costs, warmup, steps, TIMEOUT_S), True)
+                w, n = emulated_steps or (warmup, steps)
+                slept = dilated(profile.costs, dilation(K))
+                got = _launch(model, K, ks, (slept, w, n, TIMEOUT_S), True)
             for k, ct in got.items():
                 ts = ct.times
                 if real and ref is not None and ct.probes:
@@ -124,6 +134,7 @@ def measure_configs(
             [statistics.median(ts) for ts in times[k]],
             statistics.median(waits[k]) if waits[k] else 0.0,
             peaks.get(k, []),
+            1.0 if k[0] <= REAL_K else dilation(k[0]),
         )
         for k in times
     }

@@ -6,6 +6,12 @@
 2. **Plan** (``predict``): the caps, then per cap the planner's list and the rules of thumb.
 3. **Measure** (``measure``): the union over the caps of every listed and every rule's fitting
    configuration, each once per round (a configuration listed under two caps is measured once).
+   An emulated configuration's layers sleep ``dilation_scale`` x (ranks per core) times their cost
+   (``validate_sim.run.emulation_dilation``: at dilation 1, 8 ranks' own CPU work queued for the 2
+   cores, which 8 devices would not); its measured step is put back on the device's time scale by
+   the simulation's ratio of the two scales (``device_scale``): measured x sim(costs) / sim(dilated
+   costs + the emulation's sleep overshoot and call cost, calibrated on K = 1 emulated steps), i.e.
+   the simulation on the device's scale with the emulation's relative error at the dilated one.
 4. **Rows** (``summary.PlanRow``): per scenario, every listed configuration (its rank) and every
    rule's configuration, prediction beside measurement.
 
@@ -28,10 +34,18 @@ import torch
 
 from ...engine.hostmem import apply_host_memory
 from ...errors import UserError
-from ...sim.measured import LayerProfile, ProfileError, device_model
+from ...sim.measured import DeviceModel, LayerProfile, ProfileError, device_model
 from ...sim.measured.speed import reference_s
+from ..validate_sim import cells as C
 from ..validate_sim.models import N, model
-from ..validate_sim.run import profile_model
+from ..validate_sim.run import (
+    dilated,
+    emulation_call_s,
+    emulation_dilation,
+    plus,
+    profile_model,
+    simulate_cell,
+)
 from .measure import REAL_K, measure_configs
 from .predict import Planned, Predictor, rule_configs
 from .summary import MIB, RULES, PlanRow
@@ -52,6 +66,13 @@ class Settings:
     steps: int = 3
     repeats: int = 5  # profile repeats per layer and size
     seed: int = 0
+    # emulated layers sleep this x (ranks per core) x their cost: half the simulator validation's 5
+    # (K = 8 on 2 cores: 10, not 20), which keeps the target near 45 minutes; at 10 the worst
+    # emulated cell of that validation (Transformer, K = 8, micro-batch 1) still ran 7.5% slower
+    # than simulated, at 20-40 within 3%
+    dilation_scale: float = 2.5
+    emulated_warmup: int = 1
+    emulated_steps: int = 2
 
     @classmethod
     def quick(cls) -> Settings:
@@ -87,6 +108,26 @@ def _profile(name: str, s: Settings, sizes: list[int], ref: float) -> LayerProfi
         raise UserError(f"{name}: {err}") from None
 
 
+def device_scale(
+    key: tuple[Any, ...],
+    prof: LayerProfile,
+    dm: DeviceModel,
+    dilation: float,
+    overshoot: float,
+    call_s: float,
+) -> float:
+    """What an emulated configuration's measured step at ``dilation`` is multiplied by to put it on
+    the device's time scale: the simulated step on the profiled costs over the simulated step of
+    the emulation (the costs dilated, each layer call plus the sleep's overshoot and the emulated
+    call's CPU, the update's overshoot) — the emulation's relative error carried over."""
+    K, M, schedule, checkpoint, balance = key
+    n = N // M
+    cell = {"M": M, "schedule": schedule, "checkpoint": list(checkpoint)}
+    one = simulate_cell(cell, K, list(balance), prof.costs[n], dm).step_s
+    slept = [plus(c, overshoot + call_s) for c in dilated(prof.costs, dilation)[n]]
+    return one / simulate_cell(cell, K, list(balance), slept, dm, overshoot).step_s
+
+
 def _row(
     sc: str, name: str, cap: str, cap_b: int, p: Planned, rank: int | None, rules: list[str]
 ) -> PlanRow:
@@ -120,6 +161,12 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
     ref = reference_s()
     dm = device_model(use_cache=False)
     sizes = _sizes(s)
+    overshoot = C.sleep_overshoot()
+    call_s: float | None = None  # calibrated on the first model's K = 1 emulated steps
+
+    def dilation(K: int) -> float:
+        return emulation_dilation(K, s.dilation_scale, os.cpu_count() or 1)
+
     rows: list[PlanRow] = []
     phases = {"profile": 0.0, "plan": 0.0, "measure": 0.0}
     counts = {"configs": 0, "config_rounds": 0, "real": 0, "emulated": 0}
@@ -128,6 +175,19 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
         vm = model(name)
         t0 = time.perf_counter()
         prof = _profile(name, s, sizes, ref)
+        if call_s is None and any(K > REAL_K for K in s.Ks):
+            call_s = emulation_call_s(
+                name,
+                dilated(prof.costs, dilation(1)),
+                dm,
+                overshoot,
+                ms_of(s),
+                s.emulated_warmup,
+                s.emulated_steps,
+            )
+            log(
+                f"emulated layer call: {call_s * 1e6:.0f} us of CPU beyond its sleep ({name}, K = 1)"
+            )
         phases["profile"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         pred = Predictor(vm, prof, dm, s.Ks, s.max_m)
@@ -145,7 +205,23 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
             if max(p.stage_bytes) <= caps[cap]
         ]
         t0 = time.perf_counter()
-        got = measure_configs(name, keys, prof, ref, s.rounds, s.warmup, s.steps, s.seed, log)
+        got = measure_configs(
+            name,
+            keys,
+            prof,
+            ref,
+            s.rounds,
+            s.warmup,
+            s.steps,
+            s.seed,
+            log,
+            dilation,
+            (s.emulated_warmup, s.emulated_steps),
+        )
+        for k, config in got.items():  # emulated: back on the device's time scale
+            if config.dilation != 1.0:
+                f = device_scale(k, prof, dm, config.dilation, overshoot, call_s or 0.0)
+                config.step_s, config.rounds = config.step_s * f, [r * f for r in config.rounds]
         phases["measure"] += time.perf_counter() - t0
         counts["configs"] += len(got)
         counts["config_rounds"] += len(got) * s.rounds
@@ -181,6 +257,9 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
         "sizes": sizes,
         "speed_reference_s": ref,
         "device": dm.to_json(),
+        "dilations": {f"K={K}": dilation(K) for K in s.Ks if K > REAL_K},
+        "sleep_overshoot_s": overshoot,
+        "emulation_call_s": call_s,
         "caps_mib": caps_mib,
         "phases_s": phases,
         "counts": counts,

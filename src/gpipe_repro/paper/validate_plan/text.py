@@ -98,6 +98,23 @@ def _memory_error(rows: Sequence[PlanRow]) -> str:
     )
 
 
+def _emulation(calib: dict[str, Any]) -> str:
+    """How the emulated configurations ran, in words (an older calibration: dilation 1)."""
+    dil = calib.get("dilations")
+    if not dil:
+        return "each layer sleeps its profiled cost"
+    st = calib.get("settings", {})
+    each = ", ".join(f"{k} ×{v:g}" for k, v in dil.items())
+    return (
+        f"each layer sleeps its profiled cost times a dilation, {st.get('dilation_scale', '?')} times "
+        f"the ranks per core ({each}), so that the engine's own CPU work of K ranks does not queue "
+        "for the cores as it would not on K devices; the measured step is put back on the device's "
+        "time scale by the simulation's ratio of the two scales — the emulation's relative error at "
+        f"the dilated scale carried over; {st.get('emulated_warmup', '?')} warm-up and "
+        f"{st.get('emulated_steps', '?')} timed steps per round"
+    )
+
+
 def markdown(rows: Sequence[PlanRow], prov: Provenance, out: Path) -> list[Path]:
     calib: dict[str, Any] = {}
     if (out / "calibration.json").exists():
@@ -109,7 +126,7 @@ def markdown(rows: Sequence[PlanRow], prov: Provenance, out: Path) -> list[Path]
         "The planner (`plan.search`, as `gpipe-plan` runs it) is given each model under each memory "
         "cap; then every configuration of its list, and the one each rule of thumb gives, is "
         "measured on this machine: K = 1, 2 with the real engine, K = 4, 8 with the engine in "
-        "emulation mode (each layer sleeps its profiled cost). The search is restricted to the "
+        f"emulation mode ({_emulation(calib)}). The search is restricted to the "
         f"measurable space: K in {st.get('Ks', '?')}, one replica, M dividing the mini-batch up to "
         f"{st.get('max_m', '?')}, both schedules, remat per stage and the partition as the planner "
         f"chooses them. {st.get('rounds', '?')} rounds of fresh processes in a new order each.",

@@ -177,7 +177,7 @@ def _partition(profile: LayerProfile, K: int) -> list[int]:
     return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[top]], K)
 
 
-def _plus(c: LayerCost, o: float) -> LayerCost:
+def plus(c: LayerCost, o: float) -> LayerCost:
     return LayerCost(
         c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
     )
@@ -250,7 +250,7 @@ def emulation_call_s(
     points = []
     for ct in C.step_times(per_rank):
         M = ct.cell["M"]
-        lc = [_plus(c, overshoot) for c in costs[N // M]]
+        lc = [plus(c, overshoot) for c in costs[N // M]]
         sim = simulate_cell(ct.cell, 1, [L], lc, dm, overshoot).step_s
         points.append((2.0 * L * M, statistics.median(ct.times) - sim))  # forward + backward calls
     return fit_slope(points)
@@ -442,7 +442,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 lc = (
                     prof.costs[n]
                     if kind == "real"
-                    else [_plus(c, overshoot + call_s) for c in slept[n]]
+                    else [plus(c, overshoot + call_s) for c in slept[n]]
                 )
                 res = simulate_cell(
                     cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0

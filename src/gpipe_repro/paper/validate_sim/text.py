@@ -26,7 +26,9 @@ from .plots import plot_cells, plot_roofline, trace_cell
 from .run import TRACE_CELL, VARIANTS, CellRow, worst
 from .split import section
 
-TARGETS = {"real": (0.05, 0.10), "emulated": (0.05, 0.05)}  # (median |error|, max |error|)
+# (median |error|, max |error|): real as issue #9 set them; emulated as #21 does (median ≤ 3%, max
+# ≤ 10%, with the wake-up of a blocked receiver modelled), which replaced #9's ≤ 5% per cell
+TARGETS = {"real": (0.05, 0.10), "emulated": (0.03, 0.10)}
 # a cell whose steps waited longer than this share for a core was disturbed by other load
 QUIET = 0.05
 
