@@ -1,6 +1,6 @@
 """The simulator's validation as an artefact: measure the cells on this machine, simulate, compare.
 
-    python -m gpipe_repro.paper validate-sim --publish     # make validate-sim -> reports/sim/ (~20 min)
+    python -m gpipe_repro.paper validate-sim --publish     # make validate-sim -> reports/sim/ (~25 min)
     python -m gpipe_repro.paper validate-sim --quick       # a smoke run of every step
 
 Experiments: ``run.Settings`` (the grid; ``--quick``: fewer cells, one round, two steps). Collect:
