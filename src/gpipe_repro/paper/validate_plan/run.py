@@ -39,6 +39,7 @@ from ...sim.measured.speed import reference_s
 from ..validate_sim import cells as C
 from ..validate_sim.models import N, model
 from ..validate_sim.run import (
+    cores,
     dilated,
     emulation_call_s,
     emulation_dilation,
@@ -165,7 +166,7 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
     call_s: float | None = None  # calibrated on the first model's K = 1 emulated steps
 
     def dilation(K: int) -> float:
-        return emulation_dilation(K, s.dilation_scale, os.cpu_count() or 1)
+        return emulation_dilation(K, s.dilation_scale, cores())
 
     rows: list[PlanRow] = []
     phases = {"profile": 0.0, "plan": 0.0, "measure": 0.0}
@@ -219,7 +220,7 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
             (s.emulated_warmup, s.emulated_steps),
         )
         for k, config in got.items():  # emulated: back on the device's time scale
-            if config.dilation != 1.0:
+            if k[0] > REAL_K:
                 f = device_scale(k, prof, dm, config.dilation, overshoot, call_s or 0.0)
                 config.step_s, config.rounds = config.step_s * f, [r * f for r in config.rounds]
         phases["measure"] += time.perf_counter() - t0

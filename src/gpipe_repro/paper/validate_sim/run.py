@@ -256,6 +256,15 @@ def emulation_call_s(
     return fit_slope(points)
 
 
+def cores() -> int:
+    """The cores this process may run on: its affinity mask where the OS has one (a container
+    limited to 2 CPUs of a large host counts 2), else the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks on this OS
+        return os.cpu_count() or 1
+
+
 def emulation_dilation(K: int, scale: float, cores: int) -> float:
     """How many times its profiled cost an emulated layer sleeps with ``K`` ranks on ``cores``
     cores: ``scale`` times the ranks per core, at least 1 (module doc, item 3)."""
@@ -388,14 +397,15 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
     call_s, call_model = 0.0, None
     if s.emulated_models and s.emulated_K:
-        # a model that is not emulated, so nothing about the emulated cells is fitted
+        # a model that is not emulated, so nothing about the emulated cells is fitted; at K = 1's
+        # dilation (one rank queues for nothing): a call's CPU, not its sleep, is what is measured
         others = [m for m in s.models if m not in s.emulated_models]
         call_model = others[0] if others else s.models[0] if s.models else s.emulated_models[0]
         call_s = emulation_call_s(
             call_model,
             dilated(
                 profiles[call_model].costs,
-                emulation_dilation(1, s.dilation_scale, os.cpu_count() or 1),
+                emulation_dilation(1, s.dilation_scale, cores()),
             ),
             dm,
             overshoot,
@@ -419,7 +429,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
             balance = _partition(prof, K)
             dilation = None
             if kind == "emulated":
-                dilation = emulation_dilation(K, s.dilation_scale, os.cpu_count() or 1)
+                dilation = emulation_dilation(K, s.dilation_scale, cores())
                 dilations[f"K={K}"] = dilation
             slept = dilated(prof.costs, dilation) if dilation is not None else prof.costs
             if kind == "real":
@@ -519,7 +529,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         "speed_reference_s": ref,
         "emulation_call_s": call_s,
         "dilations": dilations,
-        "cores": os.cpu_count(),
+        "cores": cores(),
         "emulation_call_model": call_model,
         "device": dm.to_json(),
         "sleep_overshoot_s": overshoot,
