@@ -39,11 +39,11 @@ from ...sim.measured.speed import reference_s
 from ..validate_sim import cells as C
 from ..validate_sim.models import N, model
 from ..validate_sim.run import (
+    as_emulated,
     cores,
     dilated,
     emulation_call_s,
     emulation_dilation,
-    plus,
     profile_model,
     simulate_cell,
 )
@@ -125,8 +125,8 @@ def device_scale(
     n = N // M
     cell = {"M": M, "schedule": schedule, "checkpoint": list(checkpoint)}
     one = simulate_cell(cell, K, list(balance), prof.costs[n], dm).step_s
-    slept = [plus(c, overshoot + call_s) for c in dilated(prof.costs, dilation)[n]]
-    return one / simulate_cell(cell, K, list(balance), slept, dm, overshoot).step_s
+    slept, extra = as_emulated(dilated(prof.costs, dilation)[n], overshoot, call_s)
+    return one / simulate_cell(cell, K, list(balance), slept, dm, extra).step_s
 
 
 def _row(

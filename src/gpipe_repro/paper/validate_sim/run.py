@@ -177,10 +177,19 @@ def _partition(profile: LayerProfile, K: int) -> list[int]:
     return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[top]], K)
 
 
-def plus(c: LayerCost, o: float) -> LayerCost:
+def _plus(c: LayerCost, o: float) -> LayerCost:
     return LayerCost(
         c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
     )
+
+
+def as_emulated(
+    slept: list[LayerCost], overshoot: float, call_s: float
+) -> tuple[list[LayerCost], float]:
+    """What ``simulate_cell`` is given for an emulated cell whose layers sleep ``slept``: each call
+    plus the sleep's overshoot and the emulated call's CPU, and the update sleep's overshoot as the
+    step's extra."""
+    return [_plus(c, overshoot + call_s) for c in slept], overshoot
 
 
 def dilated(costs: dict[int, list[LayerCost]], d: float) -> dict[int, list[LayerCost]]:
@@ -250,7 +259,7 @@ def emulation_call_s(
     points = []
     for ct in C.step_times(per_rank):
         M = ct.cell["M"]
-        lc = [plus(c, overshoot) for c in costs[N // M]]
+        lc = [_plus(c, overshoot) for c in costs[N // M]]
         sim = simulate_cell(ct.cell, 1, [L], lc, dm, overshoot).step_s
         points.append((2.0 * L * M, statistics.median(ct.times) - sim))  # forward + backward calls
     return fit_slope(points)
@@ -449,14 +458,12 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 )
             for cell, per_round in measured:
                 n = N // cell["M"]
-                lc = (
-                    prof.costs[n]
+                lc, extra = (
+                    (prof.costs[n], 0.0)
                     if kind == "real"
-                    else [plus(c, overshoot + call_s) for c in slept[n]]
+                    else as_emulated(slept[n], overshoot, call_s)
                 )
-                res = simulate_cell(
-                    cell, K, balance, lc, dm, overshoot if kind == "emulated" else 0.0
-                )
+                res = simulate_cell(cell, K, balance, lc, dm, extra)
                 raw_rounds = [ct.times for ct in per_round]
                 # the reference where every round was probed (real cells, with ``normalize``)
                 cell_ref = ref if all(ct.probes for ct in per_round) else None
@@ -511,7 +518,6 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 }
                 for v in VARIANTS:
                     if v != "model":
-                        extra = overshoot if kind == "emulated" else 0.0
                         row[f"simulated_{v}_s"] = simulate_cell(
                             cell, K, balance, lc, dm, extra, v
                         ).step_s
