@@ -4,6 +4,7 @@ memory behind the device interface."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +13,11 @@ from gpipe_repro.config.compose import compose, sweep_world_size
 from gpipe_repro.config.device import GPU_HEADROOM_BYTES, CudaDevice, DeviceMemory
 from gpipe_repro.config.plan import plan_model, plan_run
 from gpipe_repro.errors import UserError
-from gpipe_repro.planner.memory import StageActivation, sent_bytes, step_temporary_bytes
+from gpipe_repro.planner.memory import (
+    StageActivation,
+    peak_activation_bytes,
+    step_temporary_bytes,
+)
 from gpipe_repro.planner.stages import StagePlan
 from gpipe_repro.runner import run
 from gpipe_repro.runner.guard import check_memory
@@ -104,10 +109,19 @@ def test_a_plan_beyond_a_gpus_budget_is_refused_in_one_line():
 
 def test_the_plan_holds_sent_outputs_and_the_optimisers_temporaries():
     a = StageActivation(input=100, saved=1000, output=10)
-    assert sent_bytes(a, "gpipe", "always", 2, 4, 0) == 4 * 10  # every send still held
-    assert sent_bytes(a, "gpipe", "except_last", 2, 4, 0) == 3 * 10  # the last output is kept
-    assert sent_bytes(a, "gpipe", "never", 2, 4, 0) == 0  # kept for backward anyway
-    assert sent_bytes(a, "gpipe", "always", 2, 4, 1) == 0  # the last stage sends none
+
+    def sends(checkpoint: str, stage: int) -> int:
+        """What the sent outputs add to the walk's peak (no receive posted ahead)."""
+        walk = [
+            peak_activation_bytes(b, "gpipe", checkpoint, 2, 4, stage, lookahead=1)
+            for b in (replace(a, sent=10), a)
+        ]
+        return walk[0] - walk[1]
+
+    assert sends("always", 0) == 4 * 10  # every send still held at the first recompute
+    assert sends("except_last", 0) == 3 * 10  # the last output is kept
+    assert sends("never", 0) == 0  # kept for backward anyway
+    assert sends("always", 1) == 0  # the last stage sends none
     assert step_temporary_bytes(1000, "adam", 0.0, "cuda") == 4000
     assert step_temporary_bytes(1000, "rmsprop", 0.1, "cuda") == 8000
     assert step_temporary_bytes(1000, "adam", 0.0, "cpu") == 0  # one tensor at a time on a CPU

@@ -282,16 +282,27 @@ def held_sends_step(K: int, M: int, schedule: str, nccl_order: bool) -> dict:
         [nn.Linear(64, 64)], topo, M=M, schedule=schedule, checkpoint="always", loss_fn=mse
     )
     held: list[list[int]] = []
+    grads: list[list[int]] = []
+    posted: list[tuple[int, int]] = []
     release = pipe.transfers.release
 
     def recorded() -> None:
         release()
         held.append(sorted(mb for kind, mb in pipe.transfers.held if kind == "F"))
+        grads.append(sorted(mb for kind, mb in pipe.transfers.held if kind == "B"))
+        keys = list(pipe.transfers._posted)
+        posted.append((sum(k == "F" for k, _ in keys), sum(k == "B" for k, _ in keys)))
 
     pipe.transfers.release = recorded  # type: ignore[method-assign]
     x = torch.randn(4 * M, 64)
     pipe.train_step(x if topo.is_first else None, x if topo.is_last else None)
-    return {"stage": topo.stage, "held": held, "after": pipe.transfers.held}
+    return {
+        "stage": topo.stage,
+        "held": held,
+        "grads": grads,
+        "posted": posted,
+        "after": pipe.transfers.held,
+    }
 
 
 def mse(y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

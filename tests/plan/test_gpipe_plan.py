@@ -13,10 +13,16 @@ import pytest
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.partition import balance_by_cells, balance_by_cost
-from gpipe_repro.engine.schedule import peak_in_flight
+from gpipe_repro.engine.pipeline import DEFAULT_LOOKAHEAD
+from gpipe_repro.engine.schedule import (
+    gradients_taken,
+    peak_in_flight,
+    receives_ahead,
+    stage_actions,
+)
 from gpipe_repro.plan.__main__ import main, plan
-from gpipe_repro.plan.search import _coef, alive
-from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes, sent_bytes
+from gpipe_repro.plan.search import _coef, _hold, alive
+from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes
 from gpipe_repro.planner.stages import plan_stages
 from gpipe_repro.sim import Link, StageCost, simulate
 
@@ -115,13 +121,57 @@ def test_per_stage_remat_in_the_memory_planner_and_the_simulator():
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("mode", ["never", "always"])
 def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
-    a = StageActivation(input=7, saved=11, output=13, weights=5, work=17, work_fixed=19)
-    for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3)]:
+    """Exact where no receive is posted ahead (lookahead 1) and no send outlives a recompute
+    (remat never); else a bound from above: with the engine's lookahead the closed form counts
+    the most receives of each kind at once (at most one lookahead of receives more than the
+    walk), and under remat every output sent while the micro-batches alive are (at most one more:
+    the walk frees a send when its gradient arrives, after its recompute)."""
+    a = StageActivation(input=7, saved=11, output=13, weights=5, work=17, work_fixed=19, sent=23)
+    for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3), (2, 32)]:
         for k in range(K):
-            ci, cs, co, cw = _coef(schedule, mode, K, M, k)
-            walk = peak_activation_bytes(a, schedule, mode, K, M, k) + sent_bytes(
-                a, schedule, mode, K, M, k
-            )
-            # the working set once on top (``Space._bytes``)
-            assert ci * 7 + cs * 11 + co * 13 + cw * 5 + 17 + 19 == walk, (K, M, k)
+            for lookahead in (1, DEFAULT_LOOKAHEAD):
+                ci, cs, co, cw, cx = _coef(schedule, mode, K, M, k, lookahead)
+                walk = peak_activation_bytes(a, schedule, mode, K, M, k, lookahead=lookahead)
+                # the working set once on top (``Space._bytes``)
+                closed = ci * 7 + cs * 11 + co * 13 + cw * 5 + cx * 23 + 17 + 19
+                if lookahead == 1 and mode == "never":
+                    assert closed == walk, (K, M, k)
+                slack = (lookahead - 1) * (7 + 23) + (23 if mode == "always" else 0)
+                assert walk <= closed <= walk + slack, (K, M, k, lookahead)
             assert alive(schedule, K, M, k) == peak_in_flight(schedule, K, M, k)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_the_searchs_closed_forms_of_the_transfers_are_the_engines_walks(schedule):
+    """The input-sized buffers beyond those alive: at every action, (alive + gradient sends held +
+    activation receives posted ahead) within (most alive + the bound), reached at some action;
+    gradient receives posted ahead: at least the most at any action, exactly under gpipe."""
+    for K in range(1, 10):
+        for M in (1, 2, 3, 5, 8, 16, 33):
+            for k in range(K):
+                for lookahead in (1, 2, DEFAULT_LOOKAHEAD, 7):
+                    h = _hold(schedule, K, M, k, lookahead)
+                    ahead = receives_ahead(schedule, K, M, k, lookahead)
+                    sums = _transfer_walk(schedule, K, M, k, ahead)
+                    assert max(sums) == h.alive + h.inputs, (K, M, k, lookahead)
+                    most_b = max(b for _, b in ahead)
+                    assert h.ahead_b >= most_b, (K, M, k, lookahead)
+                    if schedule == "gpipe":
+                        assert h.ahead_b == most_b and h.inputs == 0, (K, M, k, lookahead)
+
+
+def _transfer_walk(schedule, K, M, k, ahead):
+    """Per action: micro-batches alive + input gradients sent and not known taken + activation
+    receives posted ahead, walked on the engine's own action lists."""
+    taken = gradients_taken(schedule, K, M, k)
+    alive, held, sums = 0, set(), []
+    for i, a in enumerate(stage_actions(schedule, K, M, k)):
+        if a.kind == "F":
+            held -= set(taken.get(a.mb, []))
+            alive += 1
+        sums.append(alive + len(held) + ahead[i][0])
+        if a.kind == "B":
+            alive -= 1
+            if k > 0:
+                held.add(a.mb)
+    return sums

@@ -61,7 +61,7 @@ from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
 from .precision import autocast, cast_floats, check_precision, compute_dtype, fp32_loss
 from .rng import INFERENCE_STEP, Draws
-from .schedule import DEFAULT_SCHEDULE, Action, stage_actions
+from .schedule import DEFAULT_SCHEDULE, Action, gradients_taken, stage_actions
 from .topology import Topology
 from .transfers import Transfers
 
@@ -208,7 +208,8 @@ class Pipeline:
         self.meter = ActivationMeter(self.cell.parameters()) if track_memory else None
         self.peak_activation_bytes = 0
         self.lookahead = lookahead
-        self.transfers = Transfers(topology, self.actions, lookahead, self.recorder)
+        taken = gradients_taken(schedule, self.K, M, topology.stage)
+        self.transfers = Transfers(topology, self.actions, lookahead, self.recorder, taken)
         self.steps_done = 0  # train_step calls: the step of the keys when none is given
 
     # ------------------------------------------------------------------ public API

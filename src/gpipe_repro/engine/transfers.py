@@ -10,9 +10,13 @@ first; a gradient receive needs this stage's own first forward output.
 Sends are asynchronous; each is held until it completes and released as soon as it has, so a sent
 activation that nothing else references — the output of a rematerialised micro-batch — is freed
 then, not at the end of the step. Completion is asked after every action (``is_completed``: a CUDA
-event query on NCCL). gloo's sends report completion only once waited for, so there a micro-batch's
-activation sends are also released when its gradient arrives: the next stage computed that
-backward, so it had received them (the wait returns at once).
+event query on NCCL). gloo's sends report completion only once waited for, so there a send is
+also released as soon as the stage knows its peer took it (the wait returns at once): a
+micro-batch's activation sends when its gradient arrives (the next stage computed that backward), a
+micro-batch's gradient sends when an activation arrives that the previous stage sent after it took
+that gradient (read off the previous stage's action list: ``schedule.gradients_taken``). Without the second rule
+a gloo stage held every gradient it sent until the end of the step: M micro-batches' input
+gradients, which under 1F1B outweigh the min(K - k, M) micro-batches the schedule keeps alive.
 """
 
 from __future__ import annotations
@@ -39,8 +43,11 @@ class Transfers:
         actions: list[Action],
         lookahead: int,
         recorder: Recorder,
+        taken: dict[int, list[int]] | None = None,
     ) -> None:
+        """``taken``: ``schedule.gradients_taken`` of this stage (None: no such release)."""
         self.topo, self.device, self.actions = topo, topo.device, actions
+        self._taken = taken or {}
         self.lookahead, self.recorder = lookahead, recorder
         self.in_meta: tuple[list[TensorMeta], bool] | None = None
         self.out_meta: list[TensorMeta] | None = None
@@ -100,6 +107,9 @@ class Transfers:
     def activations(self, m: int) -> Batch:
         """Micro-batch m's input from the previous stage; its float tensors require grad."""
         bufs = self._take(("F", m))
+        for g in self._taken.get(m, []):  # the previous stage took these before sending m
+            for w in self._sends.pop(("B", g), []):
+                w.wait()
         for b in bufs:
             if b.is_floating_point():
                 b.requires_grad_(True)

@@ -49,11 +49,14 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from ..engine.partition import balance_by_bands, cell_band
+from ..engine.pipeline import DEFAULT_LOOKAHEAD
+from ..engine.schedule import inputs_beyond_alive
 from ..planner.memory import StageActivation, state_bytes
 from ..sim import CostModel, StageCost, stage_costs
 from ..sim.costs import LayerCost
@@ -137,7 +140,7 @@ class Space:
     step_bytes: Callable[[int], int] = lambda params: 0
     grads: Sequence[int] = ()  # per layer, gradient bytes the replicas all-reduce (() : 4 x params)
     _times: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    _fits: dict[tuple[str, int, int, bool], np.ndarray] = field(default_factory=dict)
+    _fits: dict[tuple[str, int, _Hold], np.ndarray] = field(default_factory=dict)
     _cells: dict[tuple[int, int, int], StageCost] = field(default_factory=dict)
     _parts: dict[_Shape, list[tuple[tuple[int, ...], tuple[str, ...]]]] = field(
         default_factory=dict
@@ -162,6 +165,9 @@ class Space:
         self.inp = np.broadcast_to(inp[ii], (L + 1, L + 1))
         self.out = np.broadcast_to(
             np.array([a.output for a in self.layers], float)[jm], (L + 1, L + 1)
+        )
+        self.sent = np.broadcast_to(
+            np.array([a.sent for a in self.layers], float)[jm], (L + 1, L + 1)
         )
         # saved tensors of a cell <= its layers' own plus the inputs of all but its first layer; an
         # inner layer's input is its predecessor's output, which that layer's own saved tensors, its
@@ -217,13 +223,20 @@ class Space:
 
     def memory(self, schedule: str, mode: str, K: int, M: int, n: int) -> np.ndarray:
         """Bytes per cell position k and layer range, shape (K, L+1, L+1), at n samples."""
-        co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 4)
-        return self._bytes([co[:, q][:, None, None] for q in range(4)], n)
+        co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 5)
+        return self._bytes([co[:, q][:, None, None] for q in range(5)], n)
 
     def _bytes(self, c: Sequence[Any], n: int) -> np.ndarray:
         """The working set counts once, whatever the mode and the micro-batches alive."""
         act = (
-            n * (c[0] * self.inp + (c[1] - 1) * self.saved + c[2] * self.out + self.back)
+            n
+            * (
+                c[0] * self.inp
+                + (c[1] - 1) * self.saved
+                + c[2] * self.out
+                + c[4] * self.sent
+                + self.back
+            )
             + c[3] * self.weights
             + self.work_fixed
         )
@@ -238,12 +251,13 @@ class Space:
             self._cells[key] = stage_costs(lc[start:stop], [stop - start])[0]
         return self._cells[key]
 
-    def fits(self, mode: str, n: int, alive: int, last: bool) -> np.ndarray:
-        """Whether a cell holding ``alive`` micro-batches of n samples fits the cap, per layer range
-        (the same bytes as ``memory``, which depend on the cell's position only through these)."""
-        key = (mode, n, alive, last and mode == "always")
+    def fits(self, mode: str, n: int, h: _Hold) -> np.ndarray:
+        """Whether a cell at a position ``h`` (micro-batches alive, ...) of n samples fits the cap,
+        per layer range (the same bytes as ``memory``, which depend on the cell's position only
+        through these)."""
+        key = (mode, n, h)
         if key not in self._fits:
-            c = _coef_of(mode, alive, last)
+            c = _coef_of(mode, h)
             self._fits[key] = self._bytes(c, n) <= self.cap
         return self._fits[key]
 
@@ -263,21 +277,44 @@ def alive(schedule: str, K: int, M: int, k: int) -> int:
     return M if schedule == "gpipe" else min(K - k, M)
 
 
-def _coef(schedule: str, mode: str, K: int, M: int, k: int) -> tuple[float, float, float, float]:
-    """Stage k's peak activations as a linear form of (input, saved, output, weights) of one
+@cache
+def _hold(schedule: str, K: int, M: int, k: int, lookahead: int = DEFAULT_LOOKAHEAD) -> _Hold:
+    """What stage k's peak depends on besides its layers (``_Hold``), from the engine's schedule:
+    input-sized transfer buffers beyond the micro-batches alive
+    (``engine.schedule.inputs_beyond_alive``); gradient receives posted ahead, at most
+    lookahead - 1 at once and at most M (``engine.schedule.receives_ahead``: exact under gpipe,
+    a bound under 1f1b, which alternates them with activations; checked in the tests)."""
+    return _Hold(
+        alive(schedule, K, M, k),
+        k == K - 1,
+        inputs_beyond_alive(schedule, K, M, k, lookahead),
+        min(lookahead - 1, M) if k < K - 1 else 0,
+    )
+
+
+def _coef(
+    schedule: str, mode: str, K: int, M: int, k: int, lookahead: int = DEFAULT_LOOKAHEAD
+) -> tuple[float, ...]:
+    """Stage k's peak activations as a linear form of (input, saved, output, weights, sent) of one
     micro-batch: the memory planner's closed forms (``planner.memory``'s table; its walk,
-    ``peak_activation_bytes`` + ``sent_bytes``, is checked against them in the tests) — never:
+    ``peak_activation_bytes``, is checked against them in the tests) — never:
     n · (in + saved + out + weights); always: n · in + saved + weights + the recomputed output, and
-    the outputs sent but still in transfer (n of them, none from the last stage); n = the
-    micro-batches alive. One micro-batch's working set comes on top once (``Space._bytes``)."""
-    return _coef_of(mode, alive(schedule, K, M, k), k == K - 1)
+    the outputs sent but still in transfer (n of them whole, none from the last stage); n = the
+    micro-batches alive; in both, the input-sized transfer buffers (gradients sent and not yet
+    known taken, activation receives posted ahead: ``engine.schedule.inputs_beyond_alive``) and the
+    most gradient receives posted ahead at any action, the outputs' whole each. A bound: exact under remat
+    never with a lookahead of 1; under remat the walk frees a send when its gradient arrives,
+    after the recompute that the closed form counts it beside. One micro-batch's working set comes
+    on top once (``Space._bytes``)."""
+    return _coef_of(mode, _hold(schedule, K, M, k, lookahead))
 
 
-def _coef_of(mode: str, n: int, last: bool) -> tuple[float, float, float, float]:
+def _coef_of(mode: str, h: _Hold) -> tuple[float, ...]:
+    n = h.alive
     if mode == "never":
-        return (n, n, n, n)
+        return (n + h.inputs, n, n, n, h.ahead_b)
     if mode == "always":
-        return (n, 1, 1 if last else n + 1, 1)
+        return (n + h.inputs, 1, 1, 1, (0 if h.last else n) + h.ahead_b)
     raise ValueError(f"mode={mode!r} is not searched; allowed: {', '.join(MODES)}")
 
 
@@ -291,27 +328,35 @@ CHUNK = 2**22  # cost elements solved at once (32 MiB of float64)
 
 
 @dataclass(frozen=True)
+class _Hold:
+    """A stage's peak besides its layers: micro-batches alive, whether it is the last stage, the
+    input-sized and the output-sized transfer buffers (``_coef``)."""
+
+    alive: int
+    last: bool
+    inputs: int  # input-sized buffers beyond those alive: gradients sent, activation receives
+    ahead_b: int
+
+
+@dataclass(frozen=True)
 class _Shape:
     """What a (K, R, M, schedule)'s partitions depend on: the micro-batch (costs), the samples in
-    it and each stage's micro-batches alive (memory). Configurations with the same shape share
-    their partitions: the solve is cached on it."""
+    it and each stage's micro-batches alive and gradient sends held (memory). Configurations with
+    the same shape share their partitions: the solve is cached on it."""
 
     K: int
     micro_batch: int
     n: int
-    alive: tuple[int, ...]
+    hold: tuple[_Hold, ...]
 
     @staticmethod
     def of(K: int, M: int, schedule: str, n: int, micro_batch: int) -> _Shape:
-        return _Shape(K, micro_batch, n, tuple(alive(schedule, K, M, k) for k in range(K)))
+        return _Shape(K, micro_batch, n, tuple(_hold(schedule, K, M, k) for k in range(K)))
 
 
 def _masks(space: Space, s: _Shape) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per cell position, whether each layer range fits in mode never and in mode always."""
-    return [
-        (space.fits("never", s.n, a, k == s.K - 1), space.fits("always", s.n, a, k == s.K - 1))
-        for k, a in enumerate(s.alive)
-    ]
+    return [(space.fits("never", s.n, h), space.fits("always", s.n, h)) for h in s.hold]
 
 
 def _fitting(space: Space, K: int, allowed: Sequence[Sequence[np.ndarray]]) -> np.ndarray:

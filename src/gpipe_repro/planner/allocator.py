@@ -6,7 +6,8 @@ through ``planner.stages``, ``check_stages``) for real on this CPU, each in this
 stage code (``engine.pipeline.Cell``) and in GPipe's fill-drain order (GPipe §2.2-2.3): all M
 forwards, then the M backwards in reverse; with remat ``always`` the forwards keep only their inputs
 and each backward recomputes its micro-batch first; a stage that is not the last sends its outputs on
-(dropped here) and receives a gradient of their shape. The inputs a stage receives are computed
+(held until its gradient arrives, as the engine's send holds it) and receives a gradient of their
+shape when its backward needs it (no receive posted ahead: planned with a lookahead of 1). The inputs a stage receives are computed
 beforehand by the stages before it.
 
 The measure: the c10 CPU allocator's allocation events, recorded by the torch profiler
@@ -96,13 +97,18 @@ def _step(
         for x in inputs
     ]
     outs: list[Any] = []
+    sent: list[Any] = []  # under remat: each output, held by its send until its gradient arrives
     for x in xs:
         if checkpoint == "never":
             outs.append(cell(x))
         else:
             with torch.no_grad():
-                cell(x)  # sent on; only the input stays
+                y = cell(x)  # sent on; the input stays
+            sent.append(None if last else y)
+            del y
     for m in reversed(range(len(xs))):
+        if sent:
+            sent[m] = None  # its gradient arrived: the send is complete
         y = outs.pop() if checkpoint == "never" else cell(xs[m])
         if last:
             loss(y).backward()
@@ -184,6 +190,7 @@ def check_stages(
         micro_batch=N // M,
         schedule="gpipe",
         checkpoint=checkpoint,
+        lookahead=1,  # the replay receives each gradient as its backward needs it
     )
     out, start = [], 0
     for k, b in enumerate(balance):

@@ -21,7 +21,9 @@ compared (tests/planner): per stage,
   | gpipe, except_last | M · in + saved + out + work |
   | 1f1b | the same with M replaced by the micro-batches in flight, min(K - k, M); with except_last a
   |      | stage that has warm-up forwards (k < K-1) also holds a second micro-batch's saved tensors |
-  |      | and output (the kept last one's, while it recomputes another) |
+  |      | and output (the kept last one's, while it recomputes another); a stage k > 0 with fewer |
+  |      | than M in flight also holds one input gradient it sent (+ in: the engine releases a gloo |
+  |      | send once the previous stage is known to have taken it) |
 
 These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
 
@@ -48,9 +50,9 @@ from torch.func import functional_call
 
 from ..engine.checkpoint import uses_remat
 from ..engine.microbatch import Batch, as_tuple
-from ..engine.pipeline import Cell
+from ..engine.pipeline import DEFAULT_LOOKAHEAD, Cell
 from ..engine.precision import autocast, compute_dtype, fp32_loss
-from ..engine.schedule import peak_in_flight, stage_actions
+from ..engine.schedule import gradients_taken, receives_ahead, stage_actions
 from .working import working_set
 
 __all__ = [
@@ -58,7 +60,6 @@ __all__ = [
     "StageActivation",
     "measure_stage",
     "peak_activation_bytes",
-    "sent_bytes",
     "step_temporary_bytes",
     "STATE_BYTES_PER_PARAM",
     "state_bytes",
@@ -95,6 +96,9 @@ class StageActivation:
     # gradients before they are accumulated, their scratch).
     work: int = 0
     work_fixed: int = 0
+    # The stage's outputs whole, whatever saves them: what a send holds (and a gradient received
+    # for them takes) once the micro-batch's saved tensors are gone or not yet made.
+    sent: int = 0
 
     def scaled(self, f: float) -> StageActivation:
         return StageActivation(
@@ -104,6 +108,7 @@ class StageActivation:
             self.weights,
             round(self.work * f),
             self.work_fixed,
+            round(self.sent * f),
         )
 
     @property
@@ -238,7 +243,13 @@ def measure_stage(
     weights = sum(seen[k] for k in copies)
     work, fixed = _split_work(layers, x, loss, precision, device_type) if working else (0, 0)
     act = StageActivation(
-        sum(_nbytes(t) for t in xs), sum(seen.values()) - weights, out, weights, work, fixed
+        sum(_nbytes(t) for t in xs),
+        sum(seen.values()) - weights,
+        out,
+        weights,
+        work,
+        fixed,
+        sum(_nbytes(t) for t in as_tuple(y)),
     )
     ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
@@ -272,45 +283,59 @@ def peak_activation_bytes(
     M: int,
     stage: int,
     working: bool = True,
+    lookahead: int = DEFAULT_LOOKAHEAD,
 ) -> int:
     """The stage's peak activation bytes, walking its own action list (``engine.schedule``; an
     unknown schedule is refused there): a kept micro-batch holds input, saved tensors and output
     from its forward to its backward; a rematerialised one holds its input, and its saved tensors
     and output from the recompute until its backward ends (GPipe §2.3). One micro-batch's working
     set comes on top while it runs forward or backward: counted at each action, so once. The
-    closed forms of the module doc follow from this walk. ``working=False``: without the working
+    transfers hold more: a rematerialised micro-batch's output, sent whole (``sent``), until its
+    gradient arrives — after its recompute (the engine recomputes first), before its backward — a
+    kept one's is held by its saved tensors anyway, and the last stage sends none (gloo reports a
+    send complete only once waited for; #22 item 4). A stage
+    after the first also holds each input gradient it sent (its input's bytes) until the previous
+    stage is known to have taken it (``engine.schedule.gradients_taken``: at most one under 1f1b at
+    its peak, none under gpipe), and the receive buffers posted for the actions ahead
+    (``engine.schedule.receives_ahead`` with the engine's ``lookahead``: an input's bytes each for
+    activations, the outputs' whole for gradients). The closed forms of the module doc follow from
+    this walk. ``working=False``: without the working
     set and the recomputed output, the saved-tensor accounting the engine's meter does
     (``engine.memory``) rather than the allocator's peak."""
     held = peak = 0
     whole = a.input + a.graph + a.output
     work = a.working if working else 0
     recomputed = a.graph + (a.output if working else 0)
-    for act in stage_actions(schedule, K, M, stage):
+    taken = gradients_taken(schedule, K, M, stage) if working else {}
+    sent: set[int] = set()  # input gradients sent (an input's bytes each) not yet known taken
+    sends: set[int] = set()  # rematerialised outputs sent (their whole each) until their gradient
+    sends_out = working and stage < K - 1  # the last stage sends no activation
+    ahead = receives_ahead(schedule, K, M, stage, lookahead)
+    for i, act in enumerate(stage_actions(schedule, K, M, stage)):
         remat = uses_remat(checkpoint, act.mb, M)
         if act.kind == "F":
+            sent -= set(taken.get(act.mb, []))
+        # besides the micro-batches held: gradients sent, receives posted ahead
+        extra = (len(sent) + ahead[i][0]) * a.input + ahead[i][1] * a.sent if working else 0
+        if act.kind == "F":
             held += a.input if remat else whole
-            peak = max(peak, held + work)
-        elif remat:  # the recompute's saved tensors and output, then the backward's working set
-            peak = max(peak, held + recomputed + work)
+            if remat and sends_out:
+                sends.add(act.mb)  # a kept output is held by its saved tensors anyway
+            peak = max(peak, held + len(sends) * a.sent + extra + work)
+            continue
+        if remat:
+            # the recompute (before the gradient arrives, so the send still holds the output), then
+            # the backward's working set (the gradient arrived: the send is complete)
+            peak = max(peak, held + recomputed + len(sends) * a.sent + extra)
+            sends.discard(act.mb)
+            peak = max(peak, held + recomputed + len(sends) * a.sent + extra + work)
             held -= a.input
         else:
-            peak = max(peak, held + work)
+            peak = max(peak, held + len(sends) * a.sent + extra + work)
             held -= whole
+        if working and stage > 0:
+            sent.add(act.mb)
     return peak
-
-
-def sent_bytes(
-    a: StageActivation, schedule: str, checkpoint: str, K: int, M: int, stage: int
-) -> int:
-    """Outputs a stage has sent and the transfer still holds, beyond those ``peak_activation_bytes``
-    keeps anyway: a send's tensor lives until its transfer completes, and a stage runs up to as many
-    forwards ahead of its neighbour as it holds micro-batches (the engine releases each completed send
-    per micro-batch; #22 item 4). The last stage sends no activation."""
-    if stage == K - 1:
-        return 0
-    alive = peak_in_flight(schedule, K, M, stage)
-    kept = alive if checkpoint == "never" else 0 if checkpoint == "always" else 1
-    return max(0, alive - kept) * a.output
 
 
 def step_temporary_bytes(params: int, optim: str, weight_decay: float, device_type: str) -> int:

@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from ..engine.microbatch import Batch
+from ..engine.pipeline import DEFAULT_LOOKAHEAD
 from .memory import (
     MEASURE_DEVICE,
     StageActivation,
     measure_stage,
     peak_activation_bytes,
-    sent_bytes,
     state_bytes,
     step_temporary_bytes,
 )
@@ -153,11 +153,13 @@ def plan_stages(
     precision: str = "fp32",
     device_type: str = MEASURE_DEVICE,
     weight_decay: float = 0.0,
+    lookahead: int = DEFAULT_LOOKAHEAD,
 ) -> list[StagePlan]:
     """Every stage's state, peak activations (sent outputs a transfer still holds included) and the
     optimiser step's temporaries; ``checkpoint``: one remat mode, or one per stage (each stage is
     planned with its own); ``key`` names the model for memoisation; ``precision`` and
-    ``device_type``: the activations as the engine keeps them there."""
+    ``device_type``: the activations as the engine keeps them there; ``lookahead``: how many
+    actions ahead the engine posts its receives (``engine.pipeline.DEFAULT_LOOKAHEAD``)."""
     modes = [checkpoint] * len(balance) if isinstance(checkpoint, str) else list(checkpoint)
     if len(modes) != len(balance):
         raise ValueError(
@@ -173,9 +175,7 @@ def plan_stages(
         a = meas.stage(start, start + b)
         unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0)
         mode = modes[k]
-        per = peak_activation_bytes(unit, schedule, mode, K, M, k) + sent_bytes(
-            unit, schedule, mode, K, M, k
-        )
+        per = peak_activation_bytes(unit, schedule, mode, K, M, k, lookahead=lookahead)
         fixed = peak_activation_bytes(
             StageActivation(0, 0, 0, a.weights, 0, a.work_fixed), schedule, mode, K, M, k
         )

@@ -7,7 +7,7 @@ import pytest
 
 from gpipe_repro.paper.validate_plan.predict import Predictor, rule_configs
 from gpipe_repro.paper.validate_sim.models import N, model
-from gpipe_repro.plan.search import _coef_of, alive
+from gpipe_repro.plan.search import _coef_of, _hold
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured import DeviceModel, LayerProfile
 
@@ -79,7 +79,7 @@ def test_the_search_bound_is_above_every_exact_peak_and_within_40_percent(pred):
     for p in pred.uncapped:
         c, start = p.c, 0
         for k, (b, exact) in enumerate(zip(c.balance, p.stage_bytes, strict=True)):
-            co = _coef_of(c.checkpoint[k], alive(c.schedule, c.K, c.M, k), k == c.K - 1)
+            co = _coef_of(c.checkpoint[k], _hold(c.schedule, c.K, c.M, k))
             ratios.append(space._bytes(co, c.micro_batch)[start, start + b] / exact)
             start += b
     assert min(ratios) >= 1.0
