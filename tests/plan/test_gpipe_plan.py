@@ -12,6 +12,7 @@ import pytest
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.plan import plan_model
+from gpipe_repro.engine.errors import ArgumentError
 from gpipe_repro.engine.partition import balance_by_cells, balance_by_cost
 from gpipe_repro.engine.pipeline import DEFAULT_LOOKAHEAD
 from gpipe_repro.engine.schedule import (
@@ -139,6 +140,8 @@ def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
                 slack = (lookahead - 1) * (7 + 23) + (23 if mode == "always" else 0)
                 assert walk <= closed <= walk + slack, (K, M, k, lookahead)
             assert alive(schedule, K, M, k) == peak_in_flight(schedule, K, M, k)
+    with pytest.raises(ArgumentError, match="schedule='interleaved' is unknown"):
+        alive("interleaved", 4, 8, 0)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

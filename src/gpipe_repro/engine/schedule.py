@@ -113,7 +113,8 @@ def _inputs_beyond_alive(name: str, w: int, M: int, lookahead: int) -> int:
     K, stage = w + 2, 1  # a stage with w warm-up forwards after a stage with min(w + 1, M)
     taken = gradients_taken(name, K, M, stage)
     ahead = receives_ahead(name, K, M, stage, lookahead)
-    alive, held, sums = 0, set(), []
+    alive, sums = 0, []
+    held: set[int] = set()
     for i, a in enumerate(stage_actions(name, K, M, stage)):
         if a.kind == "F":
             held -= set(taken.get(a.mb, []))

@@ -12,11 +12,12 @@ activation that nothing else references — the output of a rematerialised micro
 then, not at the end of the step. Completion is asked after every action (``is_completed``: a CUDA
 event query on NCCL). gloo's sends report completion only once waited for, so there a send is
 also released as soon as the stage knows its peer took it (the wait returns at once): a
-micro-batch's activation sends when its gradient arrives (the next stage computed that backward), a
-micro-batch's gradient sends when an activation arrives that the previous stage sent after it took
-that gradient (read off the previous stage's action list: ``schedule.gradients_taken``). Without the second rule
-a gloo stage held every gradient it sent until the end of the step: M micro-batches' input
-gradients, which under 1F1B outweigh the min(K - k, M) micro-batches the schedule keeps alive.
+micro-batch's activation sends when its gradient arrives (the next stage computed that
+backward), its gradient sends when an activation arrives that the previous stage sent after it
+took that gradient (read off the previous stage's action list: ``schedule.gradients_taken``).
+Without the second rule a gloo stage held every gradient it sent until the end of the step: M
+micro-batches' input gradients, which under 1F1B outweigh the min(K - k, M) micro-batches the
+schedule keeps alive.
 """
 
 from __future__ import annotations

@@ -54,16 +54,16 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.errors import ArgumentError
 from ..engine.partition import balance_by_bands, cell_band
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
-from ..engine.schedule import inputs_beyond_alive
+from ..engine.schedule import SCHEDULES, inputs_beyond_alive
 from ..planner.memory import StageActivation, state_bytes
 from ..sim import CostModel, StageCost, stage_costs
 from ..sim.costs import LayerCost
 
 __all__ = ["Candidate", "Stats", "Space", "search", "SCHEDULES", "MODES"]
 
-SCHEDULES = ("gpipe", "1f1b")
 MODES = ("never", "always")
 MAX_FIT = 2**16  # the largest micro-batch ``fit`` tries
 
@@ -273,8 +273,13 @@ def _range_max(v: Sequence[int]) -> np.ndarray:
 
 def alive(schedule: str, K: int, M: int, k: int) -> int:
     """Micro-batches stage k holds at its peak: M under gpipe, min(K - k, M) under 1f1b
-    (``engine.schedule.peak_in_flight``'s closed form, checked against it in the tests)."""
-    return M if schedule == "gpipe" else min(K - k, M)
+    (``engine.schedule.peak_in_flight``'s closed form, checked against it in the tests); an
+    unknown schedule is refused, not read as either."""
+    if schedule == "gpipe":
+        return M
+    if schedule == "1f1b":
+        return min(K - k, M)
+    raise ArgumentError("schedule", schedule, f"is unknown; allowed: {', '.join(SCHEDULES)}")
 
 
 @cache

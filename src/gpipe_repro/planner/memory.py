@@ -22,8 +22,13 @@ compared (tests/planner): per stage,
   | 1f1b | the same with M replaced by the micro-batches in flight, min(K - k, M); with except_last a
   |      | stage that has warm-up forwards (k < K-1) also holds a second micro-batch's saved tensors |
   |      | and output (the kept last one's, while it recomputes another); a stage k > 0 with fewer |
-  |      | than M in flight also holds one input gradient it sent (+ in: the engine releases a gloo |
-  |      | send once the previous stage is known to have taken it) |
+  |      | than M in flight also holds one input gradient it sent (+ in) |
+
+- what the transfers hold (``peak_activation_bytes``' walk; the table above is the walk with no
+  receive posted ahead): a rematerialised micro-batch's output, held whole by its send until its
+  gradient arrives; the input gradients a stage sent, until the previous stage is known to have
+  taken them (gloo reports a send complete only once waited for: ``engine.transfers``); the
+  receives posted ahead of the actions that need them (the engine's lookahead).
 
 These follow GPipe §2.3: O(N · L/K) without remat, O(N + L/K · N/M) with it.
 
@@ -126,9 +131,8 @@ class Saved:
     """One tensor a stage saves for backward (``measure_stage(detail=...)``)."""
 
     layer: int  # index of the layer (in the stage) whose forward saved it; len(layers): the loss
-    kind: (
-        str  # what produced it: the autograd node's name ("Convolution", "Relu", ...) or "internal"
-    )
+    # what produced it: the autograd node's name ("Convolution", "Relu", ...) or "internal"
+    kind: str
     dtype: str  # "bfloat16", "float32", "int64", ...
     nbytes: int
     weight_copy: bool  # autocast's copy of a parameter (does not scale with the micro-batch)
@@ -289,19 +293,20 @@ def peak_activation_bytes(
     unknown schedule is refused there): a kept micro-batch holds input, saved tensors and output
     from its forward to its backward; a rematerialised one holds its input, and its saved tensors
     and output from the recompute until its backward ends (GPipe §2.3). One micro-batch's working
-    set comes on top while it runs forward or backward: counted at each action, so once. The
-    transfers hold more: a rematerialised micro-batch's output, sent whole (``sent``), until its
-    gradient arrives — after its recompute (the engine recomputes first), before its backward — a
-    kept one's is held by its saved tensors anyway, and the last stage sends none (gloo reports a
-    send complete only once waited for; #22 item 4). A stage
-    after the first also holds each input gradient it sent (its input's bytes) until the previous
-    stage is known to have taken it (``engine.schedule.gradients_taken``: at most one under 1f1b at
-    its peak, none under gpipe), and the receive buffers posted for the actions ahead
-    (``engine.schedule.receives_ahead`` with the engine's ``lookahead``: an input's bytes each for
-    activations, the outputs' whole for gradients). The closed forms of the module doc follow from
-    this walk. ``working=False``: without the working
-    set and the recomputed output, the saved-tensor accounting the engine's meter does
-    (``engine.memory``) rather than the allocator's peak."""
+    set comes on top while it runs forward or backward: counted at each action, so once.
+
+    The transfers hold more. A rematerialised micro-batch's output, sent whole (``sent``), until
+    its gradient arrives: after its recompute (the engine recomputes first), before its backward;
+    a kept one's is held by its saved tensors anyway, and the last stage sends none. A stage after
+    the first holds each input gradient it sent (its input's bytes) until the previous stage is
+    known to have taken it (``engine.schedule.gradients_taken``: at most one under 1f1b at its
+    peak, none under gpipe). And the receive buffers posted for the actions ahead
+    (``engine.schedule.receives_ahead`` with the engine's ``lookahead``): an input's bytes each
+    for activations, the outputs' whole for gradients.
+
+    The closed forms of the module doc follow from this walk. ``working=False``: without the
+    working set, the recomputed output and the transfers, the saved-tensor accounting the
+    engine's meter does (``engine.memory``) rather than the allocator's peak."""
     held = peak = 0
     whole = a.input + a.graph + a.output
     work = a.working if working else 0

@@ -33,9 +33,8 @@ __all__ = ["OverheadFit", "measure_overhead"]
 class OverheadFit:
     """``residual = fixed_s + actions * overhead_s`` fitted over the measured ``points``."""
 
-    overhead_s: (
-        float  # per compute action (a forward, backward or recompute of a micro-batch), >= 0
-    )
+    # per compute action (a forward, backward or recompute of a micro-batch), >= 0
+    overhead_s: float
     fixed_s: float  # per step, whatever M
     points: list[tuple[int, float, float]]  # (M, median step s, median of its compute spans s)
 
