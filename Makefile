@@ -119,13 +119,13 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a f
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK) $(call AT,fig3)
 	$(BIN)/gpipe-run -m experiment=fig3_tricks $(FIG3_TRICKS_QUICK) $(call AT,fig3_tricks)
 
-validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (~25 min measured from a fresh clone)
+validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (measured from a fresh clone: ~25 min on an Intel Xeon, 17 min on an AMD EPYC)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
 
 validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
 	$(BIN)/python -m gpipe_repro.paper validate-hw --publish
 
-validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (~40 min measured from a fresh clone; needs a quiet machine)
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (measured from a fresh clone: ~40 min on an Intel Xeon, 29 min on an AMD EPYC; needs a quiet machine)
 	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
 
 validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
