@@ -30,6 +30,36 @@ def test_running_stats_equal_batchnorm_on_whole_batch_single_process():
     assert not torch.allclose(outs[0], ref(x)[:4], atol=1e-3)
 
 
+def test_unequal_micro_batches_fold_into_the_whole_batch_statistics():
+    # a mini-batch that does not divide by M: the commit weighs each micro-batch by its count
+    torch.manual_seed(1)
+    ref, mb = nn.BatchNorm1d(4), MicroBatchNorm(4)
+    x = torch.randn(11, 4) * 2 - 1
+    ref(x)
+    for part in x.split([5, 4, 2]):
+        mb(part)
+    commit(mb)
+    assert torch.allclose(mb.running_mean, ref.running_mean, atol=1e-6)
+    assert torch.allclose(mb.running_var, ref.running_var, atol=1e-6)
+
+
+def test_the_commit_costs_a_handful_of_operations_whatever_m():
+    # the fold is vectorised over the micro-batches: the number of tensor operations it runs does
+    # not grow with M (a pairwise loop ran ~7 per micro-batch and layer: 1 ms per micro-batch on the
+    # validation's AmoebaNet)
+    from torch.profiler import ProfilerActivity, profile
+
+    def ops(M: int) -> int:
+        layer = MicroBatchNorm(8)
+        for part in torch.randn(4 * M, 8).chunk(M):
+            layer(part)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            commit(layer)
+        return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+
+    assert ops(32) == ops(2)
+
+
 def test_recomputation_does_not_count_twice():
     mb = MicroBatchNorm(3)
     x = torch.randn(8, 3)

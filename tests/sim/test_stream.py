@@ -182,6 +182,47 @@ def test_records_pool_a_group_and_put_calls_on_the_reference_speed():
     assert [c.forward_s for c in halved] == [0.5, 1.5] and halved[0].backward_s == 1.0
 
 
+def test_records_charge_the_graph_release_to_the_backward_and_the_commit_to_the_update():
+    # what the engine pays outside its spans: freeing a micro-batch's graph after its backward, and
+    # folding BatchNorm statistics once per step
+    t = StreamTimes(
+        2,
+        1,
+        [
+            Step(1.0, forward=[[1.0, 1.0]], backward=[[2.0, 3.0]], release=[[0.25, 0.5]]),
+            Step(1.0, nograd=[[1.0, 1.0]], recompute=[[0.75, 1.0]], commit=[[0.125, 0.0]]),
+        ],
+        [8, 8],
+        [[], []],
+    )
+    costs = records(t, [0, 1], "median")
+    assert [c.backward_s for c in costs] == [2.25, 3.5]
+    assert [c.update_s for c in costs] == [0.125, 0.0]
+    # the recompute as the remat step timed it (BatchNorm's statistics are not taken again)
+    assert [c.recompute for c in costs] == [0.75, 1.0]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_stream_times_a_release_per_backward_and_a_commit_per_step():
+    torch.manual_seed(0)
+    layers = [nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU()), nn.Linear(8, 10)]
+    M = 3
+    t = time_stream(
+        layers,
+        [fresh_input(torch.randn(4, 8), False) for _ in range(M)],
+        [torch.randint(0, 10, (4,))] * M,
+        F.cross_entropy,
+        device=torch.device("cpu"),
+        warmup=0,
+        repeats=1,
+    )
+    for step in t.steps:  # kept, then remat
+        assert len(step.release) == M and all(len(r) == 2 for r in step.release)
+        assert len(step.commit) == 1 and len(step.commit[0]) == 2
+        assert all(x >= 0 for r in step.release for x in r)
+    assert all(s.commit[0][0] > 0 for s in t.steps)  # the BatchNorm layer folds its statistics
+
+
 def test_stream_lengths():
     assert stream_lengths([1, 4, 32], None) == {1: 32, 4: 8, 32: 1}  # one mini-batch of 32
     assert stream_lengths([2, 8], 4) == {2: 4, 8: 4}

@@ -72,12 +72,12 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
             )
         if not _RECOMPUTING[0]:
             with torch.no_grad():
-                dims = [0] + list(range(2, x.dim()))
                 n = x.numel() // x.shape[1]
-                xf = x.detach().float()
-                mean = xf.mean(dims)
-                m2 = ((xf - mean.view(1, -1, *([1] * (x.dim() - 2)))) ** 2).sum(dims)
-                self._stats.append((float(n), mean, m2))
+                # one fused pass for both statistics (mean, and M2 = n x the biased variance)
+                var, mean = torch.var_mean(
+                    x.detach().float(), [0, *range(2, x.dim())], correction=0
+                )
+                self._stats.append((float(n), mean, var * n))
         # Normalise with the micro-batch's own statistics; running buffers are not touched here.
         return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
 
@@ -86,14 +86,23 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
         """Fold the accumulated micro-batch statistics into the running buffers (once per step)."""
         if not self._stats:
             return
-        # Chan et al.'s pairwise combination of (count, mean, M2).
-        n, mean, m2 = self._stats[0]
-        for nb, mb, m2b in self._stats[1:]:
-            delta = mb - mean
-            tot = n + nb
-            mean = mean + delta * (nb / tot)
-            m2 = m2 + m2b + delta**2 * (n * nb / tot)
-            n = tot
+        # Chan et al.'s combination of (count, mean, M2) over all micro-batches at once: a handful of
+        # tensor operations per layer whatever M (a pairwise loop costs M times as many, ~1 ms per
+        # micro-batch on a 9-cell AmoebaNet at micro-batch 1).
+        stats, counts = self._stats, [s[0] for s in self._stats]
+        n = float(sum(counts))
+        if len(stats) == 1:
+            mean, m2 = stats[0][1], stats[0][2]
+        else:
+            means = torch.stack([s[1] for s in stats])
+            if len(set(counts)) == 1:  # equal micro-batches (the usual case): no weights to apply
+                mean = means.mean(0)
+                spread = ((means - mean) ** 2).sum(0).mul_(counts[0])
+            else:
+                ns = torch.tensor(counts, dtype=means.dtype, device=means.device).unsqueeze(1)
+                mean = (means * ns).sum(0) / n
+                spread = ((means - mean) ** 2 * ns).sum(0)
+            m2 = torch.stack([s[2] for s in stats]).sum(0).add_(spread)
         self._stats.clear()
         if group is not None and dist.get_world_size(group) > 1:
             # Sum (count, sum, sum of squares about zero) over the replicas.
@@ -118,10 +127,8 @@ class MicroBatchNorm(nn.modules.batchnorm._BatchNorm):
             factor = 1.0 / float(self.num_batches_tracked.item())
         else:
             factor = self.momentum
-        self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
-        self.running_var.mul_(1 - factor).add_(
-            var_unbiased.to(self.running_var.dtype), alpha=factor
-        )
+        self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
+        self.running_var.lerp_(var_unbiased.to(self.running_var.dtype), factor)
 
 
 def convert_batchnorm(module: nn.Module) -> nn.Module:

@@ -209,12 +209,13 @@ class Space:
             f = np.concatenate([[0.0], np.cumsum([x.forward_s for x in lc])])
             fn = np.concatenate([[0.0], np.cumsum([x.forward_nograd_s for x in lc])])
             b = np.concatenate([[0.0], np.cumsum([x.backward_s for x in lc])])
+            r = np.concatenate([[0.0], np.cumsum([x.recompute for x in lc])])
 
             def seg(p: np.ndarray) -> np.ndarray:
                 return p[None, :] - p[:, None]
 
             never = seg(f) + seg(b) + 2 * c.overhead_s
-            always = seg(fn) + seg(f) + seg(b) + 2 * c.overhead_s + c.recompute_overhead_s
+            always = seg(fn) + seg(r) + seg(b) + 2 * c.overhead_s + c.recompute_overhead_s
             self._times[micro_batch] = (
                 np.where(self.valid, never, np.inf),
                 np.where(self.valid, always, np.inf),
@@ -458,7 +459,7 @@ def bound(space: Space, c: Candidate) -> float:
         start += b
         remat = mode == "always"
         fw.append((s.forward_nograd_s if remat else s.forward_s) + o)
-        extra = s.forward_s + space.costs.recompute_overhead_s if remat else 0.0
+        extra = s.recompute + space.costs.recompute_overhead_s if remat else 0.0
         bw.append(s.backward_s + o + extra)
         chain.append(s.backward_s + o)  # the recompute may run before the gradient arrives
     # with replicas, stage k's all-reduce follows its own last backward, and stage 0's follows the

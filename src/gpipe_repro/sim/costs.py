@@ -24,10 +24,19 @@ class LayerCost:
 
     forward_s: float  # graph-building forward (also the recompute under remat)
     forward_nograd_s: float  # forward under no_grad: the first pass of a rematerialised micro-batch
-    backward_s: float  # backward of that micro-batch through this layer
+    backward_s: float  # backward of that micro-batch through this layer (and releasing its graph)
     out_bytes: int  # bytes of everything the layer returns (a tuple's tensors summed): the boundary
     # bytes when a cut follows this layer; its gradient going back has the same size
-    update_s: float = 0.0  # optimiser step for this layer's parameters, once per mini-batch
+    # once per mini-batch, after the last action: the optimiser step for this layer's parameters
+    # (and, measured, folding its BatchNorm statistics)
+    update_s: float = 0.0
+    # the forward again under remat, None: ``forward_s`` (measured: the stream's recompute, which
+    # skips what only a first forward does — BatchNorm's statistics of the micro-batch)
+    recompute_s: float | None = None
+
+    @property
+    def recompute(self) -> float:
+        return self.forward_s if self.recompute_s is None else self.recompute_s
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,11 @@ class StageCost:
     backward_s: float
     out_bytes: int  # activations sent to the next stage per micro-batch (0 on the last stage)
     update_s: float = 0.0
+    recompute_s: float | None = None  # as ``LayerCost.recompute_s``
+
+    @property
+    def recompute(self) -> float:
+        return self.forward_s if self.recompute_s is None else self.recompute_s
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,7 @@ class CostModel(Protocol):
 
     link: Link
     overhead_s: float  # fixed cost per micro-batch and action on every stage (launch, bookkeeping)
-    step_overhead_s: float  # fixed cost per step on every stage (loss sum, BatchNorm commit)
+    step_overhead_s: float  # fixed cost per step on every stage (the loss sum, the final waits)
 
     @property
     def recompute_overhead_s(self) -> float:
@@ -114,6 +128,7 @@ def stage_costs(layers: Sequence[LayerCost], balance: Sequence[int]) -> list[Sta
                 backward_s=sum(c.backward_s for c in cell),
                 out_bytes=0 if last else cell[-1].out_bytes,
                 update_s=sum(c.update_s for c in cell),
+                recompute_s=sum(c.recompute for c in cell),
             )
         )
         start += n

@@ -189,8 +189,9 @@ def simulate(
     ``stages[k]`` holds stage k's costs per micro-batch; ``stages[k].out_bytes`` is both the
     activation sent to k+1 and the gradient sent back from k+1. ``sender_busy``: a send occupies the
     sending stage for its transfer (gloo on CPU, the default) or overlaps with compute (nccl).
-    ``step_overhead_s``: a fixed cost per step on every stage (the loss sum, the BatchNorm commit, the
-    optimiser call), spent after its last send and before its ``update_s``. ``lookahead``: with
+    ``step_overhead_s``: a fixed cost per step on every stage (the loss sum, the optimiser call),
+    spent after its last send and before its ``update_s`` (measured: each layer's BatchNorm commit is
+    in its ``update_s``). ``lookahead``: with
     ``sender_busy=False``, a transfer starts only once its receiver has posted the receive, which the
     engine does at the start of the action ``lookahead - 1`` actions earlier (``Pipeline(lookahead=4)``,
     gloo's rendezvous); None: receives are always posted. ``recompute_overhead_s``: a recompute's
@@ -317,7 +318,7 @@ def simulate(
             starts[k].append(s.free)
             s.free += rp.before.get((k, s.pos), 0.0)
             if remat:  # recompute before the gradient arrives (§2.3)
-                dur = compute("recompute", k, a.mb, cost.forward_s + recompute_overhead_s)
+                dur = compute("recompute", k, a.mb, cost.recompute + recompute_overhead_s)
                 ev("recompute", a.mb, s.free, s.free + dur, k)
                 s.free += dur
             if k < K - 1:

@@ -50,6 +50,7 @@ from ...engine.hostmem import apply_host_memory
 from ...engine.pipeline import DEFAULT_LOOKAHEAD
 from ...sim.costs import LayerCost, stage_costs
 from ...sim.measured import DeviceModel, LayerProfile, device_model, profile_layers
+from ...sim.measured.profile import OUTSIDE_SPANS
 from ...sim.measured.speed import normalized, reference_s
 from ...sim.simulate import SimResult, simulate
 from . import cells as C
@@ -539,6 +540,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         "emulation_call_model": call_model,
         "device": dm.to_json(),
         "sleep_overshoot_s": overshoot,
+        "outside_spans": list(OUTSIDE_SPANS),
         "profiles": {k: v.to_json() for k, v in profiles.items()},
         "seconds": time.perf_counter() - t_start,
         "torch": torch.__version__,

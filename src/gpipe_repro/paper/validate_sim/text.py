@@ -234,6 +234,20 @@ def by_group(rows: Sequence[CellRow]) -> list[str]:
     return out + [""]
 
 
+def _outside_spans(calib: dict[str, Any]) -> str:
+    """What the profile charges beyond the layers' calls (nothing, for an older calibration)."""
+    if not calib.get("outside_spans"):
+        return ""
+    return (
+        "; inside the stream each layer is also charged what the engine pays outside its spans: "
+        "releasing a micro-batch's autograd graph after its backward (in the backward) and folding "
+        "its BatchNorm statistics once per step (with the optimiser step); the ranks and the "
+        "profile run with the objects alive at set-up frozen out of Python's collector "
+        "(`engine.hostmem`: before, full collections during steps made the real cells up to 30% "
+        "slower than their profile)"
+    )
+
+
 def _dilations(calib: dict[str, Any]) -> str:
     """The emulation's time dilation in words: one fixed (an older calibration) or one per group."""
     st = calib.get("settings", {})
@@ -347,7 +361,8 @@ def markdown(rows: Sequence[CellRow], prov: Provenance, out: Path) -> list[Path]
         "simulation: the slope of the residual over the layer calls); both are added to every emulated "
         "layer call in the simulation of emulated cells",
         "- layers: every layer of every model profiled at every micro-batch of the sweep "
-        f"({st.get('repeats', '?')} repeats, median; `calibration.json` holds the numbers)",
+        f"({st.get('repeats', '?')} repeats, median; `calibration.json` holds the numbers)"
+        + _outside_spans(calib),
         "",
         "![validation](validation.png)",
         "",

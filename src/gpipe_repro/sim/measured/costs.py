@@ -45,8 +45,9 @@ class MeasuredCosts:
     cost of the largest size (the efficiency has saturated: right for paper-size layers profiled at a
     few samples, whose single operations are already large). Below the smallest size both use the
     line through the first two sizes; with one size, costs are proportional to the micro-batch.
-    ``update_s`` never scales. ``step_overhead_s``: a per-step cost of every stage (the loss sum, the
-    BatchNorm commit, the wait for the last sends), see ``simulate``. A recompute costs the forward
+    ``update_s`` (the optimiser step and the BatchNorm commit, as profiled) never scales.
+    ``step_overhead_s``: a per-step cost of every stage (the loss sum, the wait for the last sends),
+    see ``simulate``. A recompute costs the forward
     plus ``recompute_overhead_s``, measured with the profile."""
 
     profile: LayerProfile
@@ -82,7 +83,11 @@ class MeasuredCosts:
         for i in range(len(rows[0])):
             vals: dict[str, Any] = {}
             for f in fields(LayerCost):
-                ys = [float(getattr(row[i], f.name)) for row in rows]
+                raw = [getattr(row[i], f.name) for row in rows]
+                if any(y is None for y in raw):  # a recompute not measured: the forward's
+                    vals[f.name] = None
+                    continue
+                ys = [float(y) for y in raw]
                 v = self._value(ys, micro_batch, f.name != "update_s")
                 vals[f.name] = int(round(v)) if f.name == "out_bytes" else v
             out.append(LayerCost(**vals))

@@ -9,10 +9,11 @@ not depend on the model is measured once per device and cached (``cache``):
 - the engine's own cost per compute action (``overhead_s``) and per step (``step_overhead_s``): real
   K = 1 steps of a small reference model at several M, each minus its own compute spans, fitted by a
   line in the number of actions (``overhead.measure_overhead``, SIMULATION.md item 4). The reference
-  is small (a few narrow linear layers) so that the residual is the engine's bookkeeping (splitting,
-  event spans, autograd entry, the loss sum, the BatchNorm commit) rather than noise in large layer
-  times; its stream profile gives a recompute's own cost beyond its forward
-  (``recompute_overhead_s``: restoring the RNG state);
+  is small (a few narrow linear layers, no BatchNorm) so that the residual is the engine's
+  bookkeeping (splitting, event spans, autograd entry, the loss sum) rather than noise in large layer
+  times; what depends on the model outside the spans — releasing a micro-batch's graph, the BatchNorm
+  commit — is in each model's own profile (``stream``); the reference's stream profile gives a
+  recompute's own cost beyond its forward (``recompute_overhead_s``: restoring the RNG state);
 - what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
   gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
   posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
@@ -98,7 +99,9 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "reference": asdict(REFERENCE),
-        "format": 4,  # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost
+        # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost. 5: measured
+        # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``)
+        "format": 5,
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:

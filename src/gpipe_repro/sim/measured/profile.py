@@ -4,13 +4,20 @@ At every micro-batch size ``n`` the whole model runs as one stage would run it (
 micro-batches of n in a row, kept and rematerialised, each layer timed inside the stream. From the
 timed calls, per layer (``stat``: the median by default):
 
-- ``forward_s``: the forward with grad (the kept step's; a recompute is this forward again, its extra
-  cost per action is ``LayerProfile.recompute_overhead_s``);
+- ``forward_s``: the forward with grad (the kept step's);
+- ``recompute_s``: the forward with grad again under remat (the remat step's; it skips what only a
+  first forward does, BatchNorm's statistics, so it may be cheaper; its extra cost per action is
+  ``LayerProfile.recompute_overhead_s``);
 - ``forward_nograd_s``: the no-grad forward (the first pass of a rematerialised micro-batch);
-- ``backward_s``: the layer's share of the cell's backward (kept and remat steps together);
+- ``backward_s``: the layer's share of the cell's backward (kept and remat steps together), plus its
+  share of releasing the micro-batch's autograd graph afterwards (``stream.release``: the engine frees
+  a micro-batch's graph when its backward action ends, about 0.3 ms per micro-batch on the validation's
+  AmoebaNet, a gap no engine span covers);
 - ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
-- ``update_s``: one optimiser step on the layer's parameters (RMSProp by default, the paper's
-  optimiser, §4), timed once per distinct layer: it does not depend on the micro-batch size.
+- ``update_s``: what the layer costs once per step after its last action: folding its BatchNorm
+  statistics of the stream's M micro-batches (``engine.batchnorm.commit``, timed in the stream) and
+  one optimiser step on its parameters (RMSProp by default, the paper's optimiser, §4; timed once per
+  distinct layer: it does not depend on the micro-batch size).
 
 ``check_recompute`` asserts what the engine guarantees: a recompute is the forward again, so a
 profile in which the recompute (or the no-grad forward) costs more than the forward plus the
@@ -119,6 +126,11 @@ class LayerProfile:
         )
 
 
+# what the engine pays outside its spans, timed in the stream and charged to each layer: releasing a
+# micro-batch's graph after its backward (in ``backward_s``), the BatchNorm commit (in ``update_s``)
+OUTSIDE_SPANS = ("release", "commit")
+
+
 def _rmsprop(params: list[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=1e-4)
 
@@ -137,21 +149,32 @@ def _iqr(xs: Sequence[float]) -> float:
 def records(
     t: StreamTimes, groups: Sequence[int], stat: str, ref: float | None = None
 ) -> list[LayerCost]:
-    """One ``LayerCost`` per layer from a stream (``update_s`` left 0); ``groups[i]`` names layer i's
-    group of identical layers, whose calls are pooled into one record."""
+    """One ``LayerCost`` per layer from a stream (``update_s``: its BatchNorm commit only, the caller
+    adds the optimiser step); ``groups[i]`` names layer i's group of identical layers, whose calls are
+    pooled into one record."""
     out = []
     for i in range(t.layers):
         members = [j for j in range(t.layers) if groups[j] == groups[i]]
-
-        def pooled(kind: str, members: list[int] = members) -> float:
-            return _stat([x for j in members for x in t.samples(kind, j, ref)], stat)
-
+        # None: the stream did not time that kind
+        p = {
+            kind: _stat(xs, stat) if xs else None
+            for kind in ("forward", "nograd", "backward", "recompute", "release", "commit")
+            for xs in [[x for j in members for x in t.samples(kind, j, ref)]]
+        }
+        forward, nograd, backward = p["forward"], p["nograd"], p["backward"]
+        if forward is None or nograd is None or backward is None:
+            raise ValueError(
+                f"the stream timed no forward, no-grad forward or backward of layer {i}"
+            )
         out.append(
             LayerCost(
-                forward_s=pooled("forward"),
-                forward_nograd_s=pooled("nograd"),
-                backward_s=pooled("backward"),
+                forward_s=forward,
+                forward_nograd_s=nograd,
+                # what the engine pays outside its spans (0 where the stream did not time it)
+                backward_s=backward + (p["release"] or 0.0),
                 out_bytes=t.out_bytes[i],
+                update_s=p["commit"] or 0.0,
+                recompute_s=p["recompute"],
             )
         )
     return out
@@ -321,6 +344,7 @@ def profile_key(
         "warmup": warmup,
         "stat": stat,
         "method": "stream",  # timed inside a stage's stream of micro-batches (``stream``)
+        "outside_spans": list(OUTSIDE_SPANS),
         "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
         "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
         "layers": cache.key_digest([cache.structure(layer) for layer in layers]),
@@ -403,8 +427,12 @@ def profile_layers(
                 copy.deepcopy(layer).to(dev), optimizer_fn, dev, warmup, repeats, stat
             )
     for n in sizes:
-        costs[n] = [replace(c, update_s=updates[groups[i]]) for i, c in enumerate(costs[n])]
-        raws[n] = [replace(c, update_s=updates[groups[i]]) for i, c in enumerate(raws[n])]
+        costs[n] = [
+            replace(c, update_s=c.update_s + updates[groups[i]]) for i, c in enumerate(costs[n])
+        ]
+        raws[n] = [
+            replace(c, update_s=c.update_s + updates[groups[i]]) for i, c in enumerate(raws[n])
+        ]
     profile = LayerProfile(
         sizes,
         costs,

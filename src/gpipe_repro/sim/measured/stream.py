@@ -37,6 +37,7 @@ from torch import nn
 from ...engine.batchnorm import commit as commit_batchnorm
 from ...engine.batchnorm import convert_batchnorm, recomputing
 from ...engine.checkpoint import restored_rng, save_rng
+from ...engine.hostmem import DEFAULT_HOST_MEMORY, apply_host_memory
 from ...engine.memory import ActivationMeter
 from ...engine.microbatch import Batch, as_tuple
 from ...engine.precision import fp32_loss
@@ -57,6 +58,10 @@ class Step:
     recompute: list[list[float]] = field(default_factory=list)
     backward: list[list[float]] = field(default_factory=list)
     recompute_overhead: list[float] = field(default_factory=list)  # per recompute action
+    # per backward action, per layer: releasing the micro-batch's graph once its backward is done
+    release: list[list[float]] = field(default_factory=list)
+    # one row: per layer, folding its BatchNorm statistics at the end of the step
+    commit: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
@@ -154,7 +159,10 @@ class _Cell:
         x: Batch,
         loss: Callable[[Batch], torch.Tensor] | None,
         bounds: _Boundaries | None,
+        outs: list[Any] | None = None,
     ) -> tuple[Batch | torch.Tensor, list[float]]:
+        """Run the cell, timing each layer; ``outs`` (when given) collects what each layer returned
+        (the last one's loss, when there is one), so ``release`` can time dropping them."""
         times = []
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
@@ -167,6 +175,8 @@ class _Cell:
                 y = loss(y)
             _sync(self.device)
             times.append(time.perf_counter() - t0)
+            if outs is not None:
+                outs.append(y)
             x = y
         return x, times
 
@@ -182,12 +192,32 @@ class _Cell:
         bounds.t[0] = time.perf_counter()
         return bounds.per_layer()
 
-    def end_step(self) -> None:
-        """What the engine does between steps, untimed: fold BatchNorm statistics, drop gradients."""
+    @staticmethod
+    def release(outs: list[Any]) -> list[float]:
+        """Drop what each layer returned, the last layer's first, timing each: what freeing the
+        micro-batch's autograd graph costs per layer. The engine pays it when a backward's action
+        ends (its state of the micro-batch goes); layer i's output holds the nodes of layer i's
+        operations only, the earlier ones being held by layer i-1's output until it goes too."""
+        times = [0.0] * len(outs)
+        for i in reversed(range(len(outs))):
+            t0 = time.perf_counter()
+            outs[i] = None
+            times[i] = time.perf_counter() - t0
+        return times
+
+    def end_step(self) -> list[float]:
+        """What the engine does between steps: fold each layer's BatchNorm statistics (timed, per
+        layer: the engine does it at the end of every step), drop gradients (untimed)."""
+        times = []
         for layer in self.layers:
+            _sync(self.device)
+            t0 = time.perf_counter()
             commit_batchnorm(layer)
+            _sync(self.device)
+            times.append(time.perf_counter() - t0)
         for p in self.params:
             p.grad = None
+        return times
 
 
 def time_stream(
@@ -211,6 +241,8 @@ def time_stream(
     if loss_fn is not None and (targets is None or len(targets) != M):
         raise ValueError("targets must hold one entry per micro-batch when loss_fn is given")
     cell = _Cell(layers, device)
+    if device.type == "cpu":  # the host settings a CPU stage runs under (the engine's default)
+        apply_host_memory(DEFAULT_HOST_MEMORY)
     L = len(cell.layers)
     meter = ActivationMeter(cell.params)
 
@@ -229,18 +261,19 @@ def time_stream(
     steps: list[Step] = []
     for r in range(warmup + repeats):
         kept = Step(probe() if probe is not None else 1.0)
-        graphs: dict[int, tuple[Any, _Boundaries]] = {}
+        graphs: dict[int, tuple[list[Any], _Boundaries]] = {}
         for m in range(M):
-            bounds = _Boundaries(L)
+            bounds, outs = _Boundaries(L), list[Any]()
             with meter.record(m):
-                y, times = cell.forward(inputs[m], loss_of(m), bounds)
-            graphs[m] = (y, bounds)
+                times = cell.forward(inputs[m], loss_of(m), bounds, outs)[1]
+            graphs[m] = (outs, bounds)
             kept.forward.append(times)
         for m in reversed(range(M)):
-            y, bounds = graphs.pop(m)
-            kept.backward.append(cell.backward(y, seeds, bounds))
+            outs, bounds = graphs.pop(m)
+            kept.backward.append(cell.backward(outs[-1], seeds, bounds))
+            kept.release.append(cell.release(outs))
             meter.release(m)
-        cell.end_step()
+        kept.commit.append(cell.end_step())
         remat = Step(probe() if probe is not None else 1.0)
         rngs = {}
         for m in range(M):
@@ -249,15 +282,16 @@ def time_stream(
                 _, times = cell.forward(inputs[m], loss_of(m), None)
             remat.nograd.append(times)
         for m in reversed(range(M)):
-            bounds = _Boundaries(L)
+            bounds, outs = _Boundaries(L), list[Any]()
             t0 = time.perf_counter()
             with restored_rng(rngs.pop(m)), recomputing(), meter.record(m):
                 remat.recompute_overhead.append(time.perf_counter() - t0)
-                y, times = cell.forward(inputs[m], loss_of(m), bounds)
+                times = cell.forward(inputs[m], loss_of(m), bounds, outs)[1]
             remat.recompute.append(times)
-            remat.backward.append(cell.backward(y, seeds, bounds))
+            remat.backward.append(cell.backward(outs[-1], seeds, bounds))
+            remat.release.append(cell.release(outs))
             meter.release(m)
-        cell.end_step()
+        remat.commit.append(cell.end_step())
         if r >= warmup:
             steps += [kept, remat]
     return StreamTimes(L, M, steps, out_bytes, in_shapes)
