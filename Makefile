@@ -119,7 +119,7 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a f
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK) $(call AT,fig3)
 	$(BIN)/gpipe-run -m experiment=fig3_tricks $(FIG3_TRICKS_QUICK) $(call AT,fig3_tricks)
 
-validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (measured from a fresh clone: ~25 min on an Intel Xeon, 17 min on an AMD EPYC)
+validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (measured from a fresh clone: ~25 min on an Intel Xeon, 11 min on an AMD EPYC)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
 
 validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
