@@ -59,7 +59,8 @@ def test_a_profile_taken_at_half_speed_is_halved_and_keeps_its_raw_figures(monke
             assert c.forward_s == pytest.approx(r.forward_s / 2)
             assert c.forward_nograd_s == pytest.approx(r.forward_nograd_s / 2)
             assert c.backward_s == pytest.approx(r.backward_s / 2)
-            # bytes and the optimiser step are not scaled
+            assert c.recompute == pytest.approx(r.recompute / 2)
+            # bytes and the optimiser step are not scaled (no BatchNorm here to fold, which is)
             assert c.out_bytes == r.out_bytes and c.update_s == r.update_s
     back = LayerProfile.from_json(prof.to_json(), prof.key)
     assert back.raw == prof.raw and back.costs == prof.costs and back.probe_s == prof.probe_s

@@ -75,6 +75,7 @@ VARIANTS = {
     "sender_busy": "a send occupies its sender for the whole transfer",
     "posted": "receives always posted (no gloo rendezvous)",
     "no_calls": "posting sends and receives is free",
+    "no_sharing": "a message costs ranks sharing the host's cores nothing beyond posting it",
     "no_overhead": "no engine overhead per action or step",
 }
 
@@ -120,6 +121,7 @@ class CellRow:
     simulated_sender_busy_s: float | None = None
     simulated_posted_s: float | None = None
     simulated_no_calls_s: float | None = None
+    simulated_no_sharing_s: float | None = None
     simulated_no_overhead_s: float | None = None
     dilation: float | None = None  # emulated cells: the layers slept this many times their cost
 
@@ -293,12 +295,16 @@ def simulate_cell(
     dm: DeviceModel,
     extra_step_s: float = 0.0,
     variant: str = "model",
+    shared: bool = False,
 ) -> SimResult:
     """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch); ``variant`` undoes
-    one modelling choice (``VARIANTS``)."""
+    one modelling choice (``VARIANTS``); ``shared``: the cell's ranks share this host's cores (real
+    cells: ``DeviceModel.ranks_link``; emulated ranks sleep, as separate devices would)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} is unknown; allowed: {', '.join(VARIANTS)}")
-    link = replace(dm.link, send_call_s=0.0, recv_call_s=0.0) if variant == "no_calls" else dm.link
+    link = dm.ranks_link() if shared and variant != "no_sharing" else dm.link
+    if variant == "no_calls":
+        link = replace(link, send_call_s=0.0, recv_call_s=0.0)
     none = variant == "no_overhead"
     return simulate(
         K,
@@ -464,7 +470,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     if kind == "real"
                     else as_emulated(slept[n], overshoot, call_s)
                 )
-                res = simulate_cell(cell, K, balance, lc, dm, extra)
+                res = simulate_cell(cell, K, balance, lc, dm, extra, shared=kind == "real")
                 raw_rounds = [ct.times for ct in per_round]
                 # the reference where every round was probed (real cells, with ``normalize``)
                 cell_ref = ref if all(ct.probes for ct in per_round) else None
@@ -484,7 +490,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 evs = per_round[-1].events
                 med, raw_med = statistics.median(ts), statistics.median(raw)
                 sim_raw = (
-                    simulate_cell(cell, K, balance, prof.raw[n], dm).step_s
+                    simulate_cell(cell, K, balance, prof.raw[n], dm, shared=True).step_s
                     if cell_ref is not None and prof.raw is not None
                     else res.step_s
                 )
@@ -520,7 +526,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 for v in VARIANTS:
                     if v != "model":
                         row[f"simulated_{v}_s"] = simulate_cell(
-                            cell, K, balance, lc, dm, extra, v
+                            cell, K, balance, lc, dm, extra, v, kind == "real"
                         ).step_s
                 rows.append(CellRow(**row))
                 key = {k: row[k] for k in ("model", "K", "M", "schedule", "checkpoint", "kind")}

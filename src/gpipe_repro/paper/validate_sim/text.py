@@ -109,7 +109,8 @@ def variants(rows: Sequence[CellRow]) -> list[str]:
                 if r.kind == kind and getattr(r, col) is not None
             ]
             cells.append(f"{statistics.median(errs):.1%} / {max(errs):.1%}" if errs else "—")
-        lines.append(f"| {what} | {cells[0]} | {cells[1]} |")
+        if cells != ["—", "—"]:  # a choice an older calibration did not make has no row
+            lines.append(f"| {what} | {cells[0]} | {cells[1]} |")
     return [*lines, ""]
 
 
@@ -234,6 +235,19 @@ def by_group(rows: Sequence[CellRow]) -> list[str]:
     return out + [""]
 
 
+def _sharing(dev: dict[str, Any]) -> str:
+    """The per-message cost of ranks sharing the host (nothing, for an older calibration)."""
+    if "shared_message_s" not in dev:
+        return ""
+    return (
+        f"; each message a real cell's rank sends or receives costs it {1e6 * dev['shared_message_s']:.0f} µs "
+        "beyond posting it (its ranks share this host's cores and keep them busy, so gloo's threads "
+        "take a core from their compute: real K = 2 steps of spinning stages against their "
+        "simulation, the slope of the residual over the messages per stage; emulated ranks sleep and "
+        "do not pay it)"
+    )
+
+
 def _outside_spans(calib: dict[str, Any]) -> str:
     """What the profile charges beyond the layers' calls (nothing, for an older calibration)."""
     if not calib.get("outside_spans"):
@@ -353,7 +367,8 @@ def markdown(rows: Sequence[CellRow], prov: Provenance, out: Path) -> list[Path]
         f"data on its own threads once the receive is posted; the engine posts 4 actions ahead); a send "
         f"occupies its sender for the whole transfer: {dev.get('sender_busy')}",
         f"- engine overhead, from K = 1 runs of a separate reference model: {1e6 * dev.get('overhead_s', 0):.0f} µs "
-        f"per forward/backward action, {1e3 * dev.get('step_overhead_s', 0):.2f} ms per step and stage",
+        f"per forward/backward action, {1e3 * dev.get('step_overhead_s', 0):.2f} ms per step and stage"
+        + _sharing(dev),
         f"- emulation: {_dilations(calib)}; `time.sleep` overshoots by "
         f"{1e6 * calib.get('sleep_overshoot_s', 0):.0f} µs per call, and an emulated layer call costs "
         f"{1e6 * calib.get('emulation_call_s', 0):.0f} µs of CPU beyond its sleep (K = 1 emulated steps of "

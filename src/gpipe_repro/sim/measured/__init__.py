@@ -104,8 +104,8 @@ class MeasuredDevice:
                 device=self.device,
                 stream=stream,
             )
-            _COSTS[memo] = MeasuredCosts(
-                prof, dm.link, dm.overhead_s, "proportional", dm.step_overhead_s
+            _COSTS[memo] = MeasuredCosts(  # a run's ranks share this host: its link
+                prof, dm.ranks_link(), dm.overhead_s, "proportional", dm.step_overhead_s
             )
         return _COSTS[memo]
 
@@ -128,6 +128,7 @@ class MeasuredDevice:
             "link_wake_s": [list(p) for p in dm.link.wake],
             "overhead_s": dm.overhead_s,
             "step_overhead_s": dm.step_overhead_s,
+            "shared_message_s": dm.shared_message_s,
             "send_occupies_sender": dm.sender_busy,
             "trust": self.trust().to_dict(),
         }

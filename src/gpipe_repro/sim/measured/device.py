@@ -14,6 +14,9 @@ not depend on the model is measured once per device and cached (``cache``):
   times; what depends on the model outside the spans — releasing a micro-batch's graph, the BatchNorm
   commit — is in each model's own profile (``stream``); the reference's stream profile gives a
   recompute's own cost beyond its forward (``recompute_overhead_s``: restoring the RNG state);
+- what a message costs the ranks of one run when they share this host's cores and keep them busy
+  (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning stages against their
+  simulation; on a CUDA device the host's cores are not the ranks' compute: 0);
 - what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
   gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
   posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
@@ -27,7 +30,7 @@ speed), the wake-up is the host's idle states and hypervisor.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -39,6 +42,7 @@ from . import cache
 from .link import measure_link
 from .overhead import measure_overhead
 from .profile import profile_layers
+from .sharing import measure_sharing
 
 __all__ = ["DeviceModel", "device_model", "host_memory_bytes", "REFERENCE"]
 
@@ -65,7 +69,19 @@ class DeviceModel:
     step_overhead_s: float  # the engine's cost per step and stage
     sender_busy: bool  # a send occupies the sending rank for its whole transfer (no: gloo, nccl)
     recompute_overhead_s: float = 0.0  # a recompute's cost beyond its forward (the RNG restore)
+    # what each message sent or received costs a rank beyond posting it, when the ranks of one run
+    # share this host's cores and keep them busy (``sharing``)
+    shared_message_s: float = 0.0
     source: str = "measured"  # measured | cache
+
+    def ranks_link(self) -> Link:
+        """The link as the ranks of one run on this host pay it: every send and every receive
+        also costs ``shared_message_s`` (an emulated rank, which sleeps, pays ``link``)."""
+        return replace(
+            self.link,
+            send_call_s=self.link.send_call_s + self.shared_message_s,
+            recv_call_s=self.link.recv_call_s + self.shared_message_s,
+        )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -100,8 +116,9 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "threads": torch.get_num_threads(),
         "reference": asdict(REFERENCE),
         # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost. 5: measured
-        # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``)
-        "format": 5,
+        # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``);
+        # 6: what a message costs ranks sharing the host (``sharing``)
+        "format": 6,
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
@@ -114,6 +131,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
                 float(stored["step_overhead_s"]),
                 bool(stored["sender_busy"]),
                 float(stored["recompute_overhead_s"]),
+                float(stored["shared_message_s"]),
                 "cache",
             )
         except (KeyError, TypeError, ValueError):
@@ -140,6 +158,11 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         device=dev,
         repeats=REFERENCE.repeats,
     )
+    shared = (
+        measure_sharing(link, fit.overhead_s, max(0.0, fit.fixed_s)).shared_message_s
+        if dev.type == "cpu"
+        else 0.0
+    )
     model = DeviceModel(
         cache.device_name(dev),
         link,
@@ -147,6 +170,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         max(0.0, fit.fixed_s),
         False,
         prof.recompute_overhead_s,
+        shared,
     )
     if use_cache:
         cache.save("device", key, model.to_json())

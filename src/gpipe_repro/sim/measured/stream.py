@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...engine.batchnorm import MicroBatchNorm, convert_batchnorm, recomputing
 from ...engine.batchnorm import commit as commit_batchnorm
-from ...engine.batchnorm import convert_batchnorm, recomputing
 from ...engine.checkpoint import restored_rng, save_rng
 from ...engine.hostmem import DEFAULT_HOST_MEMORY, apply_host_memory
 from ...engine.memory import ActivationMeter
@@ -207,9 +207,13 @@ class _Cell:
 
     def end_step(self) -> list[float]:
         """What the engine does between steps: fold each layer's BatchNorm statistics (timed, per
-        layer: the engine does it at the end of every step), drop gradients (untimed)."""
+        layer: the engine does it at the end of every step; 0 for a layer without BatchNorm), drop
+        gradients (untimed)."""
         times = []
         for layer in self.layers:
+            if not any(isinstance(m, MicroBatchNorm) for m in layer.modules()):
+                times.append(0.0)
+                continue
             _sync(self.device)
             t0 = time.perf_counter()
             commit_batchnorm(layer)
