@@ -85,12 +85,14 @@ def exact_peaks(s: Subject, c: Candidate) -> tuple[int, ...]:
     return tuple(t.total for t in stages)
 
 
-def simulate_candidate(hw: Hardware, space: Space, c: Candidate) -> SimResult:
-    """The candidate's step on the space's costs (``sim.step.simulate_step``), its replicas
-    all-reducing the space's gradient bytes."""
+def simulate_candidate(
+    hw: Hardware, space: Space, c: Candidate, costs: CostModel | None = None
+) -> SimResult:
+    """The candidate's step on the space's costs, or ``costs`` where given (the same layers on
+    another link: ``sim.step.simulate_step``), its replicas all-reducing the space's gradient bytes."""
     return simulate_step(
         hw,
-        space.costs,
+        space.costs if costs is None else costs,
         K=c.K,
         M=c.M,
         schedule=c.schedule,

@@ -84,3 +84,22 @@ def test_the_search_bound_is_above_every_exact_peak_and_within_40_percent(pred):
             start += b
     assert min(ratios) >= 1.0
     assert max(ratios) <= 1.4, max(ratios)
+
+
+def test_configurations_run_for_real_pay_the_hosts_sharing_emulated_ones_do_not(pred):
+    # K x replicas <= 2 run as real ranks on this host's cores (each message costs them
+    # ``shared_message_s`` more); K = 4 runs emulated, standing for separate devices
+    from dataclasses import replace as _replace
+
+    shared = Predictor(
+        pred.vm, pred.costs.profile, _replace(pred.dm, shared_message_s=1e-3), [1, 2, 4], 8
+    )
+    listed = {(p.c.K, p.c.M): p.c for p in pred.ranked(2**62)}
+    two, four, one = listed[(2, 8)], listed[(4, 8)], listed[(1, 8)]
+    assert shared.simulate(two)[0] > pred.simulate(two)[0] + 8e-3  # >= 8 messages on a stage
+    assert shared.simulate(four)[0] == pred.simulate(four)[0]
+    assert shared.simulate(one)[0] == pred.simulate(one)[0]  # one stage sends nothing
+    # the list ranks them so too
+    assert {(p.c.K, p.c.M): p.step_s for p in shared.ranked(2**62)}[(2, 8)] == pytest.approx(
+        shared.simulate(two)[0]
+    )

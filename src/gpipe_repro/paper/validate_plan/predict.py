@@ -3,7 +3,9 @@
 The planner (``plan.search``) sees a validation model as ``gpipe-plan`` sees a run's: per-layer
 memory from the memory planner's meta measurements (``planner.stages.layer_activations``), costs
 from this machine's measured profile and calibration (``sim.measured``), scored by the simulator
-with the measured hardware's settings (``sim.measured.MeasuredDevice`` on this run's calibration).
+with the measured hardware's settings (``sim.measured.MeasuredDevice`` on this run's calibration); a
+configuration that runs for real here has its messages cost its ranks what sharing this host's cores
+costs them (``DeviceModel.ranks_link``), an emulated one does not (it stands for separate devices).
 The search space, the exact peaks and the simulated step are ``gpipe-plan``'s own functions
 (``plan.subject``): the planner validated is the planner shipped. As ``gpipe-plan`` does, the
 listed candidates are planned exactly and one over the cap is dropped. The list is every candidate of the measurable space (``top`` = all:
@@ -33,10 +35,11 @@ import torch
 
 from ...engine import balance_by_cost
 from ...models import class_planning_loss, token_planning_loss
-from ...plan.search import Candidate, search
+from ...plan.search import Candidate, Space, search
 from ...plan.subject import Subject, exact_peaks, simulate_candidate, space_of
 from ...sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
 from ..validate_sim.models import N, ValidationModel
+from .measure import REAL_K
 
 __all__ = ["Planned", "Predictor", "CAP_POINTS", "rule_configs"]
 
@@ -88,14 +91,22 @@ class Predictor:
         self.costs = MeasuredCosts(
             profile, dm.link, dm.overhead_s, step_overhead_s=dm.step_overhead_s
         )
+        # a configuration that runs for real here (K x replicas <= REAL_K) has its ranks share this
+        # host's cores: its messages cost them more (``DeviceModel.ranks_link``); an emulated one
+        # stands for separate devices (``self.costs``: the idle link)
+        self.shared = replace(self.costs, link=dm.ranks_link())
         self.params = [sum(p.numel() for p in la.parameters()) for la in self.layers]
         self._full = space_of(self.subject, 2**62, self.costs)  # for configurations off the list
         self._exact: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
-    def simulate(self, c: Candidate) -> tuple[float, float]:
-        """The simulator on the measured costs, as the ``measured`` hardware runs it."""
-        r = simulate_candidate(self.hw, self._full, c)
+    def _step(self, space: Space, c: Candidate) -> tuple[float, float]:
+        real = c.K * c.replicas <= REAL_K
+        r = simulate_candidate(self.hw, space, c, self.shared if real else None)
         return r.step_s, r.bubble_fraction
+
+    def simulate(self, c: Candidate) -> tuple[float, float]:
+        """The simulator on the measured costs, as the ``measured`` hardware runs it (``_step``)."""
+        return self._step(self._full, c)
 
     def exact(self, c: Candidate) -> tuple[int, ...]:
         """The candidate's exact per-stage peaks, planned once (the caps' bisection asks again)."""
@@ -112,8 +123,7 @@ class Predictor:
         space = space_of(self.subject, cap, self.costs)
 
         def simulate(c: Candidate) -> tuple[float, float]:
-            r = simulate_candidate(self.hw, space, c)
-            return r.step_s, r.bubble_fraction
+            return self._step(space, c)
 
         with torch.no_grad():
             cands, _ = search(space, max(self.Ks), N, self.max_m, 10**9, simulate)
