@@ -125,7 +125,7 @@ validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emul
 validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
 	$(BIN)/python -m gpipe_repro.paper validate-hw --publish
 
-validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (measured from a fresh clone: ~40 min on an Intel Xeon, 29 min on an AMD EPYC; needs a quiet machine)
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (measured from a fresh clone: ~40 min on an Intel Xeon, 18 min on an AMD EPYC; needs a quiet machine)
 	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
 
 validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
