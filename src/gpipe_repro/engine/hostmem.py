@@ -22,12 +22,14 @@ each mode; ``make bench-engine`` (reports/engine/engine.md) the step times.
   It also moves every Python object alive at that moment (torch's own modules and whatever the process
   built before) into the collector's permanent generation (``gc.collect()``, then ``gc.freeze()``):
   a step builds and drops many objects, so Python's cyclic collector runs full collections during
-  steps, and each scanned all of those long-lived objects — on the validation's AmoebaNet at M = 32
-  (micro-batch 1) several per step, which made the engine's forwards 5.0 → 8.5 ms a micro-batch in
-  half of the steps on this host, a pause no layer profile sees (``python -m gpipe_repro.paper
-  validate-sim`` reports it as the bias of the real cells). Objects made later are collected as
-  usual; only cycles among the frozen ones are never freed (once per process, so nothing made after
-  is kept by it).
+  steps (one or two every three steps of the validation's AmoebaNet at M = 32), and unfrozen each
+  scans all of those long-lived objects, a pause no layer profile sees. ``python bench/collector.py``
+  measures it: in a process that profiles and trains by turns the engine's forwards took 8.2 ms a
+  micro-batch in one round of four against ~5 ms in the others when the objects were unfrozen
+  again, 5.0-5.8 ms frozen; in a process that only trains its collections cost too little to see
+  (5.4-6.6 ms either way on the AMD EPYC host). Objects made later are collected as usual; only
+  cycles among the frozen ones are never freed (once per process, so nothing made after is kept by
+  it).
 - ``system``: leave the C library's allocator and Python's collector alone.
 
 This module changes allocator and collector settings only; it allocates nothing itself.

@@ -257,8 +257,7 @@ def _outside_spans(calib: dict[str, Any]) -> str:
         "releasing a micro-batch's autograd graph after its backward (in the backward) and folding "
         "its BatchNorm statistics once per step (with the optimiser step); the ranks and the "
         "profile run with the objects alive at set-up frozen out of Python's collector "
-        "(`engine.hostmem`: before, full collections during steps made the real cells up to 30% "
-        "slower than their profile)"
+        "(`engine.hostmem`, `python bench/collector.py`)"
     )
 
 

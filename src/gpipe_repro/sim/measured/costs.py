@@ -47,8 +47,8 @@ class MeasuredCosts:
     line through the first two sizes; with one size, costs are proportional to the micro-batch.
     ``update_s`` (the optimiser step and the BatchNorm commit, as profiled) never scales.
     ``step_overhead_s``: a per-step cost of every stage (the loss sum, the wait for the last sends),
-    see ``simulate``. A recompute costs the forward
-    plus ``recompute_overhead_s``, measured with the profile."""
+    see ``simulate``. A recompute costs ``LayerCost.recompute`` (as profiled; the forward where it was
+    not) plus ``recompute_overhead_s``, measured with the profile."""
 
     profile: LayerProfile
     link: Link

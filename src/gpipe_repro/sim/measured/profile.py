@@ -11,8 +11,7 @@ timed calls, per layer (``stat``: the median by default):
 - ``forward_nograd_s``: the no-grad forward (the first pass of a rematerialised micro-batch);
 - ``backward_s``: the layer's share of the cell's backward (kept and remat steps together), plus its
   share of releasing the micro-batch's autograd graph afterwards (``stream.release``: the engine frees
-  a micro-batch's graph when its backward action ends, about 0.3 ms per micro-batch on the validation's
-  AmoebaNet, a gap no engine span covers);
+  a micro-batch's graph when its backward action ends, a gap no engine span covers);
 - ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
 - ``update_s``: what the layer costs once per step after its last action: folding its BatchNorm
   statistics of the stream's M micro-batches (``engine.batchnorm.commit``, timed in the stream) and

@@ -4,10 +4,8 @@ A CPU run places its K ranks on one host. gloo moves a message on its own thread
 (``link``); on a host with a core to spare those threads cost the ranks next to nothing, which is what
 an idle ping-pong measures. When every core runs a rank's compute — K = 2 on 2 cores, the validation's
 real cells — each message's threads take a core from a rank's compute, on the sending and on the
-receiving side, and no idle measurement sees it. On the AMD EPYC host of ``reports/sim/`` a real K = 2
-step of the validation's Transformer at M = 32 took ~20 ms more than its simulation, ~300 µs for each of
-the 64 messages a stage sent or received, while the same cells with sleeping layers (cores idle) did
-not.
+receiving side, and no idle measurement sees it (``reports/sim/sim.md`` shows what undoing this term
+does to the real cells).
 
 So real K = 2 steps run here with every stage *spinning* for a known time per action (its core as
 busy as compute keeps it, its cost exact by construction), at several M; each step is simulated on
@@ -135,8 +133,8 @@ def measure_sharing(
     """Real K = 2 steps of spinning stages at each M of ``Ms`` against their simulation on ``link``
     and the engine's overheads (module doc). A message carries ``shape`` floats per micro-batch.
     ``rounds`` launches of fresh ranks, each fitted on its own (how the scheduler places gloo's
-    threads varies from one launch to the next: 215-610 µs a message in single launches on the AMD
-    EPYC host); the result is the median of the rounds' slopes, its points each M's median step."""
+    threads varies from one launch to the next, by a factor of ~3 on the AMD EPYC host); the result
+    is the median of the rounds' slopes, its points each M's median step."""
     Ms_ = sorted({int(m) for m in Ms})
     if not Ms_ or Ms_[0] < 1 or not (fwd_s > 0 and bwd_s > 0) or rounds < 1:
         raise ValueError(

@@ -152,6 +152,10 @@ class _Cell:
     def __init__(self, layers: Sequence[nn.Module], device: torch.device) -> None:
         self.layers = [convert_batchnorm(copy.deepcopy(layer)).to(device) for layer in layers]
         self.params = [p for layer in self.layers for p in layer.parameters()]
+        # the layers with BatchNorm statistics to fold at the end of a step
+        self.folds = [
+            any(isinstance(m, MicroBatchNorm) for m in layer.modules()) for layer in self.layers
+        ]
         self.device = device
 
     def forward(
@@ -210,8 +214,8 @@ class _Cell:
         layer: the engine does it at the end of every step; 0 for a layer without BatchNorm), drop
         gradients (untimed)."""
         times = []
-        for layer in self.layers:
-            if not any(isinstance(m, MicroBatchNorm) for m in layer.modules()):
+        for layer, folds in zip(self.layers, self.folds, strict=True):
+            if not folds:
                 times.append(0.0)
                 continue
             _sync(self.device)
