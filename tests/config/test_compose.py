@@ -108,6 +108,11 @@ def _offline_text(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     ]
 
 
+# one sequence per micro-batch: at 32 (M = 1) the 32k-vocabulary softmax alone needs more than a
+# 16 GiB device, which the memory guard refuses (as the tables' M = 1 cells say)
+ONE_LAYER_FITS = {"table2_transformer": ["pipeline.M=32"], "table3_transformer": ["pipeline.M=32"]}
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_runs_two_steps(name, tmp_path, monkeypatch):
     spec = compose(
@@ -119,6 +124,7 @@ def test_every_experiment_runs_two_steps(name, tmp_path, monkeypatch):
             "train.progress=false",
             "train.eval=false",
             "pipeline.K=1",
+            *ONE_LAYER_FITS.get(name, []),
             *_offline_text(name, tmp_path, monkeypatch),
         ],
         cuda_available=False,

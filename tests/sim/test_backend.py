@@ -164,6 +164,23 @@ def test_the_measured_profile_starts_at_two_samples_for_batch_normalisation():
         assert seen[-1][0] == first, (norm, seen[-1])
 
 
+def test_a_set_profile_stream_serves_every_m_of_a_sweep_and_none_follows_the_runs_m():
+    seen: list[int] = []
+
+    class Recorder:
+        name = "recorder"
+
+        def cost_model(self, workload, sizes, M):
+            seen.append(M)
+
+    for extra, M, want in (([], 4, 4), (["sim.profile_stream=1"], 4, 1), ([], 2, 2)):
+        args = [*MLP, "hardware=measured", f"pipeline.M={M}", *extra]
+        spec = compose(args, cuda_available=False)
+        with patch.object(costing, "resolve_hardware", lambda *a: Recorder()):
+            costing.run_hardware(spec, plan_model(spec))
+        assert seen[-1] == want, (extra, M, seen)
+
+
 def test_backend_auto_picks_the_simulator_here_and_the_engine_with_a_device_per_rank(monkeypatch):
     assert (
         compose([*MLP, "backend=auto", "pipeline.K=2"]).backend == "sim"

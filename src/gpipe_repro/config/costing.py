@@ -19,7 +19,14 @@ from ..sim.step import simulate_step
 from .plan import ModelPlan
 from .schema import RunConfig
 
-__all__ = ["model_key", "workload", "profile_sizes", "run_hardware", "simulate_plan"]
+__all__ = [
+    "model_key",
+    "workload",
+    "profile_sizes",
+    "measured_sizes",
+    "run_hardware",
+    "simulate_plan",
+]
 
 
 def model_key(spec: RunConfig, model: ModelPlan) -> str:
@@ -59,6 +66,14 @@ def _modules(model: ModelPlan) -> list[torch.nn.Module]:
     return [m for layer in model.layers for m in layer.modules()]
 
 
+def measured_sizes(spec: RunConfig, model: ModelPlan) -> list[int]:
+    """The micro-batches ``hardware=measured`` times ``model`` at: ``profile_sizes`` up to
+    ``sim.profile_max_micro_batch``, from 2 where batch normalisation in training refuses one
+    sample per channel."""
+    norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in _modules(model))
+    return profile_sizes(spec.sim.profile_max_micro_batch, smallest=2 if norm else 1)
+
+
 def run_hardware(spec: RunConfig, model: ModelPlan) -> tuple[Hardware, CostModel]:
     """The run's hardware and its costs for the planned model (the measured profile is timed with
     the run's threads); a bad profile is one line (UserError)."""
@@ -67,10 +82,9 @@ def run_hardware(spec: RunConfig, model: ModelPlan) -> tuple[Hardware, CostModel
     except HardwareError as err:
         raise UserError(str(err)) from None
     torch.set_num_threads(spec.train.threads)
-    # batch normalisation in training refuses one sample per channel: such a model is timed from 2
-    norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in _modules(model))
-    sizes = profile_sizes(spec.sim.profile_max_micro_batch, smallest=2 if norm else 1)
-    return hw, hw.cost_model(workload(spec, model), sizes, spec.pipeline.M)
+    sizes = measured_sizes(spec, model)
+    stream = spec.sim.profile_stream or spec.pipeline.M  # a stage's M calls, or the set length
+    return hw, hw.cost_model(workload(spec, model), sizes, stream)
 
 
 def simulate_plan(

@@ -236,11 +236,17 @@ class SimConfig:
     profile_max_micro_batch: int = opt(
         64,
         "layers are profiled at the powers of two up to this micro-batch; "
-        "larger micro-batches keep the per-sample cost of the largest (for "
-        "paper-size models: 1 or 2 bounds the profiling time)",
+        "larger micro-batches keep the per-sample cost of the largest (per-sample cost is "
+        "not constant below it: measure up to the micro-batches a sweep uses)",
         min=1,
     )
     profile_repeats: int = opt(5, "timed repeats per layer and size (their median)", min=1)
+    profile_stream: int | None = opt(
+        None,
+        "calls in a row each layer is timed in; null = the run's M, at most 8 (as a stage runs "
+        "them); a paper-size model sets 1, so that one profile serves every M of a sweep",
+        min=1,
+    )
 
 
 PLAN_MODES = ("manual", "auto")

@@ -282,7 +282,7 @@ TABLE2 = Throughput(
     {"amoebanet_d": "AmoebaNet-D(18, 256)", "transformer_lm": "Transformer-48"},
     (2, 1),
     "tpu_v3",
-    ("partition", "planner"),
+    ("partition", "planner", "efficiency"),
 )
 TABLE3 = Throughput(
     3,
@@ -290,5 +290,5 @@ TABLE3 = Throughput(
     {"amoebanet_d": "AmoebaNet-D(18, 128)", "transformer_lm": "Transformer-24"},
     (2, 32),
     "p100_pcie",
-    ("partition", "link"),
+    ("partition", "link", "efficiency"),
 )

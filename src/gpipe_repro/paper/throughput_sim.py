@@ -15,6 +15,14 @@ these rows do not check memory (the sweeps' ``fits`` flag does).
   device -> host -> device PCIe (2 hops), a direct path (1 hop), a quarter and a sixteenth of its
   bandwidth, and one PCIe shared by every transfer (each directed link gets 1 / (2 (K - 1)) of the
   bandwidth: the worst case where all are busy at once). ``vs_free`` = throughput / the free link's.
+- **efficiency** (both tables): per-sample compute over the micro-batch, the paper's explanation of
+  why more micro-batches per stage help and of the batch growing with K. For each micro-batch the
+  profile measured (1 or 2 to 32 on this CPU) the forward and backward of every layer (no optimiser
+  step, no transfers) on this CPU's measured costs and on the published profile; ``normalized`` =
+  samples/s over the largest micro-batch's (the per-sample efficiency). And the sweeps' fixed-batch
+  cells on this CPU simulated twice: on the costs as measured, and with the per-sample cost of the
+  smallest measured micro-batch kept above it (what the tables assumed before they were measured to
+  32), each normalised to its own K = 2 at the table's reference M.
 - **planner** (Table 2): the planner's best configuration per K (``plan.search``: M, schedule,
   remat per stage, partition and the largest batch that fits, K stages and one replica), as cells
   of a third "adjusted to fit memory" series of the main table.
@@ -29,13 +37,14 @@ from dataclasses import dataclass, replace
 
 from ..config import RunConfig
 from ..config.compose import compose
-from ..config.costing import run_hardware, simulate_plan
+from ..config.costing import measured_sizes, run_hardware, simulate_plan
 from ..config.plan import ModelPlan, plan_model
 from ..engine import balance_by_cost
 from ..engine.events import busy_time
 from ..plan.choose import search_space
 from ..plan.search import Candidate, search
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
+from ..sim.measured import MeasuredCosts
 from .numbers import throughput
 from .throughput_rows import Cell, ThroughputRow
 
@@ -48,7 +57,7 @@ class SimRow:
 
     table: int
     model: str
-    study: str  # partition | link
+    study: str  # partition | link | efficiency | extrapolation
     variant: str
     K: int
     M: int
@@ -129,6 +138,55 @@ def partitions(m: Model, table: int, Ks: Sequence[int], Ms: Sequence[int]) -> li
             }
             for name, bal in cuts.items():
                 rows.append(_row(m, table, "partition", name, K, M, bal, _step(m, K, M, bal, mb)))
+    return _normalise(rows, table, min(Ks), min(Ms) if table == 2 else max(Ms))
+
+
+def efficiency(cpu: Model, pub: Model, table: int) -> list[SimRow]:
+    """The efficiency study's per-sample curve (module doc): one K = 1, M = 1 row per micro-batch
+    the profile measured, on this CPU (``cpu``) and on the published profile (``pub``)."""
+    sizes = measured_sizes(cpu.spec, cpu.plan)
+    L = len(cpu.plan.layers)
+    rows = []
+    threads = cpu.spec.train.threads
+    here = f"this CPU ({threads} thread{'s' if threads > 1 else ''})"
+    for name, m in ((here, cpu), (pub.hw.name, pub)):
+        for n in sizes:
+            t = sum(c.forward_s + c.backward_s for c in m.costs.layer_costs(n))
+            rows.append(
+                SimRow(table, m.spec.model.name, "efficiency", name, 1, 1, n, n, str(L), "", t,
+                       n / t, 1.0)
+            )  # fmt: skip
+        top = rows[-1].throughput
+        for r in rows[-len(sizes) :]:
+            r.normalized = r.throughput / top
+    return rows
+
+
+def kept_above(costs: MeasuredCosts, n0: int) -> MeasuredCosts:
+    """``costs`` with the per-sample cost of micro-batch ``n0`` kept above it."""
+    p = costs.profile
+    kept = replace(p, sizes=[n0], costs={n0: p.costs[n0]}, raw=None)
+    return replace(costs, profile=kept, extrapolate="proportional")
+
+
+def extrapolation(cpu: Model, table: int, Ks: Sequence[int], Ms: Sequence[int]) -> list[SimRow]:
+    """The efficiency study's cells (module doc): measured, and constant above the smallest size."""
+    if not isinstance(cpu.costs, MeasuredCosts):
+        raise TypeError(f"the extrapolation study needs measured costs, got {type(cpu.costs)}")
+    sizes = measured_sizes(cpu.spec, cpu.plan)
+    variants = {
+        f"measured at micro-batches {sizes[0]}-{sizes[-1]}": cpu.costs,
+        f"per-sample cost of {sizes[0]} kept above it": kept_above(cpu.costs, sizes[0]),
+    }
+    rows = []
+    for M in Ms:
+        mb = cpu.spec.train.batch_size // M
+        time = [c.forward_s + c.backward_s for c in cpu.costs.layer_costs(mb)]
+        for K in Ks:
+            bal = balance_by_cost(time, K)
+            for name, costs in variants.items():
+                res = _step(cpu, K, M, bal, mb, costs)
+                rows.append(_row(cpu, table, "extrapolation", name, K, M, bal, res))
     return _normalise(rows, table, min(Ks), min(Ms) if table == 2 else max(Ms))
 
 
@@ -229,7 +287,7 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
 def studies(
     table: int, runs: Sequence[Sequence[str]], hardware: str, which: Sequence[str]
 ) -> tuple[list[SimRow], list[Cell]]:
-    """The studies ``which`` (partition, link, planner) of each model (``runs``: the overrides of
+    """The studies ``which`` (partition, link, planner, efficiency) of each model (``runs``: the overrides of
     each experiment) at the paper's K and M of ``table``: their rows, and the planner's cells."""
     rows: list[SimRow] = []
     cells: list[Cell] = []
@@ -243,4 +301,8 @@ def studies(
             rows += links(m, table, Ks, max(Ms))
         if "planner" in which:
             cells += planner_cells(m, table, Ks, max(Ms))
+        if "efficiency" in which:
+            cpu = model(overrides, "measured")
+            rows += efficiency(cpu, m, table)
+            rows += extrapolation(cpu, table, Ks, Ms)
     return rows, cells

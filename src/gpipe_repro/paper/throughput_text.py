@@ -284,6 +284,77 @@ def _link_section(
     return out
 
 
+def _efficiency_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]:
+    out = []
+    for mod in dict.fromkeys(r.model for r in rows):
+        rs = [r for r in rows if r.model == mod]
+        where = list(dict.fromkeys(r.variant for r in rs))
+        sizes = sorted({r.micro_batch for r in rs})
+        at = {(r.variant, r.micro_batch): r for r in rs}
+        cols = ["micro-batch"] + [f"{w}: {c}" for w in where for c in ("ms/sample", "efficiency")]
+        out += _table(
+            f"{names.get(mod, mod)}: per-sample compute over the micro-batch",
+            cols,
+            [
+                [str(n)]
+                + [
+                    x
+                    for w in where
+                    for x in (
+                        (f"{1e3 / at[w, n].throughput:.4g}", f"{at[w, n].normalized:.2f}")
+                        if (w, n) in at
+                        else ("—", "—")
+                    )
+                ]
+                for n in sizes
+            ],
+        )
+        lo, hi = sizes[0], sizes[-1]
+        out += [
+            "Forward and backward of every layer per sample, no optimiser step or transfers; "
+            f"efficiency = samples/s over micro-batch {hi}'s. From {lo} to {hi}: "
+            + "; ".join(f"{w} {at[w, lo].normalized:.2f} → 1.00" for w in where if (w, lo) in at)
+            + ".",
+            "",
+        ]
+    return out
+
+
+def _extrapolation_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]:
+    out = []
+    for mod in dict.fromkeys(r.model for r in rows):
+        rs = [r for r in rows if r.model == mod]
+        variants = list(dict.fromkeys(r.variant for r in rs))
+        at = {(r.variant, r.K, r.M): r for r in rs}
+        keys = sorted({(r.M, r.K) for r in rs})
+        cols = ["M", "K", "micro-batch", *(f"{v}: normalised" for v in variants), "paper"]
+        out += _table(
+            f"{names.get(mod, mod)}: on this CPU, per-sample cost measured or kept constant",
+            cols,
+            [
+                [str(M), str(K), str(at[variants[0], K, M].micro_batch)]
+                + [f"{at[v, K, M].normalized:.2f}" for v in variants]
+                + [
+                    "—"
+                    if at[variants[0], K, M].paper_normalized is None
+                    else f"{at[variants[0], K, M].paper_normalized:g}"
+                ]
+                for M, K in keys
+            ],
+        )
+        M, K = keys[-1]
+        a, b = at[variants[0], K, M], at[variants[1], K, M]
+        out += [
+            f"At K = {K}, M = {M}: {a.normalized:.2f} {variants[0]}, {b.normalized:.2f} with the "
+            f"{variants[1]} (the fixed-batch series on this CPU, each normalised to its own "
+            "reference cell)"
+            + ("" if a.paper_normalized is None else f"; the paper {a.paper_normalized:g}")
+            + ".",
+            "",
+        ]
+    return out
+
+
 def section(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: str) -> list[str]:
     """The page's section on these studies (module doc), its statements read from the rows."""
     if not rows:
@@ -291,10 +362,13 @@ def section(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw:
     return [
         "## What the simulator says under other assumptions",
         "",
-        f"Simulated on the {hw} profile at the sweeps' fixed batch, timing only (memory is not "
-        "checked here); each variant normalised to its own K = 2 at the table's reference M "
+        f"Simulated on the {hw} profile (the per-sample studies also on this CPU's measured "
+        "costs) at the sweeps' fixed batch, timing only (memory is not checked here); each "
+        "variant normalised to its own K = 2 at the table's reference M "
         "(`paper/throughput_sim.py`).",
         "",
         *_partition_section([r for r in rows if r.study == "partition"], names),
         *_link_section([r for r in rows if r.study == "link"], main, names, hw),
+        *_efficiency_section([r for r in rows if r.study == "efficiency"], names),
+        *_extrapolation_section([r for r in rows if r.study == "extrapolation"], names),
     ]
