@@ -246,6 +246,21 @@ def test_batch_mode_fit_takes_the_largest_batch_that_fits(tmp_path):
     assert bigger is not None and bigger.status == "ok" and bigger.hardware["fits_memory"] is False
 
 
+def test_the_batch_fit_picks_under_remat_and_many_micro_batches_is_never_refused(tmp_path):
+    # remat, M = 32: a stage keeps its own input per micro-batch in flight, not every layer's; the
+    # single-layer check counts each layer with one micro-batch in flight (the least any partition
+    # and M need of it), so it never refuses what the fit planned as fitting
+    base = [
+        "backend=sim", "hardware=tpu_v3", "logger=none", "train.steps=2", "model=tuplenet",
+        "data=synthetic", "data.image_size=32", "hardware.memory_bytes=100000000",
+        "pipeline.K=2", "pipeline.M=32", "train.batch_size=64", "pipeline.checkpoint=always",
+    ]  # fmt: skip
+    m = run(compose([*base, "train.batch_mode=fit"], cuda_available=False), tmp_path / "fit")
+    assert m is not None and m.status == "ok", m and m.error
+    assert m.batch_size > 64 and m.hardware["fits_memory"]
+    assert max(s.peak_memory_bytes for s in m.stages) <= 100_000_000
+
+
 def test_batch_mode_fit_says_when_not_one_sample_fits(tmp_path):
     m = run(
         compose(

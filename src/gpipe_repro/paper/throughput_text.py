@@ -346,8 +346,9 @@ def _extrapolation_section(rows: Sequence[Any], names: dict[str, str]) -> list[s
         a, b = at[variants[0], K, M], at[variants[1], K, M]
         out += [
             f"At K = {K}, M = {M}: {a.normalized:.2f} {variants[0]}, {b.normalized:.2f} with the "
-            f"{variants[1]} (the fixed-batch series on this CPU, each normalised to its own "
-            "reference cell)"
+            f"{variants[1]} (the sweeps' fixed batch on this CPU's costs, timing only: each "
+            "normalised to its own K = 2 at the table's reference M, where the main table takes "
+            "the first cell that fits)"
             + ("" if a.paper_normalized is None else f"; the paper {a.paper_normalized:g}")
             + ".",
             "",

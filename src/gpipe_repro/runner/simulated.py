@@ -42,11 +42,14 @@ GiB = 2**30
 
 
 def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
+    """Each layer alone with one micro-batch in flight: the least any partition and M need of it
+    (with M in flight each layer would keep its own input M times, which inside a stage only the
+    stage's first layer does)."""
     return layer_memory(
         plan.layers,
         plan.info.example,
         plan.model.planning_loss,
-        M=spec.pipeline.M,
+        M=1,
         micro_batch=micro_batch,
         schedule=spec.pipeline.schedule,
         checkpoint=stage_mode(spec.pipeline.checkpoint, 0),  # each layer alone: the first's mode
