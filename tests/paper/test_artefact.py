@@ -172,3 +172,17 @@ def test_an_in_process_artefact_rerenders_from_its_csv_alone_and_its_switch_is_i
         assert art.variant(parser.parse_args([f"--{flag}"])) == flag
         assert art.variant(parser.parse_args([])) is None
     assert not any(a.in_process for a in ARTEFACTS.values() if a.sweep)
+
+
+def test_another_tables_csv_is_one_line_naming_the_columns_it_lacks_and_writes_nothing(tmp_path):
+    # Table 4 re-renders from its runs.csv; its results.csv (the groups) shares most columns
+    art = ARTEFACTS["table4"]
+    wrong = tmp_path / "results.csv"
+    wrong.write_text("dataset,target,K,D,init,seeds,accuracy_mean\nd,t,1,16,pretrained,5,90.1\n")
+    with pytest.raises(UserError) as err:
+        make(art, wrong, tmp_path / "out", argparse.Namespace(), "x")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"--from {wrong}: ")
+    assert "lacks the column(s) name, label, domain, seed" in msg and "accuracy_mean, seeds" in msg
+    assert "the runs.csv that table4 writes" in msg
+    assert not (tmp_path / "out" / "runs.csv").exists()

@@ -145,7 +145,14 @@ def make(
     out.mkdir(parents=True, exist_ok=True)
     report: Report[Any]
     if source is not None and source.suffix == ".csv":
-        report = Report(read_csv(source, art.row), Provenance.load(source.parent))
+        try:
+            rows: list[Any] = read_csv(source, art.row)
+        except ValueError as err:
+            raise UserError(
+                f"--from {source}: {err}; allowed: the {art.csv} that {art.name} writes, or its "
+                "sweep or work folder"
+            ) from None
+        report = Report(rows, Provenance.load(source.parent))
         report.provenance = report.provenance.rerendered(source, command)
         for name in art.siblings:
             if (source.parent / name).exists() and source.parent.resolve() != out.resolve():
