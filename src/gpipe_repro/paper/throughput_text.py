@@ -9,7 +9,7 @@ bubble bound.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -284,11 +284,16 @@ def _link_section(
     return out
 
 
-def _efficiency_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]:
-    out = []
+def _by_model(rows: Sequence[Any]) -> Iterator[tuple[str, list[Any], list[str]]]:
+    """Each model's rows, with their variants in order of appearance."""
     for mod in dict.fromkeys(r.model for r in rows):
         rs = [r for r in rows if r.model == mod]
-        where = list(dict.fromkeys(r.variant for r in rs))
+        yield mod, rs, list(dict.fromkeys(r.variant for r in rs))
+
+
+def _efficiency_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]:
+    out = []
+    for mod, rs, where in _by_model(rows):
         sizes = sorted({r.micro_batch for r in rs})
         at = {(r.variant, r.micro_batch): r for r in rs}
         cols = ["micro-batch"] + [f"{w}: {c}" for w in where for c in ("ms/sample", "efficiency")]
@@ -322,9 +327,7 @@ def _efficiency_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]
 
 def _extrapolation_section(rows: Sequence[Any], names: dict[str, str]) -> list[str]:
     out = []
-    for mod in dict.fromkeys(r.model for r in rows):
-        rs = [r for r in rows if r.model == mod]
-        variants = list(dict.fromkeys(r.variant for r in rs))
+    for mod, rs, variants in _by_model(rows):
         at = {(r.variant, r.K, r.M): r for r in rs}
         keys = sorted({(r.M, r.K) for r in rs})
         cols = ["M", "K", "micro-batch", *(f"{v}: normalised" for v in variants), "paper"]
