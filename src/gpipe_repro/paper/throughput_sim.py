@@ -83,10 +83,11 @@ class Model:
     costs: CostModel
 
 
-def model(overrides: Sequence[str], hardware: str) -> Model:
-    """The experiment's model (``overrides``: ``experiment=...`` and any more) on ``hardware``."""
+def model(overrides: Sequence[str], hardware: str, plan: ModelPlan | None = None) -> Model:
+    """The experiment's model (``overrides``: ``experiment=...`` and any more) on ``hardware``;
+    ``plan``: the same model already planned on another hardware (the plan does not depend on it)."""
     spec = compose([*overrides, "backend=sim", f"hardware={hardware}"], cuda_available=False)
-    plan = plan_model(spec)
+    plan = plan or plan_model(spec)
     hw, costs = run_hardware(spec, plan)
     return Model(spec, plan, hw, costs)
 
@@ -302,7 +303,7 @@ def studies(
         if "planner" in which:
             cells += planner_cells(m, table, Ks, max(Ms))
         if "efficiency" in which:
-            cpu = model(overrides, "measured")
+            cpu = model(overrides, "measured", m.plan)
             rows += efficiency(cpu, m, table)
             rows += extrapolation(cpu, table, Ks, Ms)
     return rows, cells
