@@ -113,8 +113,8 @@ def final_weights(save: Path, overrides: Sequence[str]) -> dict[str, torch.Tenso
     """The weights and buffers of a save, by global key, loaded into the model ``overrides`` build
     (whatever the K that wrote it: a save is keyed by global layer)."""
     from gpipe_repro.config.compose import compose
-    from gpipe_repro.config.plan import plan_model
     from gpipe_repro.models import materialize
+    from gpipe_repro.runplan.plan import plan_model
     from gpipe_repro.save import load_weights
     from gpipe_repro.save.keys import layer_tensors
 

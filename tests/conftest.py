@@ -93,15 +93,15 @@ LONG = (
     "tests/faults/test_faults.py::test_sigint_of_a_one_process_run",  # 8 s (Ctrl-C: the K = 2 and sweep tests)
     # half the memory model's grid (one launch runs the cells a session checks): each model keeps a
     # cell of each remat mode and each precision in make test
-    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
-    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
-    "tests/planner/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[except_last-1f1b-bf16]",
-    "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
-    "tests/planner/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
+    "tests/memory/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
+    "tests/memory/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
+    "tests/memory/test_memory_model.py::test_amoebanet_plan_matches_engine_within_10_percent[except_last-1f1b-bf16]",
+    "tests/memory/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[never-gpipe-bf16]",
+    "tests/memory/test_memory_model.py::test_transformer_plan_matches_engine_within_10_percent[always-gpipe-fp32]",
     # 83 s since the memory planner counts backward's working set (24 s before, 129 s before LiveBytes
     # swept lazily): gpipe-plan's exact rows of a paper-size AmoebaNet; the all-reduce's effect on
     # the pick stays in make test: tests/sim/test_allreduce.py
-    "tests/plan/test_allreduce_plan.py::test_a_slow_link_flips_the_pick_away_from_eight_replicas",
+    "tests/search/test_allreduce_plan.py::test_a_slow_link_flips_the_pick_away_from_eight_replicas",
     "tests/faults/test_faults.py::test_a_run_that_cannot_fit",  # 7 s (the guard in-process: tests/runner/test_memory_guard.py; exit 1 in one line: test_bad_input)
 )
 
@@ -128,7 +128,7 @@ TIMED = (
 # Tests marked ``slow`` here, by cost (`make test` runs them; `make test-fast` leaves them out): the
 # not-slow tests of 5 s or more in a serial `pytest --durations=0` at e759e34 (seconds there).
 SLOW = (
-    "tests/plan/test_gpipe_plan.py::test_the_bound_stays_below_every_simulated_step_under_remat",  # 19
+    "tests/search/test_gpipe_plan.py::test_the_bound_stays_below_every_simulated_step_under_remat",  # 19
     "tests/test_cli.py::test_two_stage_run_writes_complete_metrics",  # 10 (the K = 2 run's fixture)
     "tests/test_cli.py::test_wandb_offline_run_has_a_live_history_and_the_timeline",  # 10
     "tests/paper/test_table1.py::test_a_budget_too_small_names_the_layer",  # 9
@@ -140,8 +140,8 @@ SLOW = (
     "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[table5]",  # 6
     "tests/engine/test_comm.py::test_a_stem_pair_across_a_boundary_updates_bit_for_bit",  # 6
     "tests/engine/test_fifo.py::test_the_engine_on_one_group_hangs_in_nccl_order",  # 6 each
-    "tests/plan/test_auto_plan.py::test_a_real_run_with_plan_auto_runs_gpipe_plan_pick",  # 6
-    "tests/plan/test_per_stage_remat.py::test_a_per_stage_vector_keeps_the_losses_bit_identical",  # 5
+    "tests/search/test_auto_plan.py::test_a_real_run_with_plan_auto_runs_gpipe_plan_pick",  # 6
+    "tests/search/test_per_stage_remat.py::test_a_per_stage_vector_keeps_the_losses_bit_identical",  # 5
     # two workers at 7f2a791 (each starts a fresh interpreter that launches ranks)
     "tests/engine/test_launch.py::test_each_launch_runs_its_ranks_in_the_launchers_environment",  # 5
     "tests/engine/test_launch.py::test_ranks_end_soon_after_their_launcher_is_killed",  # 4

@@ -2,7 +2,7 @@
 
 For the validation models' small stages (the imbalanced model's 96x96 conv stage, a Transformer-LM
 stage, an AmoebaNet stage), K = 1 and 2, remat never and always, M = 1 and 4: the memory planner's
-peak (``planner.stages.plan_stages``) beside the CPU allocator's (``planner.allocator.check_stages``,
+peak (``memory.stages.plan_stages``) beside the CPU allocator's (``memory.allocator.check_stages``,
 fill-drain replay of one step under the profiler, one process), and the planner's peak without the
 working set (``StageActivation.work``/``work_fixed`` set to 0: the planner before issue #19's
 item 4 finding). Prints one markdown row per stage.
@@ -20,8 +20,8 @@ import torch
 
 from gpipe_repro.models import class_planning_loss, token_planning_loss
 from gpipe_repro.paper.validate_sim.models import model
-from gpipe_repro.planner import allocator, stages
-from gpipe_repro.planner.memory import StageActivation
+from gpipe_repro.memory import allocator, stages
+from gpipe_repro.memory.activations import StageActivation
 
 MIB = 2**20
 

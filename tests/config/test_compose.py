@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from gpipe_repro.config.compose import CONF_DIR, _hydra, compose, preflight, to_spec
 from gpipe_repro.config.docs import markdown
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.runner import run
+from gpipe_repro.runplan.plan import plan_model
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))

@@ -11,16 +11,16 @@ import torch
 
 from gpipe_repro.config.compose import compose, sweep_world_size
 from gpipe_repro.config.device import GPU_HEADROOM_BYTES, CudaDevice, DeviceMemory
-from gpipe_repro.config.plan import plan_model, plan_run
 from gpipe_repro.errors import UserError
-from gpipe_repro.planner.memory import (
+from gpipe_repro.memory.activations import (
     StageActivation,
     peak_activation_bytes,
     step_temporary_bytes,
 )
-from gpipe_repro.planner.stages import StagePlan
+from gpipe_repro.memory.stages import StagePlan
 from gpipe_repro.runner import run
 from gpipe_repro.runner.guard import check_memory
+from gpipe_repro.runplan.plan import plan_model, plan_run
 
 GiB = 2**30
 MLP = ["model.hidden=16", "model.depth=6", "logger=none", "train.progress=false"]

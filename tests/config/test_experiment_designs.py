@@ -45,7 +45,7 @@ def test_table5_runs_are_token_matched_and_hold_the_same_updates_runs_as_prefixe
 
 
 def _params(spec: Any) -> int:
-    from gpipe_repro.config.plan import plan_model
+    from gpipe_repro.runplan.plan import plan_model
 
     return sum(p.numel() for layer in plan_model(spec).layers for p in layer.parameters())
 

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine import PRECISIONS, launch
 from gpipe_repro.runner import plan as plan_run
 from gpipe_repro.runner import run
 from gpipe_repro.runner.guard import check_memory
+from gpipe_repro.runplan.plan import plan_model
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 # The planner predicts state + peak activations; the allocator also holds what the planner does not

@@ -17,8 +17,8 @@ import pytest
 from _shared import ENV
 
 from gpipe_repro.config.compose import compose, preflight
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.errors import UserError
+from gpipe_repro.runplan.plan import plan_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["model.hidden=32", "model.depth=3", "train.steps=2", "logger=none"]
@@ -218,7 +218,7 @@ PLAN = [
 
 @pytest.mark.parametrize("args,message", PLAN, ids=[p[1] for p in PLAN])
 def test_gpipe_plan_mistakes_are_one_line_and_exit_2(tmp_path, capsys, args, message):
-    from gpipe_repro.plan.__main__ import main
+    from gpipe_repro.search.__main__ import main
 
     assert main([*args, f"plan.out={tmp_path}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -8,8 +8,8 @@ import pytest
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.device import DeviceMemory
-from gpipe_repro.config.plan import RunPlan, plan_model, plan_run
 from gpipe_repro.metrics.summary import RankResult, summarize
+from gpipe_repro.runplan.plan import RunPlan, plan_model, plan_run
 
 MLP = [
     "model.hidden=16",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.memory.table1 import COLUMNS, largest, plan_column
 from gpipe_repro.paper.__main__ import main
-from gpipe_repro.planner.table1 import COLUMNS, largest, plan_column
 
 REPORT = Path(__file__).resolve().parents[2] / "reports" / "table1"
 

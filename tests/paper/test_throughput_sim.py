@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from gpipe_repro.config.costing import simulate_plan
 from gpipe_repro.engine import balance_by_cost
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.numbers import throughput
@@ -25,8 +24,9 @@ from gpipe_repro.paper.throughput_sim import (
     studies,
 )
 from gpipe_repro.paper.throughput_text import LINK_OK, section
-from gpipe_repro.plan.choose import search_space
-from gpipe_repro.plan.search import search
+from gpipe_repro.runplan.costing import simulate_plan
+from gpipe_repro.search.choose import search_space
+from gpipe_repro.search.space import search
 from gpipe_repro.sim import LayerCost, Link, stage_costs
 from gpipe_repro.sim.measured import LayerProfile, MeasuredCosts
 

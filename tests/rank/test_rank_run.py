@@ -7,12 +7,12 @@ import time
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import choose_balance, plan_model
 from gpipe_repro.data.synthetic import SyntheticImages
 from gpipe_repro.engine.topology import single_process
 from gpipe_repro.rank import balance as rank_balance
 from gpipe_repro.rank import run as rank_run
 from gpipe_repro.runner import run
+from gpipe_repro.runplan.plan import choose_balance, plan_model
 
 MLP = [
     "model.hidden=16",

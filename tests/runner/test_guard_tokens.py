@@ -3,8 +3,8 @@ tokens), not as that many sentences: Table 5's batches pass it on a small host."
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.device import CpuDevice
-from gpipe_repro.config.plan import plan_model, plan_run
 from gpipe_repro.runner.guard import check_memory
+from gpipe_repro.runplan.plan import plan_model, plan_run
 
 GiB = 2**30
 

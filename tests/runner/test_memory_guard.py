@@ -11,10 +11,10 @@ import torch
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.device import GPU_HEADROOM_BYTES, GPU_HEADROOM_SHARE, PROCESS_BYTES
-from gpipe_repro.config.plan import RunPlan, plan_model, plan_run
 from gpipe_repro.errors import UserError
 from gpipe_repro.runner import _engine_memory, plan, run
 from gpipe_repro.runner.guard import check_memory
+from gpipe_repro.runplan.plan import RunPlan, plan_model, plan_run
 
 GiB = 2**30
 SMALL = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.device import DeviceMemory
-from gpipe_repro.config.plan import plan_model, plan_run
+from gpipe_repro.runplan.plan import plan_model, plan_run
 
 MiB = 2**20
 TRANSLATION = [

@@ -3,8 +3,8 @@
 import json
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.runner import run
+from gpipe_repro.runplan.plan import plan_model
 
 FAST = [
     "train.steps=4",

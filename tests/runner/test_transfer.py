@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.models import materialize
 from gpipe_repro.runner import run
+from gpipe_repro.runplan.plan import plan_model
 from gpipe_repro.save import load_weights, save_path
 from gpipe_repro.save.keys import layer_tensors
 

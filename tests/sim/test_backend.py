@@ -10,16 +10,16 @@ import torch
 from _shared import gpipe_run
 from jsonschema import Draft202012Validator
 
-from gpipe_repro.config import costing
 from gpipe_repro.config.compose import compose, preflight
-from gpipe_repro.config.costing import profile_sizes
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.errors import UserError
 from gpipe_repro.metrics.contract import load_metrics
 from gpipe_repro.metrics.schema import json_schema
 from gpipe_repro.paper.sweep import markdown_table, sweep_rows
 from gpipe_repro.runner import plan, run
 from gpipe_repro.runner.simulated import simulate_run
+from gpipe_repro.runplan import costing
+from gpipe_repro.runplan.costing import profile_sizes
+from gpipe_repro.runplan.plan import plan_model
 from gpipe_repro.sim import measured
 
 MLP = [
@@ -305,7 +305,7 @@ def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monke
         ],
         cuda_available=False,
     )
-    from gpipe_repro.config.plan import plan_model, plan_run
+    from gpipe_repro.runplan.plan import plan_model, plan_run
 
     planned = plan_run(spec, plan_model(spec), small)
     m = runner.run(spec, tmp_path)
@@ -315,7 +315,7 @@ def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monke
 
 def test_an_engine_run_can_resolve_batch_mode_fit_before_it_starts():
     from gpipe_repro.config.device import DeviceMemory
-    from gpipe_repro.config.plan import plan_model, plan_run
+    from gpipe_repro.runplan.plan import plan_model, plan_run
 
     def fit(spec, budget):
         memory = DeviceMemory("a test device", budget, budget, 0)

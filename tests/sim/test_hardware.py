@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.costing import workload
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.pipeline import DEFAULT_LOOKAHEAD
 from gpipe_repro.metrics.summary import base_metrics
+from gpipe_repro.runplan.costing import workload
+from gpipe_repro.runplan.plan import plan_model
 from gpipe_repro.sim import HardwareConfig, PublishedDevice, resolve_hardware
 from gpipe_repro.sim.measured import MeasuredDevice
 

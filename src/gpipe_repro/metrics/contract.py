@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.plan import AutoPlanInfo
 from ..engine.precision import PRECISIONS
 from ..options import opt
+from ..runplan.plan import AutoPlanInfo
 
 __all__ = [
     "STATUSES",
@@ -155,7 +155,7 @@ class PipelineInfo:
 
 @dataclass
 class PlanInfo:
-    """The run's plan, decided before it ran (``config.plan.RunPlan``)."""
+    """The run's plan, decided before it ran (``runplan.plan.RunPlan``)."""
 
     micro_batch: int = opt(0, "samples (or target tokens) per micro-batch and replica")
     planned_micro_batch: int = opt(

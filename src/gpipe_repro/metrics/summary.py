@@ -28,7 +28,7 @@ from .contract import (
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..config.plan import RunPlan
+    from ..runplan.plan import RunPlan
 
 __all__ = [
     "RankResult",

@@ -2,7 +2,7 @@
 
 Simulator-only and allocation-free: each model is built on the meta device and costed by the table's
 published profile (``hardware=tpu_v3`` for Table 2, ``p100_pcie`` for Table 3), once; every variant
-is one simulated step (``config.costing.simulate_plan``) at the sweep's fixed batch. Timing only:
+is one simulated step (``runplan.costing.simulate_plan``) at the sweep's fixed batch. Timing only:
 these rows do not check memory (the sweeps' ``fits`` flag does).
 
 - **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells; its
@@ -23,7 +23,7 @@ these rows do not check memory (the sweeps' ``fits`` flag does).
   cells on this CPU simulated twice: on the costs as measured, and with the per-sample cost of the
   smallest measured micro-batch kept above it (what the tables assumed before they were measured to
   32), each normalised to its own K = 2 at the table's reference M.
-- **planner** (Table 2): the planner's best configuration per K (``plan.search``: M, schedule,
+- **planner** (Table 2): the planner's best configuration per K (``search.space``: M, schedule,
   remat per stage, partition and the largest batch that fits, K stages and one replica), as cells
   of a third "adjusted to fit memory" series of the main table.
 """
@@ -37,12 +37,12 @@ from dataclasses import dataclass, replace
 
 from ..config import RunConfig
 from ..config.compose import compose
-from ..config.costing import measured_sizes, run_hardware, simulate_plan
-from ..config.plan import ModelPlan, plan_model
 from ..engine import balance_by_cost
 from ..engine.events import busy_time
-from ..plan.choose import search_space
-from ..plan.search import Candidate, search
+from ..runplan.costing import measured_sizes, run_hardware, simulate_plan
+from ..runplan.plan import ModelPlan, plan_model
+from ..search.choose import search_space
+from ..search.space import Candidate, search
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
 from ..sim.measured import MeasuredCosts
 from .numbers import throughput

@@ -7,7 +7,7 @@ process of a ``gpipe-run`` with several ranks touches no GPU, so that GPU 0 keep
 rank. So every rank of the run (all stages of all replicas) times its share of the layers — layer i
 on rank i mod world size — one layer in memory at a time, on its device with that device's
 synchronisation around the clock; the shares are exchanged over the run's CPU group, and every rank
-applies the one chooser (``config.plan.choose_balance``) to the same list, so all agree on the
+applies the one chooser (``runplan.plan.choose_balance``) to the same list, so all agree on the
 partition. Bounded: a rank whose share takes longer than ``pipeline.timeout_s`` stops with one line,
 and the exchange waits at most that long.
 """
@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 
 from ..config.device import Device
-from ..config.plan import BalanceChoice, ModelPlan, RunPlan, choose_balance
 from ..engine import Topology
 from ..engine.microbatch import Batch, as_tuple
 from ..errors import UserError
 from ..models import materialize
+from ..runplan.plan import BalanceChoice, ModelPlan, RunPlan, choose_balance
 
 __all__ = ["measure_layer_times", "time_balanced"]
 

@@ -24,11 +24,11 @@ import torch.distributed as dist
 from torch import nn
 
 from ..config import RunConfig
-from ..config.plan import ModelPlan
 from ..data import Dataset, get_data
 from ..engine import Pipeline, Topology
 from ..metrics.contract import EvalMetrics
 from ..models import materialize
+from ..runplan.plan import ModelPlan
 
 __all__ = ["Evaluation", "Trained", "evaluation_for", "through_pipeline", "by_decoding"]
 

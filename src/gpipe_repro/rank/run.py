@@ -24,7 +24,6 @@ import torch.distributed as dist
 
 from ..config import RunConfig
 from ..config.device import Device, device_for
-from ..config.plan import ModelPlan, RunPlan, plan_model
 from ..data import DataInfo, Dataset, get_data
 from ..engine import Pipeline, Topology, init_topology, stage_slice
 from ..engine.checkpoint import stage_mode
@@ -34,6 +33,7 @@ from ..metrics.contract import CurvePoint, EvalMetrics
 from ..metrics.summary import RankResult, timed_from
 from ..models import materialize
 from ..optim import build_optimizer, lr_factor, set_lr
+from ..runplan.plan import ModelPlan, RunPlan, plan_model
 from ..save import describe_model
 from .balance import time_balanced
 from .evaluate import Evaluation, Trained, evaluation_for

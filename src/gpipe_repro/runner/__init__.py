@@ -7,7 +7,7 @@ torchrun (``launcher="torchrun"``: this process *is* one rank) and a SLURM/submi
 ``trace.json`` and ``timeline.png`` through the one writer (``metrics.writer``) and owns the wandb run,
 fed live from the last stage's ``progress.jsonl``.
 
-The run's decisions are made once, first (``plan``: ``config.plan.RunPlan``), and handed to the
+The run's decisions are made once, first (``plan``: ``runplan.plan.RunPlan``), and handed to the
 guard, the simulator, the prediction and every rank. Its folder is claimed before that
 (``runner.folder``): a finished run is never replaced by something worse.
 
@@ -30,7 +30,6 @@ from typing import Any
 
 from ..config import RunConfig
 from ..config.device import DeviceMemory, device_for, local_ranks
-from ..config.plan import ModelPlan, RunPlan, plan_model, plan_run
 from ..engine import RankError
 from ..errors import UserError
 from ..metrics.contract import RunMetrics
@@ -38,6 +37,7 @@ from ..metrics.progress import PROGRESS_FILE, Follower, StepRecord, read_progres
 from ..metrics.summary import base_metrics, summarize
 from ..metrics.writer import OutputError
 from ..rank import DIVERGED, RankContext, run_rank
+from ..runplan.plan import ModelPlan, RunPlan, plan_model, plan_run
 from ..wandb_logger import WandbRun
 from . import folder
 from .autoplan import auto_plan

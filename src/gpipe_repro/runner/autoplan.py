@@ -1,6 +1,6 @@
 """``gpipe-run plan=auto``: the run's pipeline options are the planner's best configuration.
 
-Before the run is planned (``config.plan``), the planner (``plan.choose``, the search ``gpipe-plan``
+Before the run is planned (``config.plan``), the planner (``search.choose``, the search ``gpipe-plan``
 runs) ranks every configuration of the run's model, data, hardware, precision and
 ``train.batch_size`` on ``plan.devices`` devices (resolved at validation, ``config.validate``) under
 a per-device memory cap: ``plan.memory_gib``, else the device the run will use — the hardware
@@ -17,10 +17,10 @@ from dataclasses import replace
 
 from ..config import RunConfig
 from ..config.device import DeviceMemory
-from ..config.plan import BalanceChoice, ModelPlan
 from ..metrics.contract import AutoPlanInfo
-from ..plan.choose import rank_configurations
-from ..plan.config import PlanConfig
+from ..runplan.plan import BalanceChoice, ModelPlan
+from ..search.choose import rank_configurations
+from ..search.options import PlanConfig
 
 __all__ = ["auto_plan", "AUTO_CHOICE"]
 

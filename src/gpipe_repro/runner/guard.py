@@ -21,9 +21,9 @@ import threading
 import time
 from pathlib import Path
 
-from ..config.plan import RunPlan
 from ..errors import UserError
 from ..rank import HEARTBEAT_DIR
+from ..runplan.plan import RunPlan
 
 __all__ = ["check_memory", "oom_kills", "Watchdog"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..config.plan import ModelPlan, RunPlan
 from ..engine import RankError, launch
 from ..rank import HEARTBEAT_DIR, RankContext, run_rank
+from ..runplan.plan import ModelPlan, RunPlan
 from .guard import Watchdog, oom_kills
 
 __all__ = ["launch_local"]

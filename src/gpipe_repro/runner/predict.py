@@ -15,9 +15,9 @@ import sys
 
 import torch
 
-from ..config.costing import simulate_plan, workload
-from ..config.plan import ModelPlan, RunPlan
 from ..metrics.contract import RunMetrics
+from ..runplan.costing import simulate_plan, workload
+from ..runplan.plan import ModelPlan, RunPlan
 from ..sim import HardwareConfig, SimResult, resolve_hardware
 from ..sim.step import grad_bytes
 

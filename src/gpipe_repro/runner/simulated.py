@@ -10,7 +10,7 @@ seconds) or ``measured`` (each distinct layer timed on this device at the micro-
 overheads calibrated once per device; all cached: ``sim.measured``). The micro-batch, the partition
 (``balance_by=time``: the profile's per-layer time), every stage's memory and ``train.batch_mode=fit``
 come from the run's plan (``config.plan``), made against the profile's memory (``sim_planning``).
-The profile's resolution and the step's costing are shared with the planner (``config.costing``).
+The profile's resolution and the step's costing are shared with the planner (``runplan.costing``).
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from typing import Any
 import torch
 
 from ..config import RunConfig
-from ..config.costing import model_key, run_hardware, simulate_plan
 from ..config.device import DeviceMemory
-from ..config.plan import ModelPlan, RunPlan
 from ..engine.checkpoint import stage_mode
 from ..engine.events import busy_time
 from ..errors import UserError
+from ..memory.stages import layer_memory
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from ..metrics.summary import base_metrics, plan_info
-from ..planner.stages import layer_memory
+from ..runplan.costing import model_key, run_hardware, simulate_plan
+from ..runplan.plan import ModelPlan, RunPlan
 from ..sim.step import grad_bytes
 
 __all__ = ["simulate_run", "sim_planning"]

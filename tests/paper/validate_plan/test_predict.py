@@ -7,7 +7,7 @@ import pytest
 
 from gpipe_repro.paper.validate_plan.predict import Predictor, rule_configs
 from gpipe_repro.paper.validate_sim.models import N, model
-from gpipe_repro.plan.search import _coef_of, _hold
+from gpipe_repro.search.space import _coef_of, _hold
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured import DeviceModel, LayerProfile
 
@@ -70,7 +70,7 @@ def test_rules_change_one_choice_of_the_pick(pred):
 
 
 def test_the_search_bound_is_above_every_exact_peak_and_within_40_percent(pred):
-    # the fit test (plan.search) bounds each stage from above: never below the exact plan (a
+    # the fit test (search.space) bounds each stage from above: never below the exact plan (a
     # configuration that fits is never listed over the cap by it), and, counting only what layers up
     # to m saved while m's backward runs, within 1.4x on this model (1.84x when it added every
     # layer's saved tensors, every inner input and the largest working set)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.paper.validate_plan.predict import Predictor
 from gpipe_repro.paper.validate_sim.models import N, ValidationModel
-from gpipe_repro.plan import choose
+from gpipe_repro.runplan.plan import plan_model
+from gpipe_repro.search import choose
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured import DeviceModel, LayerProfile, MeasuredDevice
 

@@ -1,6 +1,6 @@
 """Table 1 as an artefact: its experiments (the paper's columns, or a variant), collect, render.
 
-Experiments: ``planner.table1.COLUMNS`` — the paper's configurations — each planned at fp32 and bf16;
+Experiments: ``memory.table1.COLUMNS`` — the paper's configurations — each planned at fp32 and bf16;
 a variant changes the budgets, the batches or the columns from the command line (never published).
 Collect: ``rows.result_rows``, ``rows.saved_rows`` and ``rows.alloc_rows`` (``results.csv``,
 ``saved.csv``, ``allocator.csv``). Render: ``table1.md`` (``text``) and ``table1.png``, from the CSVs alone.
@@ -12,7 +12,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from ...planner.table1 import COLUMNS, Column, GiB
+from ...memory.table1 import COLUMNS, Column, GiB
 from ..artefact import Artefact, Report
 from ..plot import figure
 from ..provenance import Provenance

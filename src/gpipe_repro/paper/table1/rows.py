@@ -2,8 +2,8 @@
 
 ``results.csv`` (``ResultRow``): a column planned at fp32 or bf16 (``train.precision``), ours beside
 the paper's numbers (``paper.numbers``); ``saved.csv`` (``SavedRow``): the Naive-1 columns' saved
-activations by layer type, operation and dtype (``planner.breakdown``). Nothing is allocated: the
-numbers come from ``planner.table1``.
+activations by layer type, operation and dtype (``memory.breakdown``). Nothing is allocated: the
+numbers come from ``memory.table1``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 
 from ...engine.precision import PRECISIONS
-from ...planner.allocator import check_amoebanet
-from ...planner.breakdown import amoebanet_groups, transformer_groups
-from ...planner.table1 import Column, largest, plan_column
+from ...memory.allocator import check_amoebanet
+from ...memory.breakdown import amoebanet_groups, transformer_groups
+from ...memory.table1 import Column, largest, plan_column
 from ..numbers import quote
 
 
@@ -82,7 +82,7 @@ class AllocRow:
     seconds: float = 0.0  # wall time of this configuration's check, shared by its stages
 
 
-# The allocator check (``planner.allocator``): AmoebaNet-D(6, 16) on 32x32 images, batch 16, M = 4,
+# The allocator check (``memory.allocator``): AmoebaNet-D(6, 16) on 32x32 images, batch 16, M = 4,
 # K = 1 and K = 2 (4 + 8 layers), remat never and always: small enough to run in seconds.
 ALLOC_MODEL, ALLOC_SIZE, ALLOC_BATCH, ALLOC_M = "amoebanet_d", (6, 16), 16, 4
 ALLOC_BALANCES = {1: [12], 2: [4, 8]}

@@ -12,7 +12,7 @@ from ..provenance import Provenance
 from .rows import AllocRow, ResultRow, SavedRow
 from .yardsticks import GiB, allocator, fused, gb, headline, ratio
 
-# Readable names for the (operation, dtype) groups of ``saved.csv`` (``planner.breakdown``).
+# Readable names for the (operation, dtype) groups of ``saved.csv`` (``memory.breakdown``).
 KIND_NAMES = {
     "Relu": "ReLU outputs",
     "Convolution": "convolution outputs (BatchNorm inputs)",
@@ -57,7 +57,7 @@ def markdown(
         "A memory model (simulated, nothing allocated: fake CPU tensors run through the "
         "engine's own stage code, so torch picks the kernels the engine gets: CPU attention keeps its output "
         "and log-sum-exp, never the S×S probabilities), validated against the engine's measured activation "
-        "bytes in `tests/planner/` (within 10%, fp32 and bf16) and against the allocator below. Paper numbers: "
+        "bytes in `tests/memory/` (within 10%, fp32 and bf16) and against the allocator below. Paper numbers: "
         "GPipe Table 1. Ratios are ours / paper's. Memory is in GiB (2³⁰ bytes) throughout: the paper's "
         "GB (read as 10⁹ bytes) are converted; budgets are 8 GiB (AmoebaNet, TPUv2) and 16 GiB "
         "(Transformer, TPUv3) per accelerator.",

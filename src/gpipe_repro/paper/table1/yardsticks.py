@@ -3,7 +3,7 @@ Naive-1 gap under an XLA-like accounting mode — page sections, from the CSVs' 
 
 from __future__ import annotations
 
-from ...planner.breakdown import FUSED_AWAY, fused_away
+from ...memory.breakdown import FUSED_AWAY, fused_away
 from ..numbers import QUOTES, quote
 from .rows import AllocRow, ResultRow, SavedRow
 
@@ -59,7 +59,7 @@ def allocator(alloc: list[AllocRow]) -> list[str]:
         f"{alloc[0].model}, batch {alloc[0].batch}, M = {alloc[0].M}, GPipe fill-drain, fp32: each "
         "stage run for real through the engine's stage code, one step after a warm-up step; measured "
         "peak = the CPU allocator's peak of bytes allocated during the step (torch profiler memory "
-        "events) + the stage's state (`planner/allocator.py`). Error = (planned − measured) / measured.",
+        "events) + the stage's state (`memory/allocator.py`). Error = (planned − measured) / measured.",
         "",
         "| K | stage | remat | state | planned peak | measured peak | error |",
         "|---|---|---|---|---|---|---|",
@@ -78,7 +78,7 @@ def allocator(alloc: list[AllocRow]) -> list[str]:
 
 
 def fused(rs: list[ResultRow], saved: list[SavedRow]) -> list[str]:
-    """The Naive-1 gap under the XLA-like accounting mode (``planner.breakdown.FUSED_AWAY``)."""
+    """The Naive-1 gap under the XLA-like accounting mode (``memory.breakdown.FUSED_AWAY``)."""
     out = [
         "## The Naive-1 gap under an XLA-like accounting (a labelled estimate, fp32)",
         "",

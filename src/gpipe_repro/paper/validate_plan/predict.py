@@ -1,13 +1,13 @@
 """The planner's side of a scenario: its ranked list, the caps, the rules of thumb, all predicted.
 
-The planner (``plan.search``) sees a validation model as ``gpipe-plan`` sees a run's: per-layer
-memory from the memory planner's meta measurements (``planner.stages.layer_activations``), costs
+The planner (``search.space``) sees a validation model as ``gpipe-plan`` sees a run's: per-layer
+memory from the memory planner's meta measurements (``memory.stages.layer_activations``), costs
 from this machine's measured profile and calibration (``sim.measured``), scored by the simulator
 with the measured hardware's settings (``sim.measured.MeasuredDevice`` on this run's calibration); a
 configuration that runs for real here has its messages cost its ranks what sharing this host's cores
 costs them (``DeviceModel.ranks_link``), an emulated one does not (it stands for separate devices).
 The search space, the exact peaks and the simulated step are ``gpipe-plan``'s own functions
-(``plan.subject``): the planner validated is the planner shipped. As ``gpipe-plan`` does, the
+(``search.subject``): the planner validated is the planner shipped. As ``gpipe-plan`` does, the
 listed candidates are planned exactly and one over the cap is dropped. The list is every candidate of the measurable space (``top`` = all:
 nothing pruned), restricted to K in the settings' Ks and one replica: K x replicas <= 2 runs for
 real here, K = 4, 8 in emulation.
@@ -35,8 +35,8 @@ import torch
 
 from ...engine import balance_by_cost
 from ...models import class_planning_loss, token_planning_loss
-from ...plan.search import Candidate, Space, search
-from ...plan.subject import Subject, exact_peaks, simulate_candidate, space_of
+from ...search.space import Candidate, Space, search
+from ...search.subject import Subject, exact_peaks, simulate_candidate, space_of
 from ...sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
 from ..validate_sim.models import N, ValidationModel
 from .measure import REAL_K
@@ -148,7 +148,7 @@ class Predictor:
 
     def least(self) -> int:
         """The smallest cap under which the planner lists a configuration. Its fit test bounds a
-        cell's memory from above (``plan.search``), so this lies at or above the smallest exact peak:
+        cell's memory from above (``search.space``), so this lies at or above the smallest exact peak:
         a cap between them would leave the planner nothing to propose. Found by bisection on the
         cap in bytes (a larger cap never lists fewer configurations), below the uncapped list's
         largest exact peak: a listed candidate's threshold is

@@ -123,7 +123,7 @@ def markdown(rows: Sequence[PlanRow], prov: Provenance, out: Path) -> list[Path]
     st = calib.get("settings", {})
     lines = [*prov.page(TITLE), ""]
     lines += [
-        "The planner (`plan.search`, as `gpipe-plan` runs it) is given each model under each memory "
+        "The planner (`search.space`, as `gpipe-plan` runs it) is given each model under each memory "
         "cap; then every configuration of its list, and the one each rule of thumb gives, is "
         "measured on this machine: K = 1, 2 with the real engine, K = 4, 8 with the engine in "
         f"emulation mode ({_emulation(calib)}). The search is restricted to the "

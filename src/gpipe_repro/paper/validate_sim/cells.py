@@ -20,7 +20,7 @@ the host.
 
 For the planner's validation (``paper.validate_plan``) a cell may also carry its own partition
 (``balance``) and one remat mode per stage, and ``real_rank(memory=True)`` measures each rank's
-peak memory over one more step (``peak_bytes``: the CPU allocator's events, ``planner.allocator``).
+peak memory over one more step (``peak_bytes``: the CPU allocator's events, ``memory.allocator``).
 
 In emulation mode (``emulate``) every layer sleeps its profiled cost at the cell's micro-batch
 instead of computing, so K = 4 and 8 ranks fit on 2 cores: the schedule, the transfers (real gloo, real
@@ -41,8 +41,8 @@ import torch.distributed as dist
 from ...engine import Event, Pipeline, init_topology, single_process, stage_slice
 from ...engine.checkpoint import stage_mode
 from ...engine.hostmem import apply_host_memory
-from ...planner.allocator import allocator_peak
-from ...planner.memory import state_bytes
+from ...memory.activations import state_bytes
+from ...memory.allocator import allocator_peak
 from ...sim.costs import LayerCost
 from ...sim.measured.speed import probe_s
 from .emulate import emulated_layers, emulated_loss, sleep_until
@@ -150,7 +150,7 @@ def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
 
 def peak_bytes(pipe: Pipeline, opt: torch.optim.Optimizer, x: Any, y: Any) -> int:
     """This rank's peak memory over one more training step, optimiser step included: the CPU
-    allocator's peak of bytes allocated during it (``planner.allocator``) plus the state already
+    allocator's peak of bytes allocated during it (``memory.allocator``) plus the state already
     allocated (weights, gradients, RMSProp's square averages)."""
     from torch.profiler import ProfilerActivity, profile
 

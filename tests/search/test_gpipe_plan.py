@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.errors import ArgumentError
 from gpipe_repro.engine.partition import balance_by_cells, balance_by_cost
 from gpipe_repro.engine.pipeline import DEFAULT_LOOKAHEAD
@@ -21,10 +20,11 @@ from gpipe_repro.engine.schedule import (
     receives_ahead,
     stage_actions,
 )
-from gpipe_repro.plan.__main__ import main, plan
-from gpipe_repro.plan.search import _coef, _hold, alive
-from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes
-from gpipe_repro.planner.stages import plan_stages
+from gpipe_repro.memory.activations import StageActivation, peak_activation_bytes
+from gpipe_repro.memory.stages import plan_stages
+from gpipe_repro.runplan.plan import plan_model
+from gpipe_repro.search.__main__ import main, plan
+from gpipe_repro.search.space import _coef, _hold, alive
 from gpipe_repro.sim import Link, StageCost, simulate
 
 GiB = 2**30
@@ -81,7 +81,7 @@ def test_cli_prints_the_table_and_command_and_writes_the_files(tmp_path, capsys)
 
 def test_console_script_runs_the_module():
     r = subprocess.run(
-        [sys.executable, "-m", "gpipe_repro.plan", "plan.devices=0"],
+        [sys.executable, "-m", "gpipe_repro.search", "plan.devices=0"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -2,9 +2,9 @@
 its simulated step.
 
 ``gpipe-plan`` and ``gpipe-run plan=auto`` build a ``Subject`` from a run's config and meta-device
-model (``plan.choose.subject``), the planner's validation from a validation model; both then call
+model (``search.choose.subject``), the planner's validation from a validation model; both then call
 these functions, so the planner that is validated is the planner that ships. Per-layer memory
-comes from the memory planner's meta measurements (``planner.stages``), costs from a hardware
+comes from the memory planner's meta measurements (``memory.stages``), costs from a hardware
 profile's cost model, the step from the simulator (``sim.step``, GPipe §2.2).
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..planner.memory import step_temporary_bytes
-from ..planner.stages import layer_activations, plan_stages
+from ..memory.activations import step_temporary_bytes
+from ..memory.stages import layer_activations, plan_stages
 from ..sim import CostModel, Hardware, SimResult
 from ..sim.step import grad_bytes, simulate_step
-from .search import CachedCosts, Candidate, Space
+from .space import CachedCosts, Candidate, Space
 
 __all__ = ["Subject", "space_of", "exact_peaks", "simulate_candidate"]
 
@@ -67,7 +67,7 @@ def space_of(s: Subject, cap: int, costs: CostModel) -> Space:
 
 
 def exact_peaks(s: Subject, c: Candidate) -> tuple[int, ...]:
-    """The candidate's per-stage peak, planned exactly (``planner.stages.plan_stages``)."""
+    """The candidate's per-stage peak, planned exactly (``memory.stages.plan_stages``)."""
     stages = plan_stages(
         s.layers,
         s.example,

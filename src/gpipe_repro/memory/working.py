@@ -1,6 +1,6 @@
 """The working set of one micro-batch's forward and backward through a stage, counted on fake tensors.
 
-``planner.memory`` counts what a micro-batch keeps between its forward and its backward (its input,
+``memory.activations`` counts what a micro-batch keeps between its forward and its backward (its input,
 the tensors autograd saves, its output). While the micro-batch's backward runs (GPipe §2.2: the
 backward pass of a partition, once per micro-batch) more is alive for a while: the incoming output
 gradient, the gradients of every intermediate output, each backward kernel's outputs (the input and
@@ -13,7 +13,7 @@ storage), and a ``TorchDispatchMode`` records every storage an operation creates
 weak reference to it; the storages nobody holds any more are dropped whenever the sum could set a
 new peak. The live sum is the bytes an allocator would hold; its peak over the forward and backward,
 minus what is live when the forward has returned (the micro-batch's saved tensors and output,
-counted by ``planner.memory``), is the working set. Storages that existed before (parameters, their
+counted by ``memory.activations``), is the working set. Storages that existed before (parameters, their
 gradients, the input) are not counted. Scratch a kernel allocates and frees inside itself is
 invisible to the mode; the one that matters on a CPU, the convolution's (oneDNN's layout copies), is
 added from its operands' sizes (``scratch_bytes``).
@@ -128,7 +128,7 @@ def working_set(
     batch: int = 1,
 ) -> int:
     """The working set of one micro-batch of ``batch`` times ``x``'s samples (module doc): its
-    forward as ``planner.memory.measure_stage`` runs it, then its backward, from the loss or from
+    forward as ``memory.activations.measure_stage`` runs it, then its backward, from the loss or from
     a received gradient per float output (held until the backward returns, as the engine holds
     it). The parameters' gradients exist beforehand (a step's backward adds into them in place)."""
     mode = FakeTensorMode()

@@ -1,8 +1,8 @@
 """The planner's per-stage peak against the CPU allocator's: real tensors, one stage at a time.
 
-``planner.memory`` counts what autograd saves (fake tensors, nothing allocated). This module runs a
+``memory.activations`` counts what autograd saves (fake tensors, nothing allocated). This module runs a
 small model's stages (AmoebaNet-D through the Table 1 planner, ``check_amoebanet``; any layer list
-through ``planner.stages``, ``check_stages``) for real on this CPU, each in this process, through the engine's own
+through ``memory.stages``, ``check_stages``) for real on this CPU, each in this process, through the engine's own
 stage code (``engine.pipeline.Cell``) and in GPipe's fill-drain order (GPipe §2.2-2.3): all M
 forwards, then the M backwards in reverse; with remat ``always`` the forwards keep only their inputs
 and each backward recomputes its micro-batch first; a stage that is not the last sends its outputs on
@@ -172,7 +172,7 @@ def check_stages(
     checkpoint: str,
 ) -> list[Check]:
     """Every stage of ``layers`` (real; ``meta_layers`` the same on meta) on the mini-batch ``x``,
-    planned (``planner.stages.plan_stages``, schedule gpipe) and measured (module doc); ``loss``:
+    planned (``memory.stages.plan_stages``, schedule gpipe) and measured (module doc); ``loss``:
     the last stage's loss of its output."""
     K, N = len(balance), as_tuple(x)[0].shape[0]
 

@@ -1,7 +1,7 @@
 """A run's plan: its decisions made once, before anything runs, and handed down (issue #17 item 3).
 
 The micro-batch, the partition (one chooser: the exact min-max partition of one per-layer cost, or
-the explicit ``pipeline.balance``), every stage's memory (one ``planner.stages.plan_stages`` call,
+the explicit ``pipeline.balance``), every stage's memory (one ``memory.stages.plan_stages`` call,
 always with the run's precision, device and token sizing), the loss the planner runs the last stage
 with, and the device memory it is held against. The memory guard, ``train.batch_mode=fit``, the
 simulated backend, ``train.predict`` and every rank read this object; none recomputes any of it.
@@ -29,18 +29,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..config.device import DeviceMemory
+from ..config.schema import RunConfig
+from ..config.validate import engine_error
 from ..data import DataInfo, get_data
 from ..engine import ArgumentError, balance_by_cost, check_balance
 from ..engine.checkpoint import stage_mode
 from ..engine.cost import COUNTED_KINDS, layer_costs
 from ..engine.partition import check_k
 from ..errors import UserError
+from ..memory.stages import StagePlan, plan_stages
 from ..models import ModelSpec, get_model
 from ..options import opt
-from ..planner.stages import StagePlan, plan_stages
-from .device import DeviceMemory
-from .schema import RunConfig
-from .validate import engine_error
 
 __all__ = [
     "AutoPlanInfo",

@@ -1,6 +1,6 @@
 """The planner's per-stage peak, working set included, against the CPU allocator's measured peak.
 
-Small stages of the validation models (``planner.allocator.check_stages``: one process, the stage
+Small stages of the validation models (``memory.allocator.check_stages``: one process, the stage
 replayed fill-drain under the profiler): the imbalanced model's 96x96 conv stage, a Transformer-LM
 stage, an AmoebaNet stage; K = 1 and 2, remat never and always, M = 1 and 4. Without one
 micro-batch's working set the planner fell 18-66% below the allocator on the conv and Transformer
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from gpipe_repro.memory.activations import measure_stage
+from gpipe_repro.memory.allocator import check_stages
+from gpipe_repro.memory.working import LiveBytes
 from gpipe_repro.models import class_planning_loss, token_planning_loss
 from gpipe_repro.paper.validate_sim.models import model
-from gpipe_repro.planner.allocator import check_stages
-from gpipe_repro.planner.memory import measure_stage
-from gpipe_repro.planner.working import LiveBytes
 
 # planned within this fraction of the measured peak, either way
 TOLERANCE = 0.15

@@ -8,7 +8,7 @@ compared (tests/planner): per stage,
 - activations of one micro-batch: the unique tensors autograd saves for backward while the stage
   runs forward (the loss's too on the last stage), plus the stage's input (kept for backward or
   for rematerialisation) and its output (kept until its gradient arrives);
-- the working set of one micro-batch (``planner.working``): what its forward and backward hold for
+- the working set of one micro-batch (``memory.working``): what its forward and backward hold for
   a while beyond the above — the received output gradient, the gradients of intermediate outputs,
   backward's outputs and the kernels' scratch; it occurs for one micro-batch at a time, so it counts
   once per stage, whatever the schedule and remat mode;
@@ -96,7 +96,7 @@ class StageActivation:
     # Autocast's compute-dtype copies of the weights that a micro-batch's graph saves: one set per
     # graph alive, whatever the micro-batch's size (so ``scaled`` leaves them); 0 in fp32.
     weights: int = 0
-    # One micro-batch's working set (``planner.working``), linear in the micro-batch: the part that
+    # One micro-batch's working set (``memory.working``), linear in the micro-batch: the part that
     # scales with it (gradients of activations, their scratch) and the part that does not (weight
     # gradients before they are accumulated, their scratch).
     work: int = 0

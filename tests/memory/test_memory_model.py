@@ -8,11 +8,11 @@ import torch
 from torch import nn
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine import PRECISIONS, launch
-from gpipe_repro.planner.memory import measure_stage
-from gpipe_repro.planner.table1 import GiB, plan_amoebanet, plan_transformer
+from gpipe_repro.memory.activations import measure_stage
+from gpipe_repro.memory.table1 import GiB, plan_amoebanet, plan_transformer
 from gpipe_repro.runner import plan
+from gpipe_repro.runplan.plan import plan_model
 
 AMOEBA = ["model=amoebanet_d", "model.L=6", "model.D=16", "data=synthetic", "data.image_size=32"]
 TRANSFORMER = [

@@ -7,9 +7,9 @@ activation memory (summed over the accelerators, as the paper's table does, and 
 one), and searches the largest model that fits the per-accelerator budget (largest D at the paper's L
 for AmoebaNet-D; largest L for Transformer-L). Partitions are the engine's exact min-max partition of
 the per-layer memory (state + activations). ``precision``: the activations as the engine keeps them
-in fp32 or bf16 (``planner.memory``); the state is fp32 master weights in both. Activations are the
+in fp32 or bf16 (``memory.activations``); the state is fp32 master weights in both. Activations are the
 saved-tensor accounting the paper's table reports (GPipe §3) and the engine's meter keeps: one
-micro-batch's working set (``planner.working``), which every other plan counts, is left out here
+micro-batch's working set (``memory.working``), which every other plan counts, is left out here
 (``peak_activation_bytes(working=False)``; nothing measures it), so the columns stay comparable
 with the paper's and with the committed report.
 """
@@ -27,7 +27,7 @@ from ..engine.partition import balance_by_cost
 from ..models import class_planning_loss, token_planning_loss
 from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
-from .memory import StageActivation, measure_stage, peak_activation_bytes, state_bytes
+from .activations import StageActivation, measure_stage, peak_activation_bytes, state_bytes
 
 __all__ = [
     "Column",

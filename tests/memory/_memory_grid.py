@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from gpipe_repro.config import RunConfig
-from gpipe_repro.config.plan import RunPlan
 from gpipe_repro.rank import RankContext, run_rank
+from gpipe_repro.runplan.plan import RunPlan
 
 
 def grid(jobs: list[tuple[RunConfig, RunPlan, str]]) -> list[Any]:

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 import torch
 
+from ..config.schema import RunConfig
 from ..errors import UserError
 from ..sim import CostModel, Hardware, HardwareError, SimResult, Workload, resolve_hardware
 from ..sim.step import simulate_step
 from .plan import ModelPlan
-from .schema import RunConfig
 
 __all__ = [
     "model_key",

@@ -1,10 +1,10 @@
-"""The planner's per-stage peak against the CPU allocator's measured peak (``planner.allocator``)."""
+"""The planner's per-stage peak against the CPU allocator's measured peak (``memory.allocator``)."""
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gpipe_repro.planner.allocator import allocator_peak, check_amoebanet
+from gpipe_repro.memory.allocator import allocator_peak, check_amoebanet
 
 # The tolerance the Table 1 report states for its small configurations (K = 1, fp32).
 TOLERANCE = 0.05

@@ -13,8 +13,8 @@ import pytest
 from gpipe_repro.config.compose import compose
 from gpipe_repro.errors import UserError
 from gpipe_repro.metrics.contract import load_metrics
-from gpipe_repro.plan.__main__ import plan
 from gpipe_repro.runner import run
+from gpipe_repro.search.__main__ import plan
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # a model too big for one device under the cap: the planner must pipeline it (K = 2)

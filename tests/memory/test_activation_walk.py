@@ -1,11 +1,11 @@
-"""A stage's peak activation bytes come from its own action list (``planner.memory``)."""
+"""A stage's peak activation bytes come from its own action list (``memory.activations``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpipe_repro.engine.errors import ArgumentError
-from gpipe_repro.planner.memory import StageActivation, peak_activation_bytes
+from gpipe_repro.memory.activations import StageActivation, peak_activation_bytes
 
 # graph = saved + weights = 50; one micro-batch's working set = work + work_fixed = 7
 A = StageActivation(input=3, saved=40, output=7, weights=10, work=5, work_fixed=2)

@@ -2,9 +2,9 @@
 
 One function, ``rank_configurations``, for both callers: ``gpipe-plan`` (which prints and writes the
 ranking) and ``gpipe-run plan=auto`` (which runs the best row, ``runner.autoplan``). The model is on
-the meta device; per-layer costs come from the run's ``hardware`` (``config.costing``), memory from
-the memory planner (``planner.stages``), both through ``plan.subject``, which the planner's
-validation calls too. What is searched and how it is pruned: ``plan.search``.
+the meta device; per-layer costs come from the run's ``hardware`` (``runplan.costing``), memory from
+the memory planner (``memory.stages``), both through ``search.subject``, which the planner's
+validation calls too. What is searched and how it is pruned: ``search.space``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..config import RunConfig
-from ..config.costing import model_key, run_hardware
-from ..config.plan import ModelPlan
 from ..data import get_data
 from ..engine.partition import balance_by_cells
 from ..errors import UserError
+from ..runplan.costing import model_key, run_hardware
+from ..runplan.plan import ModelPlan
 from ..sim import CostModel, Hardware
-from .search import MODES, Candidate, Space, Stats, search
+from .space import MODES, Candidate, Space, Stats, search
 from .subject import Subject, exact_peaks, simulate_candidate, space_of
 
 __all__ = ["Ranked", "rank_configurations", "search_space", "subject"]
@@ -39,7 +39,7 @@ class Ranked:
 
 
 def subject(spec: RunConfig, model: ModelPlan) -> Subject:
-    """The run's model as the planner sees it (``plan.subject``): its layers, data and the
+    """The run's model as the planner sees it (``search.subject``): its layers, data and the
     training settings its memory depends on."""
     return Subject(
         layers=model.layers,

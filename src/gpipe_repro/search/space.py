@@ -11,7 +11,7 @@ not at all, at the cost of that mode (forward + backward, plus the recompute und
 each (K, R, M, schedule) the partition minimises the slowest stage over every remat vector, with
 remat only where memory needs it (remat never makes a stage faster). The all-never and all-always
 partitions are candidates too. Memory per cell comes from the memory planner's per-layer meta
-measurements (``planner.stages``): state exactly, activations bounded from above (a cell saves at
+measurements (``memory.stages``): state exactly, activations bounded from above (a cell saves at
 most its layers' own saved tensors plus the outputs its inner layers take as inputs), times the
 schedule's and mode's count of micro-batches alive (the memory planner's closed forms, ``_coef``);
 the micro-batch in backward counts as the largest, over its layers m, of what layers up to m save
@@ -58,7 +58,7 @@ from ..engine.errors import ArgumentError
 from ..engine.partition import balance_by_bands, cell_band
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
 from ..engine.schedule import SCHEDULES, inputs_beyond_alive
-from ..planner.memory import StageActivation, state_bytes
+from ..memory.activations import StageActivation, state_bytes
 from ..sim import CostModel, StageCost, stage_costs
 from ..sim.costs import LayerCost
 
@@ -302,7 +302,7 @@ def _coef(
     schedule: str, mode: str, K: int, M: int, k: int, lookahead: int = DEFAULT_LOOKAHEAD
 ) -> tuple[float, ...]:
     """Stage k's peak activations as a linear form of (input, saved, output, weights, sent) of one
-    micro-batch: the memory planner's closed forms (``planner.memory``'s table; its walk,
+    micro-batch: the memory planner's closed forms (``memory.activations``'s table; its walk,
     ``peak_activation_bytes``, is checked against them in the tests) — never:
     n · (in + saved + out + weights); always: n · in + saved + weights + the recomputed output, and
     the outputs sent but still in transfer (n of them whole, none from the last stage); n = the

@@ -1,13 +1,13 @@
-"""Per-stage memory of any model's flat layer list, planned without allocating (``planner.memory``).
+"""Per-stage memory of any model's flat layer list, planned without allocating (``memory.activations``).
 
-The Table 1 planner (``planner.table1``) specialises this for the paper's two models; the simulated
+The Table 1 planner (``memory.table1``) specialises this for the paper's two models; the simulated
 backend uses it for every model: a stage's state (weights, gradients, optimiser slots) and its peak
-activations under the schedule and remat mode (``planner.memory``), the largest layer alone (GPipe
+activations under the schedule and remat mode (``memory.activations``), the largest layer alone (GPipe
 §6: a single layer must fit on one accelerator), and the largest micro-batch that fits a budget —
 activations are linear in the micro-batch, the state is not, so that last one is a closed form. In
 bf16, autocast's weight copies are activation bytes that do not scale with the micro-batch
 (``StagePlan.fixed_activation``), and so is the part of one micro-batch's working set that weight
-gradients make (``planner.memory``).
+gradients make (``memory.activations``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import nn
 
 from ..engine.microbatch import Batch
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
-from .memory import (
+from .activations import (
     MEASURE_DEVICE,
     StageActivation,
     measure_stage,

@@ -2,7 +2,7 @@
 each stage's last backward): over a slow link the planner stops preferring many replicas at K = 1,
 and its pruning bound stays below every simulated step with replicas."""
 
-from gpipe_repro.plan.__main__ import plan
+from gpipe_repro.search.__main__ import plan
 
 # the README's example: an AmoebaNet-D on tpu_v3, 8 devices, a loose cap
 BASE = [

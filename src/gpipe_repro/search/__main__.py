@@ -4,8 +4,8 @@
 
 The run's options compose and validate as ``gpipe-run``'s (``config.compose``); ``plan.*`` are the
 planner's own (``plan.config``). Nothing is allocated: the model is built on the meta device, its
-per-layer costs come from the hardware profile (``config.costing``), its memory from the memory
-planner. What is searched and how it is pruned: ``plan.search``. Bad input is one line, exit 2.
+per-layer costs come from the hardware profile (``runplan.costing``), its memory from the memory
+planner. What is searched and how it is pruned: ``search.space``. Bad input is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config.compose import compose
-from ..config.plan import plan_model
 from ..errors import UserError
+from ..runplan.plan import plan_model
 from . import report
 from .choose import rank_configurations
-from .config import PlanConfig, plan_config, split_args
-from .search import Candidate
+from .options import PlanConfig, plan_config, split_args
+from .space import Candidate
 
 __all__ = ["main", "plan"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.device import DeviceMemory
-from gpipe_repro.config.plan import plan_model, plan_run
 from gpipe_repro.runner import run
+from gpipe_repro.runplan.plan import plan_model, plan_run
 
 SMALL = [
     "model.hidden=16",

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.config.costing import run_hardware
-from gpipe_repro.config.plan import plan_model
 from gpipe_repro.engine.partition import PartitionError, balance_by_cells, balance_by_cells_many
-from gpipe_repro.plan.choose import search_space
-from gpipe_repro.plan.search import SCHEDULES, Stats, _divisors, _partitions, enumerate_candidates
+from gpipe_repro.runplan.costing import run_hardware
+from gpipe_repro.runplan.plan import plan_model
+from gpipe_repro.search.choose import search_space
+from gpipe_repro.search.space import SCHEDULES, Stats, _divisors, _partitions, enumerate_candidates
 
 GiB = 2**30
 

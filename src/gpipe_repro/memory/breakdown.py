@@ -5,7 +5,7 @@ furthest from the paper's. bf16 halves every floating-point tensor autograd save
 tensors that are not floating point (max-pool indices), nor those the engine keeps in fp32 on
 purpose (BatchNorm's and LayerNorm's saved statistics, the loss's fp32 log-probabilities), and it
 adds autocast's bf16 copies of the weights. To say what remains, from the numbers, the whole model
-is measured as one stage (``planner.memory.measure_stage`` with ``detail``) and every saved tensor is
+is measured as one stage (``memory.activations.measure_stage`` with ``detail``) and every saved tensor is
 grouped by the layer type that saved it, the operation that produced it (the autograd node:
 ``Convolution``, ``NativeBatchNorm``, ``Relu``, ...; ``internal`` for tensors outside autograd, such
 as statistics and indices) and its dtype, scaled to the column's mini-batch.
@@ -24,7 +24,7 @@ from ..engine.microbatch import Batch, as_tuple
 from ..models import class_planning_loss, token_planning_loss
 from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
-from .memory import Saved, measure_stage
+from .activations import Saved, measure_stage
 
 __all__ = [
     "SavedGroup",
