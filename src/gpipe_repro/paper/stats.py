@@ -157,3 +157,11 @@ def trend(
             f"{metric} does not {word.rstrip('s')} at every step; no wrong step is beyond the noise"
         )
     return f"{head} ({'; '.join(parts)}).", verdict
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (``scipy.stats.spearmanr``, ties averaged); None where it is
+    undefined (a constant side)."""
+    if len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return float(stats.spearmanr(a, b).statistic)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.measure.simulator import CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.rows import read_csv, write_csv
 from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
-from gpipe_repro.paper.validate_sim.run import CellRow
 from gpipe_repro.paper.validate_sim.split import (
     NOISE,
     GroupRow,

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.measure.simulator import KEY, TRACE_CELL, CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.rows import write_csv
+from gpipe_repro.paper.stats import spearman
 from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
-from gpipe_repro.paper.validate_sim.run import KEY, TRACE_CELL, CellRow
-from gpipe_repro.paper.validate_sim.text import by_group, spearman, summarize
+from gpipe_repro.paper.validate_sim.text import by_group, summarize
 
 
 def write_report(folder: Path, rows: list[CellRow]) -> Path:
@@ -119,7 +120,7 @@ def test_the_report_is_generated_from_the_files(tmp_path):
 
 
 def test_a_cells_probes_are_the_first_ranks_and_an_unprobed_cell_has_none():
-    from gpipe_repro.paper.validate_sim.cells import step_times
+    from gpipe_repro.measure.ranks import step_times
 
     cell = {"M": 2, "schedule": "gpipe", "checkpoint": "never"}
 
@@ -145,7 +146,7 @@ def test_a_cells_probes_are_the_first_ranks_and_an_unprobed_cell_has_none():
 
 
 def test_the_rounds_spread_is_the_farthest_round_median_from_the_cells():
-    from gpipe_repro.paper.validate_sim.run import _spread
+    from gpipe_repro.measure.simulator import _spread
 
     assert _spread([[1.0, 1.0]]) is None  # one round: nothing to compare
     # all steps' median 1.1; the rounds' medians 1.0 and 1.2: both 1/11 away
@@ -196,7 +197,7 @@ def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path)
 
 
 def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope():
-    from gpipe_repro.paper.validate_sim.run import dilated, fit_slope
+    from gpipe_repro.measure.simulator import dilated, fit_slope
     from gpipe_repro.sim.costs import LayerCost
 
     c = LayerCost(0.01, 0.005, 0.02, 4096, 0.001)
@@ -218,7 +219,7 @@ def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope(
 
 
 def test_the_emulation_dilation_grows_with_the_ranks_per_core():
-    from gpipe_repro.paper.validate_sim.run import emulation_dilation
+    from gpipe_repro.measure.simulator import emulation_dilation
 
     assert emulation_dilation(8, 5.0, 2) == 20.0  # 8 ranks on 2 cores
     assert emulation_dilation(4, 5.0, 2) == 10.0

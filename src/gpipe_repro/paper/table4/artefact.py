@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...measure.transfer_jobs import CANONICAL, QUICK, run_table, sigterm, write_plan
 from ...runner.jobs import read_job
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
 from ..rows import write_csv
 from ..runs import read_run
 from .results import GroupRow, RunRow, group, group_rows, load_runs
-from .run import CANONICAL, QUICK, run_table, sigterm, write_plan
 from .text import markdown, plot
 
 

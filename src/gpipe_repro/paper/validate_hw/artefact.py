@@ -16,13 +16,13 @@ import argparse
 from pathlib import Path
 
 from ...config.compose import CONF_DIR
+from ...measure.roofline import write_profile
 from ...sim.anchors import check
 from ...sim.anchors.cpu import measure_cpu
 from ...sim.hardware import load_profile, published_names
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
-from ..validate_sim.cpu import write_profile
 from .rows import AnchorRow, CpuRow, DeviceSummary, anchor_rows, cpu_rows, devices
 from .text import markdown, plot
 from .uses import UseRow, uses

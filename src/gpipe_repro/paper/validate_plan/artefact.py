@@ -15,10 +15,9 @@ import json
 import time
 from pathlib import Path
 
+from ...measure.planner import PlanRow, Settings, collect
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
-from .run import Settings, collect
-from .summary import PlanRow
 from .text import markdown
 
 

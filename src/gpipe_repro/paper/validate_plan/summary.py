@@ -24,45 +24,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..validate_sim.text import spearman
+from ...measure.planner import PlanRow
+from ...measure.predict import RULES
+from ..stats import spearman
 
 __all__ = ["PlanRow", "Summary", "RULES", "summarize", "targets", "Target", "repeatability"]
-
-# The rules of thumb users apply today (GPipe §2.2 leaves the partition and M to the user).
-RULES = {
-    "equal_layers": "equal layers per stage",
-    "params": "balance by parameters",
-    "M=4K": "M = 4K",
-    "remat_always": "remat always",
-}
-MIB = 2**20
-
-
-@dataclass
-class PlanRow:
-    """One configuration of one scenario: the planner's prediction beside its measurement."""
-
-    scenario: str  # model/cap
-    model: str
-    cap: str  # loose | mid | tight
-    cap_mib: float
-    K: int
-    M: int
-    schedule: str
-    checkpoint: str  # one mode per stage, "/"-joined
-    balance: str  # layers per stage, "-"-joined
-    kind: str  # real | emulated
-    micro_batch: int
-    planner_rank: int | None  # place in the planner's list (1 = the pick); None: a rule's alone
-    rules: str  # the rules of thumb that give this configuration, ";"-joined
-    fits: bool  # predicted per-stage peaks all within the cap
-    predicted_step_s: float
-    predicted_peak_mib: str  # per stage, "/"-joined
-    measured_step_s: float | None = None  # median over every timed step of every round
-    round1_s: float | None = None  # the first round's median
-    round2_s: float | None = None  # the second round's median (None: one round)
-    measured_peak_mib: str = ""  # per stage, "/"-joined; empty: emulated or not measured
-    core_wait_share: float | None = None
 
 
 def peaks(text: str) -> list[float]:

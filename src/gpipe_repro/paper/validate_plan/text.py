@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...measure.planner import PlanRow
+from ...measure.predict import RULES
 from ..plot import figure
 from ..provenance import Provenance
-from .summary import RULES, PlanRow, Summary, peaks, summarize, targets
+from .summary import Summary, peaks, summarize, targets
 
 __all__ = ["markdown", "plot"]
 
@@ -29,7 +31,7 @@ def _cfg(r: PlanRow) -> str:
 
 
 def _sps(step: float | None) -> float:
-    from ..validate_sim.models import N
+    from ...measure.models import N
 
     return N / step if step else 0.0
 

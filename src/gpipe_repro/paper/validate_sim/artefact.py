@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...measure.roofline import RooflineRow
+from ...measure.simulator import CellRow, measure
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
-from .measure import measure
-from .run import CellRow
+from ..rows import write_csv
 from .text import markdown
 
 
@@ -35,6 +36,7 @@ class ValidateSim(Artefact[CellRow]):
 
     def collect(self, source: Path | None, opts: argparse.Namespace, out: Path) -> Report[CellRow]:
         v = measure(out, opts.quick)
+        write_csv(out / "roofline.csv", RooflineRow, v.roofline)
         return Report(v.rows, Provenance.here(v.device.device))
 
     def render(self, report: Report[CellRow], out: Path) -> list[Path]:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ...engine.events import Event, chrome_trace
+from ...measure.roofline import RooflineRow
+from ...measure.simulator import KEY, CellRow
 from ...metrics.timeline import COLORS
 from ..plot import figure
-from .cpu import RooflineRow
-from .run import KEY, CellRow
 
 
 def _events(path: Path, cell: dict[str, Any]) -> tuple[list[Event], list[Event]] | None:

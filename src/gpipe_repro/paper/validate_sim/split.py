@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...measure.simulator import CellRow
 from ..rows import read_csv, write_csv
-from .run import CellRow
 
 __all__ = [
     "BIAS",

@@ -17,13 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
+from ...measure.roofline import RooflineRow
+from ...measure.simulator import TRACE_CELL, VARIANTS, CellRow, worst
 from ..provenance import Provenance
 from ..rows import read_csv
-from .cpu import RooflineRow
+from ..stats import spearman
 from .plots import plot_cells, plot_roofline, trace_cell
-from .run import TRACE_CELL, VARIANTS, CellRow, worst
 from .split import section
 
 # (median |error|, max |error|): real as issue #9 set them; emulated as #21 does (median ≤ 3%, max
@@ -31,13 +30,6 @@ from .split import section
 TARGETS = {"real": (0.05, 0.10), "emulated": (0.03, 0.10)}
 # a cell whose steps waited longer than this share for a core was disturbed by other load
 QUIET = 0.05
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (ties averaged); None where it is undefined (a constant side)."""
-    if len(set(a)) < 2 or len(set(b)) < 2:
-        return None
-    return float(stats.spearmanr(a, b).statistic)
 
 
 def _median(xs: Sequence[float]) -> float | None:

@@ -25,11 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine import launch
-from ...sim.measured import LayerProfile
-from ...sim.measured.speed import normalized
-from ..validate_sim import cells as C
-from ..validate_sim.run import dilated
+from ..engine import launch
+from ..sim.measured import LayerProfile
+from ..sim.measured.speed import normalized
+from . import ranks as C
+from .simulator import dilated
 
 __all__ = ["Measured", "measure_configs", "REAL_K"]
 

@@ -38,13 +38,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...engine import Event, Pipeline, init_topology, single_process, stage_slice
-from ...engine.checkpoint import stage_mode
-from ...engine.hostmem import apply_host_memory
-from ...memory.activations import state_bytes
-from ...memory.allocator import allocator_peak
-from ...sim.costs import LayerCost
-from ...sim.measured.speed import probe_s
+from ..engine import Event, Pipeline, init_topology, single_process, stage_slice
+from ..engine.checkpoint import stage_mode
+from ..engine.hostmem import apply_host_memory
+from ..memory.activations import state_bytes
+from ..memory.allocator import allocator_peak
+from ..sim.costs import LayerCost
+from ..sim.measured.speed import probe_s
 from .emulate import emulated_layers, emulated_loss, sleep_until
 from .models import N, model
 

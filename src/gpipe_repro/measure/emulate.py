@@ -39,10 +39,10 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ...engine import Event, Pipeline, Topology, balance_by_cost, stage_slice
-from ...engine.comm import TensorMeta, describe
-from ...engine.microbatch import Batch, as_tuple, from_tuple
-from ...sim.costs import LayerCost
+from ..engine import Event, Pipeline, Topology, balance_by_cost, stage_slice
+from ..engine.comm import TensorMeta, describe
+from ..engine.microbatch import Batch, as_tuple, from_tuple
+from ..sim.costs import LayerCost
 
 __all__ = [
     "EmulatedLayer",

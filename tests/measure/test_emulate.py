@@ -11,10 +11,10 @@ from torch import nn
 
 from gpipe_repro.engine import Event, launch, measured_bubble
 from gpipe_repro.engine.checkpoint import uses_remat
+from gpipe_repro.measure import emulate
+from gpipe_repro.measure.emulate import emulated_layers
 from gpipe_repro.models.amoebanet import amoebanet_layers
 from gpipe_repro.models.toy import mlp_layers, tokennet_layers, tuplenet_layers
-from gpipe_repro.paper.validate_sim import emulate
-from gpipe_repro.paper.validate_sim.emulate import emulated_layers
 from gpipe_repro.sim.costs import LayerCost
 
 

@@ -16,8 +16,8 @@ import pytest
 from gpipe_repro.engine import Event, balance_by_cost, launch
 from gpipe_repro.engine.hostmem import apply_host_memory
 from gpipe_repro.engine.schedule import stage_actions
-from gpipe_repro.paper.validate_sim import cells as C
-from gpipe_repro.paper.validate_sim.models import MODELS
+from gpipe_repro.measure import ranks as C
+from gpipe_repro.measure.models import MODELS
 from gpipe_repro.sim.costs import Link, StageCost
 from gpipe_repro.sim.simulate import Replay, simulate
 
@@ -118,10 +118,10 @@ def test_the_validation_pipeline_writes_its_report(tmp_path):
     import csv
     from unittest import mock
 
+    from gpipe_repro.measure.simulator import CellRow, Settings
     from gpipe_repro.paper.artefact import make
     from gpipe_repro.paper.rows import columns
     from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
-    from gpipe_repro.paper.validate_sim.run import CellRow, Settings
 
     s = Settings(
         models=["imbalanced"],

@@ -45,16 +45,18 @@ from typing import Any
 
 import torch
 
-from ...engine import balance_by_cost, launch
-from ...engine.hostmem import apply_host_memory
-from ...engine.pipeline import DEFAULT_LOOKAHEAD
-from ...sim.costs import LayerCost, stage_costs
-from ...sim.measured import DeviceModel, LayerProfile, device_model, profile_layers
-from ...sim.measured.profile import OUTSIDE_SPANS
-from ...sim.measured.speed import normalized, reference_s
-from ...sim.simulate import SimResult, simulate
-from . import cells as C
+from ..engine import balance_by_cost, launch
+from ..engine.hostmem import apply_host_memory
+from ..engine.pipeline import DEFAULT_LOOKAHEAD
+from ..sim.costs import LayerCost, stage_costs
+from ..sim.measured import DeviceModel, LayerProfile, device_model, profile_layers
+from ..sim.measured.cpu import cpu_roofline
+from ..sim.measured.profile import OUTSIDE_SPANS
+from ..sim.measured.speed import normalized, reference_s
+from ..sim.simulate import SimResult, simulate
+from . import ranks as C
 from .models import MODELS, N, model
+from .roofline import RooflineRow, roofline_rows, write_profile
 
 __all__ = [
     "Settings",
@@ -321,7 +323,7 @@ def simulate_cell(
 
 
 def _bubble(events: list[dict], K: int) -> float | None:
-    from ...engine.events import Event, measured_bubble
+    from ..engine.events import Event, measured_bubble
 
     evs = [Event(**e) for e in events if e["action"] != "step"]
     return measured_bubble(evs, K)[1] if evs else None
@@ -393,6 +395,7 @@ class Validation:
     profiles: dict[str, LayerProfile]
     device: DeviceModel
     calibration: dict[str, Any]
+    roofline: list[RooflineRow] = field(default_factory=list)
 
 
 def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Validation:
@@ -553,3 +556,38 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
         "python": sys.version.split()[0],
     }
     return Validation(rows, profiles, dm, calib)
+
+
+PROFILE_HEADER = (
+    "This CPU as a roofline profile, calibrated by `make validate-sim` (sim/measured/cpu.py):\n"
+    "peak = the best 1-thread square fp32 matmul (16..1024), efficiency = each matmul's rate / peak\n"
+    "by its FLOPs (non-decreasing), memory bandwidth = a 64 MiB copy, op_min_s = one eager operator\n"
+    "call, link and overhead = this device's calibration (sim/measured/device.py). Use: hardware=<path to this file> is not a group option;\n"
+    "copy it to conf/hardware/ to simulate on it."
+)
+
+
+def _load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measure(out: Path, quick: bool) -> Validation:
+    """Measure into ``out`` (``quick``: ``Settings.quick``, a smoke run of every step)."""
+    t0, load_before = time.perf_counter(), _load()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
+
+    v = validate(out, Settings.quick() if quick else Settings(), log=log)
+    hw = cpu_roofline(v.device)
+    write_profile(hw, out / "cpu.yaml", PROFILE_HEADER)
+    v.roofline = roofline_rows(v.profiles, hw)
+    calib = {
+        **v.calibration,
+        "seconds": time.perf_counter() - t0,
+        "load_before": load_before,
+        "load_after": _load(),
+        "quick": quick,
+    }
+    (out / "calibration.json").write_text(json.dumps(calib, indent=1))
+    return v

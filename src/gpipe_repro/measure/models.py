@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...models.amoebanet import amoebanet_layers
-from ...models.materialize import materialize
-from ...models.transformer import transformer_lm_layers, transformer_mt_layers
+from ..models.amoebanet import amoebanet_layers
+from ..models.materialize import materialize
+from ..models.transformer import transformer_lm_layers, transformer_mt_layers
 
 __all__ = ["ValidationModel", "MODELS", "PLAN_MODELS", "N", "model"]
 

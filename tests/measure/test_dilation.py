@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpipe_repro.paper.validate_plan.run import device_scale
-from gpipe_repro.paper.validate_sim.models import N
+from gpipe_repro.measure.models import N
+from gpipe_repro.measure.planner import device_scale
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured import DeviceModel, LayerProfile
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from ...models import class_planning_loss, token_planning_loss
-from ...sim.count import count_layers
-from ...sim.measured import LayerProfile
-from ...sim.roofline import HardwareProfile, RooflineCosts
+from ..models import class_planning_loss, token_planning_loss
+from ..sim.count import count_layers
+from ..sim.measured import LayerProfile
+from ..sim.roofline import HardwareProfile, RooflineCosts
 from .models import MODELS
 
 __all__ = ["profile_yaml", "roofline_rows", "write_profile", "RooflineRow"]

@@ -9,7 +9,7 @@ import time
 import torch.distributed as dist
 
 from gpipe_repro.engine import independent_pipelines, init_topology
-from gpipe_repro.paper.validate_sim.emulate import run_emulated
+from gpipe_repro.measure.emulate import run_emulated
 
 
 def phases(runs: list[tuple], timeout_s: float = 60.0) -> list[dict | None]:

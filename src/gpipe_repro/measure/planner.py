@@ -32,13 +32,15 @@ from typing import Any
 
 import torch
 
-from ...engine.hostmem import apply_host_memory
-from ...errors import UserError
-from ...sim.measured import DeviceModel, LayerProfile, ProfileError, device_model
-from ...sim.measured.speed import reference_s
-from ..validate_sim import cells as C
-from ..validate_sim.models import N, model
-from ..validate_sim.run import (
+from ..engine.hostmem import apply_host_memory
+from ..errors import UserError
+from ..sim.measured import DeviceModel, LayerProfile, ProfileError, device_model
+from ..sim.measured.speed import reference_s
+from . import ranks as C
+from .configs import REAL_K, measure_configs
+from .models import N, model
+from .predict import RULES, Planned, Predictor, rule_configs
+from .simulator import (
     as_emulated,
     cores,
     dilated,
@@ -47,11 +49,37 @@ from ..validate_sim.run import (
     profile_model,
     simulate_cell,
 )
-from .measure import REAL_K, measure_configs
-from .predict import Planned, Predictor, rule_configs
-from .summary import MIB, RULES, PlanRow
 
-__all__ = ["Settings", "collect", "ms_of"]
+__all__ = ["Settings", "PlanRow", "collect", "ms_of"]
+
+MIB = 2**20
+
+
+@dataclass
+class PlanRow:
+    """One configuration of one scenario: the planner's prediction beside its measurement."""
+
+    scenario: str  # model/cap
+    model: str
+    cap: str  # loose | mid | tight
+    cap_mib: float
+    K: int
+    M: int
+    schedule: str
+    checkpoint: str  # one mode per stage, "/"-joined
+    balance: str  # layers per stage, "-"-joined
+    kind: str  # real | emulated
+    micro_batch: int
+    planner_rank: int | None  # place in the planner's list (1 = the pick); None: a rule's alone
+    rules: str  # the rules of thumb that give this configuration, ";"-joined
+    fits: bool  # predicted per-stage peaks all within the cap
+    predicted_step_s: float
+    predicted_peak_mib: str  # per stage, "/"-joined
+    measured_step_s: float | None = None  # median over every timed step of every round
+    round1_s: float | None = None  # the first round's median
+    round2_s: float | None = None  # the second round's median (None: one round)
+    measured_peak_mib: str = ""  # per stage, "/"-joined; empty: emulated or not measured
+    core_wait_share: float | None = None
 
 
 @dataclass

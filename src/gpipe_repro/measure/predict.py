@@ -19,7 +19,7 @@ a cell's working set from above, so this can lie well above the smallest exact p
 naive, raised until everything is listed (``Predictor.everything``), mid and tight lie 50% and 15% of the way from ``least`` to ``naive`` (the
 naive configuration no longer fits; at tight, mostly more stages, more micro-batches and remat).
 
-Rules of thumb (``summary.RULES``), each the pick with one choice made the usual way: equal layers
+Rules of thumb (``RULES``), each the pick with one choice made the usual way: equal layers
 per stage, the partition balancing parameters, M = 4K, remat on every stage; where the pick's remat
 no longer fits, remat always (what a user would try next); over the cap even so: it does not fit.
 """
@@ -33,15 +33,23 @@ from typing import Any
 
 import torch
 
-from ...engine import balance_by_cost
-from ...models import class_planning_loss, token_planning_loss
-from ...search.space import Candidate, Space, search
-from ...search.subject import Subject, exact_peaks, simulate_candidate, space_of
-from ...sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
-from ..validate_sim.models import N, ValidationModel
-from .measure import REAL_K
+from ..engine import balance_by_cost
+from ..models import class_planning_loss, token_planning_loss
+from ..search.space import Candidate, Space, search
+from ..search.subject import Subject, exact_peaks, simulate_candidate, space_of
+from ..sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
+from .configs import REAL_K
+from .models import N, ValidationModel
 
-__all__ = ["Planned", "Predictor", "CAP_POINTS", "rule_configs"]
+__all__ = ["Planned", "Predictor", "CAP_POINTS", "RULES", "rule_configs"]
+
+# The rules of thumb users apply today (GPipe §2.2 leaves the partition and M to the user).
+RULES = {
+    "equal_layers": "equal layers per stage",
+    "params": "balance by parameters",
+    "M=4K": "M = 4K",
+    "remat_always": "remat always",
+}
 
 OPTIM = "rmsprop"  # the cells' optimiser
 CAP_POINTS = {

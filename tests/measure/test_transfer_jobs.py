@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.paper.table4.run import (
+from gpipe_repro.measure.transfer_jobs import (
     CANONICAL,
     FINETUNE,
     PRETRAIN,

@@ -24,10 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ...config import RunConfig
-from ...config.compose import compose
-from ...runner.jobs import Job, run_jobs
-from ...save import save_path
+from ..config import RunConfig
+from ..config.compose import compose
+from ..runner.jobs import Job, run_jobs
+from ..save import save_path
 
 PRETRAIN, FINETUNE = "table4_pretrain", "table4_finetune"  # conf/experiment/<name>.yaml
 KEY_FORMAT = 1  # bump when what a pre-training folder holds changes
@@ -266,7 +266,7 @@ def finetune_jobs(
 
 def _sizes(jobs: list[Job]) -> None:
     """Each target's train/test sizes and classes, from the dataset itself (built once per target)."""
-    from ...data import build_dataset
+    from ..data import build_dataset
 
     seen: dict[str, dict[str, Any]] = {}
     for job in jobs:
@@ -283,7 +283,7 @@ def _sizes(jobs: list[Job]) -> None:
 
 
 def _recipe(variant: Variant) -> dict[str, Any]:
-    from ...config.compose import compose
+    from ..config.compose import compose
 
     spec = compose([f"experiment={FINETUNE}", *variant.finetune], check=False)
     return {
