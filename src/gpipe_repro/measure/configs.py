@@ -1,12 +1,12 @@
 """Every configuration of a model measured on this machine, with the simulator's validation's cells.
 
 A configuration is (K, M, schedule, remat per stage, partition) at the cells' fixed mini-batch.
-Configurations sharing K run in one launch of fresh ranks (``validate_sim.cells``, each cell
+Configurations sharing K run in one launch of fresh ranks (``ranks``, each cell
 with its own partition): K <= 2 with the real engine (``real_rank``: each step put on the
 reference speed by the speed probe before it), K = 4, 8 in emulation (``emulated_rank``: every layer
-sleeps its profiled cost times the group's dilation, ``validate_sim.run.emulation_dilation``, so that
+sleeps its profiled cost times the group's dilation, ``calibration.emulation_dilation``, so that
 the engine's own CPU work of K ranks does not queue for the 2 cores as it would not on K devices;
-``run.collect`` puts the step back on the device's time scale). ``rounds``
+``planner.collect`` puts the step back on the device's time scale). ``rounds``
 rounds, each launching every group again in a new random order; a configuration's figure is the
 median of all its timed steps, each round's median kept for the repeatability.
 
@@ -28,8 +28,8 @@ from typing import Any
 from ..engine import launch
 from ..sim.measured import LayerProfile
 from ..sim.measured.speed import normalized
-from . import ranks as C
-from .simulator import dilated
+from . import ranks
+from .calibration import dilated
 
 __all__ = ["Measured", "measure_configs", "REAL_K"]
 
@@ -62,9 +62,9 @@ def _launch(model: str, K: int, ks: list[Key], args: tuple[Any, ...], emulated: 
     """One launch of K fresh ranks over the configurations ``ks``; their ``CellTimes`` by key."""
     cells = [_cell(k) for k in ks]
     first = [model, K, cells[0]["balance"], cells]
-    fn = C.emulated_rank if emulated else C.real_rank
+    fn = ranks.emulated_rank if emulated else ranks.real_rank
     got = launch(fn, K, (*first, *args), threads=1)
-    by = {_same(ct.cell): ct for ct in C.step_times(got)}
+    by = {_same(ct.cell): ct for ct in ranks.step_times(got)}
     return {k: by[_same(_cell(k))] for k in ks}
 
 

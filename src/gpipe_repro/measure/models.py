@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models import class_planning_loss, token_planning_loss
 from ..models.amoebanet import amoebanet_layers
 from ..models.materialize import materialize
 from ..models.transformer import transformer_lm_layers, transformer_mt_layers
@@ -38,6 +39,7 @@ class ValidationModel:
     build: Callable[[], list[nn.Module]]  # the layers, built on the current device
     sample: Callable[[int], tuple[Any, torch.Tensor]]  # n -> (inputs, targets)
     loss: Callable[[Any, torch.Tensor], torch.Tensor]
+    planning_loss: Callable[..., Any] = class_planning_loss  # the loss as the planner counts it
 
     def layers(self, seed: int = 0) -> list[nn.Module]:
         """Real, seeded layers (built on meta, then materialised per global index)."""
@@ -135,6 +137,7 @@ MODELS: dict[str, ValidationModel] = {
         lambda: transformer_lm_layers(6, 64, 256, 2, 512),
         _tokens,
         lm_loss,
+        token_planning_loss,
     ),
     "imbalanced": ValidationModel(
         "imbalanced",
@@ -146,7 +149,7 @@ MODELS: dict[str, ValidationModel] = {
 }
 
 
-# Measured only by the planner's validation (``paper.validate_plan``), not swept by validate-sim.
+# Measured only by the planner's validation (``planner``), not swept by validate-sim.
 PLAN_MODELS: dict[str, ValidationModel] = {
     "translation": ValidationModel(
         "translation",
@@ -154,6 +157,7 @@ PLAN_MODELS: dict[str, ValidationModel] = {
         lambda: transformer_mt_layers(3, 256, 2, d=64, V=512),
         _pairs,
         lm_loss,
+        token_planning_loss,
     ),
 }
 

@@ -1,56 +1,38 @@
 """``make validate-plan``: per model, calibrate, plan under three caps, measure every configuration.
 
-1. **Calibrate** as the simulator's validation does (nothing fitted to the configurations measured):
-   the speed probe's reference, each model's layers profiled at every micro-batch the search uses
-   (``sim.measured.profile_layers``, on the reference speed), the device's link and overheads.
+1. **Calibrate** as the simulator's validation does (``calibration.calibrate``; nothing fitted to the
+   configurations measured), then each model's layers profiled at every micro-batch the search uses.
 2. **Plan** (``predict``): the caps, then per cap the planner's list and the rules of thumb.
-3. **Measure** (``measure``): the union over the caps of every listed and every rule's fitting
+3. **Measure** (``configs``): the union over the caps of every listed and every rule's fitting
    configuration, each once per round (a configuration listed under two caps is measured once).
-   An emulated configuration's layers sleep ``dilation_scale`` x (ranks per core) times their cost
-   (``validate_sim.run.emulation_dilation``: at dilation 1, 8 ranks' own CPU work queued for the 2
-   cores, which 8 devices would not); its measured step is put back on the device's time scale by
-   the simulation's ratio of the two scales (``device_scale``): measured x sim(costs) / sim(dilated
-   costs + the emulation's sleep overshoot and call cost, calibrated on K = 1 emulated steps), i.e.
-   the simulation on the device's scale with the emulation's relative error at the dilated one.
-4. **Rows** (``summary.PlanRow``): per scenario, every listed configuration (its rank) and every
-   rule's configuration, prediction beside measurement.
+   An emulated configuration's layers sleep its dilation times their cost (``calibration``); its
+   measured step is put back on the device's time scale by the simulation's ratio of the two scales
+   (``device_scale``): measured x sim(costs) / sim(dilated costs + the emulation's sleep overshoot
+   and call cost), i.e. the simulation on the device's scale with the emulation's relative error at
+   the dilated one.
+4. **Rows** (``PlanRow``): per scenario, every listed configuration (its rank) and every rule's
+   configuration, prediction beside measurement.
 
 ``calibration.json`` keeps the settings, the seconds of each phase and the counts the full target's
-wall time is predicted from (``predicted_full_s``: the quick run's seconds per configuration and
-round, and per profiled size, times the full grid's counts, scaled from the quick's by the grids'
+wall time is predicted from (``predicted_full_s``: this run's seconds per phase scaled by the grids'
 sizes: an estimate, said so where it is shown).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..engine.hostmem import apply_host_memory
-from ..errors import UserError
-from ..sim.measured import DeviceModel, LayerProfile, ProfileError, device_model
-from ..sim.measured.speed import reference_s
-from . import ranks as C
-from .configs import REAL_K, measure_configs
+from ..sim.measured import DeviceModel, LayerProfile
+from .calibration import Calibration, as_emulated, calibrate, dilated, profile_model, simulate_cell
+from .calibration import Settings as Calibrated
+from .configs import REAL_K, Measured, measure_configs
 from .models import N, model
 from .predict import RULES, Planned, Predictor, rule_configs
-from .simulator import (
-    as_emulated,
-    cores,
-    dilated,
-    emulation_call_s,
-    emulation_dilation,
-    profile_model,
-    simulate_cell,
-)
-
-__all__ = ["Settings", "PlanRow", "collect", "ms_of"]
 
 MIB = 2**20
 
@@ -83,38 +65,24 @@ class PlanRow:
 
 
 @dataclass
-class Settings:
+class Settings(Calibrated):
+    """The scenarios of ``make validate-plan`` (``quick``: small ones, every step)."""
+
     models: list[str] = field(
         default_factory=lambda: ["amoebanet", "transformer", "translation", "imbalanced"]
     )
     caps: list[str] = field(default_factory=lambda: ["loose", "mid", "tight"])
     Ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     max_m: int = 32
-    rounds: int = 2
-    warmup: int = 2
-    steps: int = 3
-    repeats: int = 5  # profile repeats per layer and size
-    seed: int = 0
-    # emulated layers sleep this x (ranks per core) x their cost: half the simulator validation's 5
-    # (K = 8 on 2 cores: 10, not 20), which keeps the target under an hour; at a fixed 10, a subset
-    # of that validation's Transformer K = 8 cells ran up to 7.5% slower than simulated (at 20, its
-    # emulated cells were within 7.5%, median 1.7%, on an Intel Xeon; 5.1%, 1.8% on an AMD EPYC)
-    dilation_scale: float = 2.5
-    emulated_warmup: int = 1
-    emulated_steps: int = 2
+    dilation_scale: float = 2.5  # half the simulator validation's: the target stays under an hour
 
     @classmethod
     def quick(cls) -> Settings:
         """Small scenarios, every step of the full run (a few minutes)."""
         return cls(
-            models=["transformer", "imbalanced"],
-            caps=["loose", "tight"],
-            Ks=[1, 2, 4],
-            max_m=4,
-            warmup=1,
-            steps=2,
-            repeats=3,
-        )
+            models=["transformer", "imbalanced"], caps=["loose", "tight"], Ks=[1, 2, 4], max_m=4,
+            warmup=1, steps=2, repeats=3,
+        )  # fmt: skip
 
 
 def ms_of(s: Settings) -> list[int]:
@@ -125,16 +93,6 @@ def ms_of(s: Settings) -> list[int]:
 def _sizes(s: Settings) -> list[int]:
     Ms = ms_of(s) + [min(4 * K, N) for K in s.Ks]  # the rule M = 4K too
     return sorted({N // m for m in Ms})
-
-
-def _profile(name: str, s: Settings, sizes: list[int], ref: float) -> LayerProfile:
-    """The model's layers profiled (``validate_sim.run.profile_model``; a stream the machine's noise
-    made inconsistent is timed again there, ``profile.checked_stream``); one refused every time ends
-    the run with its figures."""
-    try:
-        return profile_model(name, sizes, s.repeats, s.seed, ref)
-    except ProfileError as err:
-        raise UserError(f"{name}: {err}") from None
 
 
 def device_scale(
@@ -181,47 +139,34 @@ def _row(
     )
 
 
-def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dict[str, Any]]:
+def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], Calibration]:
     """Every scenario's rows and the calibration (module doc)."""
-    torch.set_num_threads(1)
     apply_host_memory("retain")
     t_start = time.perf_counter()
-    load_before = "/".join(f"{x:.2f}" for x in os.getloadavg())
-    ref = reference_s()
-    dm = device_model(use_cache=False)
-    sizes = _sizes(s)
-    overshoot = C.sleep_overshoot()
-    call_s: float | None = None  # calibrated on the first model's K = 1 emulated steps
-
-    def dilation(K: int) -> float:
-        return emulation_dilation(K, s.dilation_scale, cores())
-
+    emulated_K = [K for K in s.Ks if K > REAL_K]
+    call = s.models[0] if emulated_K and s.models else None
+    calib, dm, profiles = calibrate(s, _sizes(s), ms_of(s), emulated_K, call, log)
+    ref, overshoot, call_s = (
+        calib.speed_reference_s,
+        calib.sleep_overshoot_s,
+        calib.emulation_call_s,
+    )
     rows: list[PlanRow] = []
-    phases = {"profile": 0.0, "plan": 0.0, "measure": 0.0}
+    phases = {"profile": time.perf_counter() - t_start, "plan": 0.0, "measure": 0.0}
     counts = {"configs": 0, "config_rounds": 0, "real": 0, "emulated": 0}
-    caps_mib: dict[str, dict[str, float]] = {}
     for name in s.models:
-        vm = model(name)
         t0 = time.perf_counter()
-        prof = _profile(name, s, sizes, ref)
-        if call_s is None and any(K > REAL_K for K in s.Ks):
-            call_s = emulation_call_s(
-                name,
-                dilated(prof.costs, dilation(1)),
-                dm,
-                overshoot,
-                ms_of(s),
-                s.emulated_warmup,
-                s.emulated_steps,
-            )
-            log(
-                f"emulated layer call: {call_s * 1e6:.0f} us of CPU beyond its sleep ({name}, K = 1)"
-            )
+        if name not in profiles:
+            profiles[name] = profile_model(name, calib.sizes, s.repeats, s.seed, ref)
+        prof = profiles[name]
         phases["profile"] += time.perf_counter() - t0
         t0 = time.perf_counter()
-        pred = Predictor(vm, prof, dm, s.Ks, s.max_m)
+        pred = Predictor(model(name), prof, dm, s.Ks, s.max_m)
         caps = {k: v for k, v in pred.caps().items() if k in s.caps}
-        caps_mib[name] = {"naive": pred.naive() / MIB, **{k: v / MIB for k, v in caps.items()}}
+        calib.caps_mib[name] = {
+            "naive": pred.naive() / MIB,
+            **{k: v / MIB for k, v in caps.items()},
+        }
         plans: dict[str, tuple[list[Planned], dict[str, Planned]]] = {}
         for cap, cap_b in caps.items():
             ranked = pred.ranked(cap_b)
@@ -234,18 +179,9 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
             if max(p.stage_bytes) <= caps[cap]
         ]
         t0 = time.perf_counter()
+        steps = (s.emulated_warmup, s.emulated_steps)
         got = measure_configs(
-            name,
-            keys,
-            prof,
-            ref,
-            s.rounds,
-            s.warmup,
-            s.steps,
-            s.seed,
-            log,
-            dilation,
-            (s.emulated_warmup, s.emulated_steps),
+            name, keys, prof, ref, s.rounds, s.warmup, s.steps, s.seed, log, calib.dilation, steps
         )
         for k, config in got.items():  # emulated: back on the device's time scale
             if k[0] > REAL_K:
@@ -257,48 +193,53 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], dic
         counts["real"] += sum(k[0] <= REAL_K for k in got)
         counts["emulated"] += sum(k[0] > REAL_K for k in got)
         for cap, (ranked, rules) in plans.items():
-            sc = f"{name}/{cap}"
-            by_rule: dict[Any, list[str]] = {}
-            for rule in RULES:
-                if rule in rules:
-                    by_rule.setdefault(rules[rule].key, []).append(rule)
-            listed = {p.key for p in ranked}
-            shown: list[tuple[Planned, int | None]] = [(p, i + 1) for i, p in enumerate(ranked)]
-            extra = {
-                rules[r].key: rules[r] for r in RULES if r in rules and rules[r].key not in listed
-            }
-            shown += [(p, None) for p in extra.values()]
-            for p, rank in shown:
-                row = _row(sc, name, cap, caps[cap], p, rank, by_rule.get(p.key, []))
-                m = got.get(p.key) if row.fits else None
-                if m is not None:
-                    row.measured_step_s = m.step_s
-                    row.round1_s = m.rounds[0]
-                    row.round2_s = m.rounds[1] if len(m.rounds) > 1 else None
-                    row.measured_peak_mib = "/".join(f"{b / MIB:.3f}" for b in m.peaks)
-                    row.core_wait_share = m.wait
-                rows.append(row)
+            rows += _scenario(name, cap, caps[cap], ranked, rules, got)
         log(
             f"{name}: {len(got)} configurations measured, {time.perf_counter() - t_start:.0f} s so far"
         )
-    calib = {
-        "settings": asdict(s),
-        "sizes": sizes,
-        "speed_reference_s": ref,
-        "device": dm.to_json(),
-        "dilations": {f"K={K}": dilation(K) for K in s.Ks if K > REAL_K},
-        "sleep_overshoot_s": overshoot,
-        "emulation_call_s": call_s,
-        "caps_mib": caps_mib,
-        "phases_s": phases,
-        "counts": counts,
-        "seconds": time.perf_counter() - t_start,
-        "load_before": load_before,
-        "load_after": "/".join(f"{x:.2f}" for x in os.getloadavg()),
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-    }
-    calib["predicted_full_s"] = predicted_full_s(s, calib)
+    calib.phases_s, calib.counts = phases, counts
+    calib.finish(t_start)
+    calib.predicted_full_s = predicted_full_s(s, calib)
+    return rows, calib
+
+
+def _scenario(
+    name: str,
+    cap: str,
+    cap_b: int,
+    ranked: list[Planned],
+    rules: dict[str, Planned],
+    got: dict[tuple[Any, ...], Measured],
+) -> list[PlanRow]:
+    """One scenario's rows: every listed configuration and every rule's, with its measurement."""
+    by_rule: dict[Any, list[str]] = {}
+    for rule in RULES:
+        if rule in rules:
+            by_rule.setdefault(rules[rule].key, []).append(rule)
+    listed = {p.key for p in ranked}
+    shown: list[tuple[Planned, int | None]] = [(p, i + 1) for i, p in enumerate(ranked)]
+    extra = {rules[r].key: rules[r] for r in RULES if r in rules and rules[r].key not in listed}
+    shown += [(p, None) for p in extra.values()]
+    rows = []
+    for p, rank in shown:
+        row = _row(f"{name}/{cap}", name, cap, cap_b, p, rank, by_rule.get(p.key, []))
+        m = got.get(p.key) if row.fits else None
+        if m is not None:
+            row.measured_step_s = m.step_s
+            row.round1_s = m.rounds[0]
+            row.round2_s = m.rounds[1] if len(m.rounds) > 1 else None
+            row.measured_peak_mib = "/".join(f"{b / MIB:.3f}" for b in m.peaks)
+            row.core_wait_share = m.wait
+        rows.append(row)
+    return rows
+
+
+def run(out: Path, quick: bool, log: Callable[[str], None]) -> tuple[list[PlanRow], Calibration]:
+    """Measure into ``out`` (``quick``: ``Settings.quick``): ``calibration.json`` written; the rows
+    of ``validation.csv`` and the calibration returned."""
+    rows, calib = collect(Settings.quick() if quick else Settings(), log)
+    calib.quick = quick
+    calib.save(out)
     return rows, calib
 
 
@@ -308,16 +249,16 @@ def _grid(s: Settings) -> int:
     return len(s.models) * len(s.caps) * len(s.Ks) * per_m
 
 
-def predicted_full_s(s: Settings, calib: dict[str, Any]) -> float:
+def predicted_full_s(s: Settings, calib: Calibration) -> float:
     """The full target's wall time from this run's: each phase's seconds scaled by the full grid's
     size over this run's (profiling by models x sizes x repeats; measuring by the configurations'
     grid x rounds x (warm-up + timed steps))."""
     full = Settings()
-    ph = calib["phases_s"]
+    ph = calib.phases_s
     prof = (
         ph["profile"]
         * (len(full.models) * len(_sizes(full)) * full.repeats)
-        / max(1, len(s.models) * len(calib["sizes"]) * s.repeats)
+        / max(1, len(s.models) * len(calib.sizes) * s.repeats)
     )
     steps = (full.warmup + full.steps) / (s.warmup + s.steps)
     meas = ph["measure"] * (_grid(full) * full.rounds) / max(1, _grid(s) * s.rounds) * steps

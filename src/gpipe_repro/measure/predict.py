@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from ..engine import balance_by_cost
-from ..models import class_planning_loss, token_planning_loss
 from ..search.space import Candidate, Space, search
 from ..search.subject import Subject, exact_peaks, simulate_candidate, space_of
 from ..sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
@@ -89,12 +88,9 @@ class Predictor:
     ) -> None:
         self.vm, self.dm, self.Ks, self.max_m = vm, dm, Ks, max_m
         self.layers = vm.meta_layers()
-        loss = (
-            token_planning_loss
-            if vm.name in ("transformer", "translation")
-            else class_planning_loss
+        self.subject = Subject(
+            self.layers, _sample_fn(vm), vm.planning_loss, f"validate-plan|{vm.name}", OPTIM
         )
-        self.subject = Subject(self.layers, _sample_fn(vm), loss, f"validate-plan|{vm.name}", OPTIM)
         self.hw = MeasuredDevice(calibration=dm)
         self.costs = MeasuredCosts(
             profile, dm.link, dm.overhead_s, step_overhead_s=dm.step_overhead_s

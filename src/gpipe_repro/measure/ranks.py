@@ -6,19 +6,19 @@ cell a fresh ``Pipeline`` runs ``warmup`` untimed and ``steps`` timed training s
 rank loop (``rank.RankRun.train``: ``train_step``, then the optimiser step and ``zero_grad``). A step's time is
 its slowest rank's; events are kept for the trace.
 
-Robustness on a shared machine (``run.validate`` drives it): every round is a new set of processes and
+Robustness on a shared machine (``simulator.validate`` drives it): every round is a new set of processes and
 visits the cells in a new random order, so a burst of load from elsewhere hits different cells in
 different rounds, and a cell's figure is the median over all its timed steps of all rounds.
 
 Real cells probe the host's speed (``sim.measured.speed.probe_s``) just before every step, outside the timed
-region, so ``run.validate`` can put each step on the profile's scale: on a machine whose speed
+region, so ``simulator.validate`` can put each step on the profile's scale: on a machine whose speed
 drifts, a step and the costs it is compared with were measured at different speeds. The probe runs
 on the first rank alone, the others held at a barrier on either side (bounded by the process
 group's timeout), so it sees the machine as the one-process profile did, not the cell's own ranks
 competing with it. Emulated cells do not probe: their compute is sleeping, which does not follow
 the host.
 
-For the planner's validation (``paper.validate_plan``) a cell may also carry its own partition
+For the planner's validation (``planner``) a cell may also carry its own partition
 (``balance``) and one remat mode per stage, and ``real_rank(memory=True)`` measures each rank's
 peak memory over one more step (``peak_bytes``: the CPU allocator's events, ``memory.allocator``).
 
@@ -53,7 +53,6 @@ __all__ = [
     "emulated_rank",
     "step_times",
     "CellTimes",
-    "sleep_overshoot",
     "run_delay_s",
 ]
 
@@ -248,14 +247,3 @@ def step_times(per_rank: Sequence[list[dict]]) -> list[CellTimes]:
         peaks = [r[i]["peak_bytes"] for r in per_rank if "peak_bytes" in r[i]]
         out.append(CellTimes(first["cell"], times, waits, probes, events, peaks))
     return out
-
-
-def sleep_overshoot(samples: int = 200, duration_s: float = 1e-3) -> float:
-    """Median seconds ``sleep_until`` sleeps past its deadline here (each emulated call pays it)."""
-    over = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        sleep_until(t0 + duration_s)
-        over.append(time.perf_counter() - t0 - duration_s)
-    over.sort()
-    return over[len(over) // 2]

@@ -11,7 +11,6 @@ import pytest
 from gpipe_repro.measure.simulator import KEY, TRACE_CELL, CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.rows import write_csv
-from gpipe_repro.paper.stats import spearman
 from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
 from gpipe_repro.paper.validate_sim.text import by_group, summarize
 
@@ -21,14 +20,6 @@ def write_report(folder: Path, rows: list[CellRow]) -> Path:
     write_csv(folder / "validation.csv", CellRow, rows)
     make(ARTEFACT, folder / "validation.csv", folder, argparse.Namespace(), "test")
     return folder / "sim.md"
-
-
-def test_spearman_is_one_for_the_same_order_and_minus_one_reversed():
-    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)  # 1 - 6*4/(5*24)
-    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.8660254)  # tied ranks averaged
-    assert spearman([1.0], [2.0]) is None
 
 
 def _row(kind: str, M: int, measured: float, simulated: float, wait: float = 0.0, **kw) -> CellRow:
@@ -119,41 +110,6 @@ def test_the_report_is_generated_from_the_files(tmp_path):
     assert (tmp_path / "trace_worst_real.png").exists() and (tmp_path / "validation.png").exists()
 
 
-def test_a_cells_probes_are_the_first_ranks_and_an_unprobed_cell_has_none():
-    from gpipe_repro.measure.ranks import step_times
-
-    cell = {"M": 2, "schedule": "gpipe", "checkpoint": "never"}
-
-    def rank(times, probes, stage):
-        ev = [{"action": "forward", "stage": stage}]
-        return [
-            {
-                "cell": cell,
-                "stage": stage,
-                "times": times,
-                "waits": [0.0, 0.01],
-                "probes": probes,
-                "events": ev,
-            }
-        ]
-
-    (ct,) = step_times([rank([0.1, 0.2], [0.004, 0.005], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
-    assert ct.times == [0.3, 0.2]  # the slowest rank per step
-    assert ct.probes == [0.004, 0.005]  # the first rank probes, the others wait at a barrier
-    assert ct.waits == pytest.approx([0.0, 0.1]) and len(ct.events) == 2
-    (un,) = step_times([rank([0.1, 0.2], [0.0, 0.0], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
-    assert un.probes == []
-
-
-def test_the_rounds_spread_is_the_farthest_round_median_from_the_cells():
-    from gpipe_repro.measure.simulator import _spread
-
-    assert _spread([[1.0, 1.0]]) is None  # one round: nothing to compare
-    # all steps' median 1.1; the rounds' medians 1.0 and 1.2: both 1/11 away
-    assert _spread([[1.0, 1.0], [1.2, 1.2]]) == pytest.approx(0.1 / 1.1)
-    assert _spread([[1.0, 1.0], [1.0, 1.0], [1.6, 1.6]]) == pytest.approx(0.6)
-
-
 def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path):
     rows = [
         _row(
@@ -194,38 +150,6 @@ def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path)
     assert "| 3.0% / 4.0% |" in md and "| 15.0% / 20.0% |" in md  # the rounds' spread, both ways
     assert "ran at 0.80–1.10 times the reference speed" in md and "3.50 ms" in md
     assert "| emulated | 1 |" in md  # emulated cells are never normalised
-
-
-def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope():
-    from gpipe_repro.measure.simulator import dilated, fit_slope
-    from gpipe_repro.sim.costs import LayerCost
-
-    c = LayerCost(0.01, 0.005, 0.02, 4096, 0.001)
-    (d,) = dilated({8: [c]}, 3.0)[8]
-    assert (d.forward_s, d.forward_nograd_s, d.backward_s, d.update_s) == pytest.approx(
-        (0.03, 0.015, 0.06, 0.003)
-    )
-    assert d.out_bytes == 4096
-    with pytest.raises(ValueError, match="dilation=0.5"):
-        dilated({8: [c]}, 0.5)
-    # residual = 2 ms + 150 us per call: the slope is the per-call cost, the intercept ignored
-    assert fit_slope([(16, 0.002 + 16 * 150e-6), (64, 0.002 + 64 * 150e-6)]) == pytest.approx(
-        150e-6
-    )
-    assert fit_slope([(16, 0.01), (64, 0.001)]) == 0.0  # a falling residual is no negative cost
-    assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
-    with pytest.raises(ValueError, match="points"):
-        fit_slope([])
-
-
-def test_the_emulation_dilation_grows_with_the_ranks_per_core():
-    from gpipe_repro.measure.simulator import emulation_dilation
-
-    assert emulation_dilation(8, 5.0, 2) == 20.0  # 8 ranks on 2 cores
-    assert emulation_dilation(4, 5.0, 2) == 10.0
-    assert emulation_dilation(4, 5.0, 64) == 1.0  # a core each and more: no dilation needed
-    with pytest.raises(ValueError, match="cores=0"):
-        emulation_dilation(4, 5.0, 0)
 
 
 def test_the_dilation_is_described_as_the_calibration_ran_it():

@@ -6,7 +6,7 @@
 Experiments: every published profile of ``conf/hardware/`` (``sim.hardware.published_names``: a
 YAML file a user adds is one) with its anchors, simulated by ``sim.anchors.check``; the experiments
 that simulate on those profiles (``uses``); this CPU's roofline against its measured layer costs
-(``sim.anchors.cpu``). Collect: ``results.csv`` (``rows.AnchorRow``), ``devices.csv``, ``uses.csv``,
+(``measure.roofline``). Collect: ``results.csv`` (``rows.AnchorRow``), ``devices.csv``, ``uses.csv``,
 ``cpu.csv`` and ``cpu.yaml``. Render: ``text.markdown`` (``hw.md``, ``hw.png``), from those files alone.
 """
 
@@ -16,9 +16,8 @@ import argparse
 from pathlib import Path
 
 from ...config.compose import CONF_DIR
-from ...measure.roofline import write_profile
+from ...measure.roofline import measure_cpu, write_profile
 from ...sim.anchors import check
-from ...sim.anchors.cpu import measure_cpu
 from ...sim.hardware import load_profile, published_names
 from ..artefact import Artefact, Report
 from ..provenance import Provenance

@@ -14,9 +14,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...measure.roofline import RooflineRow
 from ...models import MODELS
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult, validated, within
-from ...sim.anchors.cpu import LayerPair
 from .uses import INPUTS, UseRow
 
 __all__ = [
@@ -163,17 +163,19 @@ class CpuRow:
     within: bool
 
 
-def cpu_rows(pairs: Sequence[LayerPair]) -> list[CpuRow]:
-    """``pairs`` summed per model, layer kind and micro-batch (in the order first seen)."""
-    groups: dict[tuple[str, str, int], list[LayerPair]] = {}
+def cpu_rows(pairs: Sequence[RooflineRow]) -> list[CpuRow]:
+    """``pairs`` (one per layer, micro-batch and pass) summed per model, layer kind and micro-batch,
+    forward + backward (in the order first seen)."""
+    groups: dict[tuple[str, str, int], list[RooflineRow]] = {}
     for p in pairs:
-        groups.setdefault((p.model, p.kind, p.micro_batch), []).append(p)
+        groups.setdefault((p.model, p.name, p.micro_batch), []).append(p)
     rows = []
     for (model, kind, n), ps in groups.items():
         meas, roof = sum(p.measured_s for p in ps), sum(p.roofline_s for p in ps)
         err = roof / meas - 1.0
         fed = INPUTS[MODELS[model].data_kind]
-        rows.append(CpuRow(model, fed, kind, len(ps), n, meas, roof, err, within(err)))
+        layers = len({p.layer for p in ps})
+        rows.append(CpuRow(model, fed, kind, layers, n, meas, roof, err, within(err)))
     return rows
 
 

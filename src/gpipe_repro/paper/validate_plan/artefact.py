@@ -11,11 +11,10 @@ Scenarios and grid: ``run.Settings`` (``--quick``: two models, two caps, K <= 4,
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-from ...measure.planner import PlanRow, Settings, collect
+from ...measure.planner import PlanRow, run
 from ..artefact import Artefact, Report
 from ..provenance import Provenance
 from .text import markdown
@@ -40,10 +39,8 @@ class ValidatePlan(Artefact[PlanRow]):
         def log(msg: str) -> None:
             print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
 
-        rows, calib = collect(Settings.quick() if opts.quick else Settings(), log)
-        calib["quick"] = bool(opts.quick)
-        (out / "calibration.json").write_text(json.dumps(calib, indent=1))
-        return Report(rows, Provenance.here(calib["device"]["device"]))
+        rows, calib = run(out, opts.quick, log)
+        return Report(rows, Provenance.here(calib.device["device"]))
 
     def render(self, report: Report[PlanRow], out: Path) -> list[Path]:
         return markdown(report.rows, report.provenance, out)
