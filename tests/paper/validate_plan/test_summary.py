@@ -142,3 +142,24 @@ def test_targets_not_met_from_the_numbers():
 def test_no_measured_scenario_gives_no_target():
     assert summarize([_row("m/loose", 1, 1.0, None)]) == []
     assert targets([]) == []
+
+
+def test_the_page_describes_the_emulation_as_the_calibration_ran_it(tmp_path):
+    from gpipe_repro.measure.calibration import Calibration
+    from gpipe_repro.paper.artefact import Report
+    from gpipe_repro.paper.provenance import Provenance
+    from gpipe_repro.paper.validate_plan import ARTEFACT
+
+    def page(calib: Calibration | None, name: str) -> str:
+        (tmp_path / name).mkdir()
+        if calib is not None:
+            calib.save(tmp_path / name)
+        return ARTEFACT.markdown(Report([], Provenance(0)), tmp_path / name)
+
+    calib = Calibration({"dilation_scale": 2.5, "Ks": [1, 2, 4, 8]}, dilations={"K=8": 10.0})
+    plan = page(calib, "new")
+    assert "2.5 times the ranks per core (K=8 ×10)" in plan and "K in [1, 2, 4, 8]" in plan
+    assert "## Wall time" not in plan  # a calibration without the phases' seconds
+    assert "(each layer sleeps its profiled cost)" in page(Calibration(), "old")  # no dilation
+    none = page(None, "none")
+    assert "K in ?" in none and "| (no scenario measured) | | | |" in none
