@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fig3, fig3_tricks, table4, table5, throughput, validate_hw, validate_plan
+from . import fig3, fig3_tricks, table1, table4, table5, throughput, validate_hw, validate_plan
 from .artefact import Artefact
 from .sweep import Sweep
-from .table1 import artefact as table1
 from .validate_sim import artefact as validate_sim
 
 ARTEFACTS: dict[str, Artefact[Any]] = {
