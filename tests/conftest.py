@@ -82,7 +82,7 @@ LONG = (
     "tests/test_multinode.py::test_the_tasks_of_a_slurm_job",  # 22 s contended (torchrun's stays)
     "tests/paper/test_table1.py::test_transformer_columns_report",  # 17 s
     "tests/models/test_models_in_engine.py::test_amoebanet_d_small_learns_mnist_at_k2",  # 19 s
-    "tests/measure/test_ranks.py::test_the_validation_pipeline_writes_its_report",  # 23 s
+    "tests/paper/validate_sim/test_validate_sim.py::test_the_validation_pipeline_writes_its_report",  # 23 s
     "tests/test_cli.py::test_multirun_gathers_every_job_failed_ones_too",  # 15 s
     "tests/engine/test_precision.py::",  # 30 s of K = 1, 2, 4 runs in its fixture (fp32 across K: test_pipeline)
     "tests/engine/test_hostmem.py::test_retain_removes_steady_state_page_faults",  # 11 s, a measurement

@@ -1,4 +1,4 @@
-"""Plots and traces of the simulator's validation (``text`` writes the page).
+"""Plots and traces of the simulator's validation (the page: ``templates/sim.md.j2``).
 
 One cell's measured and simulated steps as Chrome traces (``engine.events.chrome_trace``, the format of
 every run's ``trace.json``) and drawn one above the other; every cell's simulated against measured step;
