@@ -15,7 +15,7 @@ from gpipe_repro.measure.calibration import (
     emulation_dilation,
     fit_slope,
 )
-from gpipe_repro.measure.roofline import write_profile
+from gpipe_repro.measure.roofline_check import write_profile
 from gpipe_repro.sim.costs import LayerCost
 from gpipe_repro.sim.hardware import load_profile
 from gpipe_repro.sim.roofline import HardwareProfile

@@ -8,7 +8,7 @@ import pytest
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.measure.models import N, ValidationModel
-from gpipe_repro.measure.predict import Predictor
+from gpipe_repro.measure.scenarios import Predictor
 from gpipe_repro.runplan.plan import plan_model
 from gpipe_repro.search import choose
 from gpipe_repro.sim.costs import LayerCost, Link

@@ -43,7 +43,7 @@ MOVED: dict[str, list[tuple[str, str]]] = {
         ("`tests/planner/`", "`tests/memory/`"),
         ("`planner/allocator.py`", "`memory/allocator.py`"),
     ],
-    "sim.md": [("`paper/validate_sim/cpu.py`", "`measure/roofline.py`")],  # measure/ (#35)
+    "sim.md": [("`paper/validate_sim/cpu.py`", "`measure/roofline_check.py`")],  # measure/ (#35)
     "plan.md": [
         ("`plan.search`", "`search.space`"),  # plan/ -> search/ (#35, item 4)
         ("`validate_sim.cells.run_delay_s`", "`measure.ranks.run_delay_s`"),  # measure/ (#35)

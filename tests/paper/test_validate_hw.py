@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpipe_repro.measure.roofline import CPU_MODELS, CPU_SIZES, RooflineRow
+from gpipe_repro.measure.roofline_check import CPU_MODELS, CPU_SIZES, RooflineRow
 from gpipe_repro.paper.__main__ import main
 from gpipe_repro.paper.rows import read_csv
-from gpipe_repro.paper.validate_hw.rows import (
+from gpipe_repro.paper.validate_hw.profiles import (
     AnchorRow,
     CpuRow,
     DeviceSummary,

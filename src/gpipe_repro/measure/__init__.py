@@ -3,6 +3,6 @@
 The simulator's validation (``simulator``) and the planner's (``planner``) time cells of the real
 engine (``ranks``) or of the engine in emulation mode (``emulate``) on the validation's small models
 (``models``), after the one host calibration (``calibration``); this CPU's roofline is held against
-its measured layers (``roofline``); Table 4's runs are launched as jobs (``transfer_jobs``). Everything
+its measured layers (``roofline_check``); Table 4's runs are launched as jobs (``transfer_jobs``). Everything
 here writes CSV rows and JSON only; ``paper/`` turns them into pages.
 """

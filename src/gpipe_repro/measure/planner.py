@@ -2,7 +2,7 @@
 
 1. **Calibrate** as the simulator's validation does (``calibration.calibrate``; nothing fitted to the
    configurations measured), then each model's layers profiled at every micro-batch the search uses.
-2. **Plan** (``predict``): the caps, then per cap the planner's list and the rules of thumb.
+2. **Plan** (``scenarios``): the caps, then per cap the planner's list and the rules of thumb.
 3. **Measure** (``configs``): the union over the caps of every listed and every rule's fitting
    configuration, each once per round (a configuration listed under two caps is measured once).
    An emulated configuration's layers sleep its dilation times their cost (``calibration``); its
@@ -32,7 +32,7 @@ from .calibration import Calibration, as_emulated, calibrate, dilated, profile_m
 from .calibration import Settings as Calibrated
 from .configs import REAL_K, Measured, measure_configs
 from .models import N, model
-from .predict import RULES, Planned, Predictor, rule_configs
+from .scenarios import RULES, Planned, Predictor, rule_configs
 
 MIB = 2**20
 

@@ -16,7 +16,7 @@
    comparison without the probes is kept beside (``*_raw_*``). Plus the events of the traced cells'
    last step (``events.jsonl``: ``TRACE_CELL`` and the worst real and emulated cells).
 
-Then this CPU's roofline against the profiled layers (``roofline``; ``cpu.yaml``) and the
+Then this CPU's roofline against the profiled layers (``roofline_check``; ``cpu.yaml``) and the
 calibration (``calibration.json``). The figures are in ``reports/sim/sim.md``.
 """
 
@@ -48,7 +48,7 @@ from .calibration import (
 )
 from .calibration import Settings as Calibrated
 from .models import MODELS, N
-from .roofline import RooflineRow, validation_rows, write_profile
+from .roofline_check import RooflineRow, validation_rows, write_profile
 
 # The cell drawn measured-above-simulated in the report (remat: the recompute runs before the gradient).
 TRACE_CELL = {

@@ -13,7 +13,7 @@ import pytest
 
 from gpipe_repro.measure.planner import PlanRow
 from gpipe_repro.paper.rows import read_csv
-from gpipe_repro.paper.validate_plan.summary import summarize
+from gpipe_repro.paper.validate_plan.findings import summarize
 
 ROOT = Path(__file__).resolve().parents[3]
 

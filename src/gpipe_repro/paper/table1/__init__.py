@@ -2,7 +2,7 @@
 
 Experiments: ``memory.table1.COLUMNS`` — the paper's configurations — each planned at fp32 and bf16;
 a variant changes the budgets, the batches or the columns from the command line (never published).
-Collect: ``rows.result_rows``, ``rows.saved_rows`` and ``rows.alloc_rows`` (``results.csv``,
+Collect: ``planned.result_rows``, ``planned.saved_rows`` and ``planned.alloc_rows`` (``results.csv``,
 ``saved.csv``, ``allocator.csv``). Summary: ``findings``. Page: ``templates/table1.md.j2`` and
 ``table1.png``, from the CSVs alone.
 """
@@ -20,7 +20,7 @@ from ..provenance import Provenance
 from ..rows import read_csv, write_csv
 from ..template import render
 from .findings import summary
-from .rows import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
+from .planned import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
 
 TITLE = "Table 1 — the largest model that fits, per number of accelerators"
 HALVES = {"amoebanet_d": "amoebanet", "transformer_lm": "transformer"}

@@ -12,7 +12,7 @@ from typing import Any
 from ...memory.breakdown import FUSED_AWAY, fused_away
 from ..markdown import gib, pct, ratio
 from ..numbers import QUOTES, quote
-from .rows import AllocRow, ResultRow, SavedRow
+from .planned import AllocRow, ResultRow, SavedRow
 
 # Readable names for the (operation, dtype) groups of ``saved.csv`` (``memory.breakdown``).
 KIND_NAMES = {

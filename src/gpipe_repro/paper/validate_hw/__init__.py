@@ -6,8 +6,8 @@
 Experiments: every published profile of ``conf/hardware/`` (``sim.hardware.published_names``: a
 YAML file a user adds is one) with its anchors, simulated by ``sim.anchors.check``; the experiments
 that simulate on those profiles (``uses``); this CPU's roofline against its measured layer costs
-(``measure.roofline``). Collect: ``results.csv`` (``rows.AnchorRow``), ``devices.csv``, ``uses.csv``,
-``cpu.csv`` and ``cpu.yaml``. Summary: ``rows`` (per device, per layer kind, what rests on which
+(``measure.roofline_check``). Collect: ``results.csv`` (``profiles.AnchorRow``), ``devices.csv``, ``uses.csv``,
+``cpu.csv`` and ``cpu.yaml``. Summary: ``profiles`` (per device, per layer kind, what rests on which
 profile). Page: ``templates/hw.md.j2`` and ``hw.png``, from those files alone.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config.compose import CONF_DIR
-from ...measure.roofline import measure_cpu, write_profile
+from ...measure.roofline_check import measure_cpu, write_profile
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, check
 from ...sim.hardware import load_profile, published_names
 from ..artefact import Artefact, Report
@@ -28,7 +28,16 @@ from ..plot import figure
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
 from ..template import render
-from .rows import AnchorRow, CpuRow, DeviceSummary, anchor_rows, cpu_rows, devices, kinds, rests_on
+from .profiles import (
+    AnchorRow,
+    CpuRow,
+    DeviceSummary,
+    anchor_rows,
+    cpu_rows,
+    devices,
+    kinds,
+    rests_on,
+)
 from .uses import UseRow, uses
 
 CPU_HOW = (

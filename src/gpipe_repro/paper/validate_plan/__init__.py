@@ -4,7 +4,7 @@
     python -m gpipe_repro.paper validate-plan --quick     # make validate-plan-quick -> outputs/
 
 Scenarios, grid and measurement: ``measure.planner`` (``--quick``: two models, two caps, K <= 4,
-M <= 4; ``validation.csv``, ``calibration.json``). Summary: ``summary`` (per scenario, and the
+M <= 4; ``validation.csv``, ``calibration.json``). Summary: ``findings`` (per scenario, and the
 targets). Page: ``templates/plan.md.j2`` and ``plan.png``, from those files alone.
 """
 
@@ -20,13 +20,13 @@ from typing import Any
 from ...measure.calibration import Calibration
 from ...measure.models import N
 from ...measure.planner import PlanRow, run
-from ...measure.predict import RULES
+from ...measure.scenarios import RULES
 from ..artefact import Artefact, Report
 from ..markdown import DASH, num, pct
 from ..plot import figure
 from ..provenance import Provenance
 from ..template import render
-from .summary import Summary, peaks, summarize, targets
+from .findings import Summary, peaks, summarize, targets
 
 TITLE = "The planner against every configuration measured (gpipe-plan, issue #19)"
 
@@ -73,7 +73,7 @@ def _sps(step: float | None) -> float:
 
 def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any]:
     """What the page says: the targets, each scenario's regret, the rules' gains, the picks' memory
-    (``summary.summarize``), the predicted peaks' error over every measured stage, the calibration."""
+    (``findings.summarize``), the predicted peaks' error over every measured stage, the calibration."""
     sums = summarize(rows)
     rho = lambda x: num(x, ".3f")  # noqa: E731
     errs = [

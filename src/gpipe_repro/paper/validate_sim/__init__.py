@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from ...measure.calibration import Calibration
-from ...measure.roofline import RooflineRow
+from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import TRACE_CELL, CellRow, measure
 from ..artefact import Artefact, Report
 from ..provenance import Provenance

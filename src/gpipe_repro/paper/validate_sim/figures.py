@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...engine.events import Event, chrome_trace
-from ...measure.roofline import RooflineRow
+from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import KEY, CellRow
 from ...metrics.timeline import COLORS
 from ..plot import figure

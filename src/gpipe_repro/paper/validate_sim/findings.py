@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...measure.roofline import RooflineRow
+from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import VARIANTS, CellRow, worst
 from ..markdown import DASH, ms, num, pct
 from ..rows import read_csv

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...measure.planner import PlanRow
-from ...measure.predict import RULES
+from ...measure.scenarios import RULES
 from ..stats import spearman
 
 __all__ = ["PlanRow", "Summary", "RULES", "summarize", "targets", "Target", "repeatability"]

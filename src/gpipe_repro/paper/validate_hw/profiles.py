@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...measure.roofline import RooflineRow
+from ...measure.roofline_check import RooflineRow
 from ...models import MODELS
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult, validated, within
 from .uses import INPUTS, UseRow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpipe_repro.measure.planner import PlanRow
-from gpipe_repro.paper.validate_plan.summary import repeatability, summarize, targets
+from gpipe_repro.paper.validate_plan.findings import repeatability, summarize, targets
 
 
 def _row(sc: str, rank: int | None, pred: float, meas: float | None, **kw) -> PlanRow:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpipe_repro.measure.models import N, model
-from gpipe_repro.measure.predict import Predictor, rule_configs
+from gpipe_repro.measure.scenarios import Predictor, rule_configs
 from gpipe_repro.search.space import _coef_of, _hold
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured import DeviceModel, LayerProfile
