@@ -1,4 +1,4 @@
-"""table4.run: one recipe for pre-training and fine-tuning, equal budgets, a config-keyed cache."""
+"""measure.transfer_jobs (Table 4's runs): one recipe for pre-training and fine-tuning, equal budgets, a config-keyed cache."""
 
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ An ``EmulatedLayer`` stands in for one real layer at one micro-batch size:
 - non-float outputs (token ids) are passed through from the input of the same shape and dtype.
 
 Durations are deadlines from the call, so the allocation of the outputs is absorbed. ``time.sleep``
-overshoots: measured here ~70-100 us per call (median), occasionally a few ms under load — each
-emulated action is that much longer than its cost.
+overshoots, more under load: each emulated action is that much longer than its cost, which the
+calibration measures and the simulation of an emulated cell adds (``calibration.sleep_overshoot``;
+the figure: ``reports/sim/sim.md``, *Calibration*).
 
 The last layer's profiled cost includes the loss (``profile_layers(loss_fn=...)``), so emulated runs
 use ``emulated_loss``, which costs next to nothing, instead of the real loss.

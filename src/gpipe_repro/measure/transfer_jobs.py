@@ -106,10 +106,10 @@ class Variant:
         return tuple(rung(base, D) for D in self.ladder)
 
 
-LADDER_TARGET = "fmnist_5-9_100"  # 100 labels per class: both arms' sd ~0.5 points (pilots.md)
+LADDER_TARGET = "fmnist_5-9_100"  # 100 labels per class: both arms' seed noise is small (pilots.md)
 CANONICAL = Variant("table4", seeds=(0, 1, 2, 3, 4))
-# A smoke test of every part within 5 minutes on 2 cores (5.3 min measured with 150 pre-training
-# steps and MNIST too): one cross-domain target, shorter pre-trainings.
+# A smoke test of every part in a few minutes (``make table4-quick`` prints its wall time): one
+# cross-domain target, shorter pre-trainings.
 QUICK = Variant(
     "table4-quick",
     seeds=(0, 1),

@@ -1,6 +1,6 @@
 """The hardware validation: every published profile's anchors simulated, and this CPU's roofline.
 
-    python -m gpipe_repro.paper validate-hw --publish    # make validate-hw -> reports/hw/ (~1 min)
+    python -m gpipe_repro.paper validate-hw --publish    # make validate-hw -> reports/hw/
     python -m gpipe_repro.paper validate-hw --no-cpu     # the anchors alone (seconds; not published)
 
 Experiments: every published profile of ``conf/hardware/`` (``sim.hardware.published_names``: a

@@ -11,7 +11,7 @@ here). A time ``t`` measured while the probe takes ``p`` seconds is ``t * ref / 
 *reference speed* — the speed at which the probe takes ``ref`` seconds (``reference_s()``, the
 median of a few probes; any fixed value works, it cancels out of every ratio). Profiling
 (``profile.profile_layers(normalize_to=ref)``) and the validation's measured steps
-(``paper.validate_sim.cells``) both probe just before each timed run, so both land on the same scale.
+(``measure.ranks``) both probe just before each timed run, so both land on the same scale.
 
 The probe is compute-bound and small enough to stay in cache; a memory-bound layer follows the
 machine's phases less closely than it does, so normalising removes most of the drift, not all
