@@ -40,18 +40,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ..engine import Event, Pipeline, Topology, balance_by_cost, stage_slice
 from ..engine.comm import TensorMeta, describe
 from ..engine.microbatch import Batch, as_tuple, from_tuple
 from ..sim.costs import LayerCost
-
-__all__ = [
-    "EmulatedLayer",
-    "emulated_layers",
-    "emulated_loss",
-    "run_emulated",
-    "sleep_until",
-]
 
 
 def sleep_until(deadline: float) -> None:
@@ -205,58 +196,3 @@ def emulated_layers(
 def emulated_loss(y: Batch, targets: Any = None) -> torch.Tensor:
     """A loss costing next to nothing (the profiled last layer already includes the real loss)."""
     return as_tuple(y)[0].reshape(-1)[:1].sum()
-
-
-def run_emulated(
-    topo: Topology,
-    layers: Sequence[EmulatedLayer],
-    configs: Sequence[dict],
-    steps: int = 2,
-    balance: Sequence[int] | None = None,
-) -> list[dict]:
-    """Run the engine on emulated layers on this rank of ``topo``: for each config (``M`` and any
-    ``Pipeline`` keyword: ``schedule``, ``checkpoint``...) ``steps`` training steps, each followed
-    by a sleep for the stage's optimiser update (an ``update`` event). Returns per config this
-    stage's events. ``balance`` defaults to the min-max partition of forward + backward time."""
-    K = topo.K
-    bal = (
-        list(balance)
-        if balance is not None
-        else balance_by_cost([la.cost.forward_s + la.cost.backward_s for la in layers], K)
-    )
-    mine = list(layers[stage_slice(bal, topo.stage)])
-    update_s = sum(la.cost.update_s for la in mine)
-    results = []
-    for cfg in configs:
-        M = int(cfg["M"])
-        kw = {
-            "checkpoint": "never",
-            "loss_fn": emulated_loss,
-            **{k: v for k, v in cfg.items() if k != "M"},
-        }
-        pipe = Pipeline(copy.deepcopy(mine), topo, M=M, **kw)
-        x = from_tuple(
-            [
-                torch.zeros((M * s.shape[0], *s.shape[1:]), dtype=s.dtype, device=topo.device)
-                for s in layers[0].in_specs
-            ],
-            layers[0].in_tuple,
-        )
-        for _ in range(steps):
-            pipe.train_step(x if topo.is_first else None, None)
-            t0 = time.perf_counter()
-            sleep_until(t0 + update_s)
-            rec = pipe.recorder  # the step counter has moved on: label the update with its step
-            rec.events.append(
-                Event("update", -1, t0, time.perf_counter(), rec.stage, rec.replica, rec.step - 1)
-            )
-        results.append(
-            {
-                "config": dict(cfg),
-                "stage": topo.stage,
-                "replica": topo.replica,
-                "balance": bal,
-                "events": [e.to_dict() for e in pipe.recorder.events],
-            }
-        )
-    return results

@@ -158,7 +158,7 @@ PLAN_MODELS: dict[str, ValidationModel] = {
         _pairs,
         lm_loss,
         token_planning_loss,
-    ),
+    )
 }
 
 

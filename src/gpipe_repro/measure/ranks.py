@@ -48,13 +48,7 @@ from ..sim.measured.speed import probe_s
 from .emulate import emulated_layers, emulated_loss, sleep_until
 from .models import N, model
 
-__all__ = [
-    "real_rank",
-    "emulated_rank",
-    "step_times",
-    "CellTimes",
-    "run_delay_s",
-]
+__all__ = ["real_rank", "emulated_rank", "step_times", "CellTimes", "run_delay_s"]
 
 
 def run_delay_s() -> float:

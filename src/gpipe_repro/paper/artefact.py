@@ -137,11 +137,7 @@ class SweepArtefact(Artefact[R]):
 
 
 def make(
-    art: Artefact[Any],
-    source: Path | None,
-    out: Path,
-    opts: argparse.Namespace,
-    command: str,
+    art: Artefact[Any], source: Path | None, out: Path, opts: argparse.Namespace, command: str
 ) -> tuple[Report[Any], list[Path]]:
     """Collect (or read the artefact's CSV back when ``source`` is one), write the CSV, the provenance
     and the render into ``out``; returns the report and every file written."""

@@ -135,8 +135,7 @@ def remains(
     """The largest saved-tensor groups of ``model``'s Naive-1 column that together hold ``share`` of
     its saved bytes, and the total."""
     groups = sorted(
-        (g for g in saved if g.model == model and g.precision == precision),
-        key=lambda g: -g.bytes,
+        (g for g in saved if g.model == model and g.precision == precision), key=lambda g: -g.bytes
     )
     total = sum(g.bytes for g in groups)
     top, acc = [], 0
