@@ -20,6 +20,7 @@ Table 5 —, else ``RELATIVE_EFFECT`` of the baseline mean, the observed scale):
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -165,3 +166,8 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     if len(set(a)) < 2 or len(set(b)) < 2:
         return None
     return float(stats.spearmanr(a, b).statistic)
+
+
+def median(xs: Sequence[float]) -> float | None:
+    """The median of ``xs`` (``statistics.median``); None for none."""
+    return statistics.median(xs) if xs else None

@@ -18,7 +18,7 @@ from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import VARIANTS, CellRow, worst
 from ..markdown import DASH, ms, num, pct
 from ..rows import read_csv
-from ..stats import spearman
+from ..stats import median, spearman
 from .figures import plot_roofline
 
 # (median |error|, max |error|): real as issue #9 set them; emulated as #21 does (median ≤ 3%, max
@@ -26,10 +26,6 @@ from .figures import plot_roofline
 TARGETS = {"real": (0.05, 0.10), "emulated": (0.03, 0.10)}
 # a cell whose steps waited longer than this share for a core was disturbed by other load
 QUIET = 0.05
-
-
-def median(xs: Sequence[float]) -> float | None:
-    return statistics.median(xs) if xs else None
 
 
 def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
