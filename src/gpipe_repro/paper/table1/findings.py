@@ -119,7 +119,7 @@ def headline(rs: Sequence[ResultRow]) -> list[list[str]]:
     return out
 
 
-def allocator_cells(alloc: Sequence[AllocRow]) -> list[list[str]]:
+def allocator_cells(alloc: Sequence[AllocRow]) -> list[list[Any]]:
     """The planner's per-stage peak against the CPU allocator's measured peak."""
     return [
         [a.K, a.stage, a.checkpoint, f"{a.state_bytes / 2**20:.2f} MiB",
