@@ -50,7 +50,7 @@ wheelhouse: ## every dependency except torch/torchvision as wheels -> $(WHEELHOU
 wheelhouse-gpu: ## the wheelhouse for the lent GPU host (Python 3.12, manylinux x86-64; its own numpy/scipy/... left out)
 	$(MAKE) wheelhouse WHEEL_PY=$(GPU_WHEEL_PY) WHEEL_PLATFORM=$(GPU_WHEEL_PLATFORM) WHEEL_HOST_BRINGS="$(GPU_HOST_BRINGS)"
 
-check-offline-setup: ## from a fresh clone: make wheelhouse, then make setup TORCH=given OFFLINE=1 over another venv's torch with no index; gpipe-run (~3 min)
+check-offline-setup: ## from a fresh clone: make wheelhouse, then make setup TORCH=given OFFLINE=1 over another venv's torch, no network; gpipe-run (~90 s on 2 cores)
 	$(PY) tools/check_offline_setup.py
 
 demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
@@ -87,13 +87,13 @@ test-fast: $(STAMP) ## the tests not marked slow (the same two phases as make te
 	exit $$rc
 
 lint: $(STAMP) ## ruff (check + format) and mypy (strict on the engine)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 	$(BIN)/mypy
 
 format: $(STAMP) ## apply ruff's formatting and import order
-	$(BIN)/ruff check --fix -q src tests bench
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix -q src tests bench tools
+	$(BIN)/ruff format src tests bench tools
 
 docs: $(STAMP) ## regenerate docs/ (options, metrics.json contract) from the code
 	$(BIN)/python -m gpipe_repro.config.docs --out docs

@@ -227,6 +227,16 @@ def setup(venv: Path, torch: str, offline: bool, wheelhouse: Path, upgrade_pip: 
     )
 
 
+def resolve(torch: str, offline: str, wheelhouse: Path) -> tuple[str, bool]:
+    """The switches' ``auto`` decided: torch ``given`` where this Python has one; offline where the
+    torch is given and a wheelhouse is there (so a GPU host with no index never asks one)."""
+    if torch == "auto":
+        torch = "given" if given_torch() else "pinned"
+    if offline == "auto":
+        return torch, torch == "given" and (wheelhouse / "lock.txt").is_file()
+    return torch, offline == "1"
+
+
 def mode(torch: str, offline: bool) -> str:
     return f"torch={torch} offline={int(offline)}"
 
@@ -255,11 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"setup: error: OFFLINE={a.offline!r}; allowed: 0, 1, auto", file=sys.stderr)
         return 2
     wheelhouse = Path(a.wheelhouse).resolve()
-    torch = a.torch if a.torch != "auto" else ("given" if given_torch() else "pinned")
-    if a.offline == "auto":
-        offline = torch == "given" and (wheelhouse / "lock.txt").is_file()
-    else:
-        offline = a.offline == "1"
+    torch, offline = resolve(a.torch, a.offline, wheelhouse)
     venv = Path(a.venv)
     if up_to_date(venv, torch, offline):
         return 0
