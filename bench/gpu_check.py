@@ -50,10 +50,10 @@ TOTAL_S = 480  # what a lent GPU host gives one prepared command, set-up include
 REPORT_S = 15  # kept for the report
 # (step, title, cap in seconds on an H100): the order they run in
 CAPS: list[tuple[str, str, float]] = [
-    ("tests", "The gpu tests one GPU can run", 100),
-    ("tf32", "CUDA losses against the CPU's, TF32 off and on", 35),
+    ("tests", "The gpu tests one GPU can run", 120),
+    ("tf32", "CUDA losses against the CPU's, TF32 off and on", 30),
     ("cells", "Memory planner, busy time and roofline against one GPU", 130),
-    ("profiles", "Per-layer costs of the paper's models on this GPU", 110),
+    ("profiles", "Per-layer costs of the paper's models on this GPU", 100),
     ("engine", "Engine benchmark (K = 1)", 40),
 ]
 STEP_GRACE_S = 20  # past its budget a step's process is killed (a case in flight may overrun)
@@ -159,8 +159,9 @@ def one_step(name: str, out: Path, budget_s: float, dry: bool) -> int:
     from gpucheck.common import Ctx
 
     mod = importlib.import_module(f"gpucheck.{name}")
-    ctx = Ctx(out, dry, time.monotonic() + budget_s)
-    mod.run(ctx).save(out / "steps" / f"{name}.json")
+    step_file = out / "steps" / f"{name}.json"
+    ctx = Ctx(out, dry, time.monotonic() + budget_s, step_file)
+    mod.run(ctx).save(step_file)
     return 0
 
 

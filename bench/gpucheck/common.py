@@ -28,6 +28,7 @@ class Ctx:
     out: Path
     dry: bool
     deadline: float
+    step_file: Path | None = None  # where the step's output is saved after every case
 
     @property
     def device(self) -> str:
@@ -66,8 +67,8 @@ def one_line(err: BaseException) -> str:
 def within(
     ctx: Ctx, out: StepOutput, cases: Sequence[Any], need_s: float, fn: Callable[[Any], None]
 ) -> None:
-    """``fn(case)`` for each case while at least ``need_s`` seconds of the step's budget are left; the
-    others are skipped (the budget, not a failure). A case the project refuses in one line
+    """``fn(case)`` for each case while at least ``need_s`` seconds of the step's budget are left (the
+    output saved after each); the others are skipped (the budget, not a failure). A case the project refuses in one line
     (``UserError``: a plan that does not fit) is skipped with that line; one that raises anything
     else failed, and the next one runs."""
     from gpipe_repro.errors import UserError
@@ -82,6 +83,8 @@ def within(
             out.skipped.append(f"{case}: {str(err).splitlines()[0]}"[:400])
         except Exception as err:  # noqa: BLE001 - one case's failure is a result
             out.failed.append(f"{case}: {one_line(err)}")
+        if ctx.step_file is not None:  # a step killed past its budget keeps what it measured
+            out.save(ctx.step_file)
 
 
 def compose_for(ctx: Ctx, overrides: Sequence[str]) -> Any:
