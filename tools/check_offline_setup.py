@@ -9,7 +9,7 @@ What a GPU cluster node with PyTorch preinstalled and no internet goes through, 
 2. a fresh clone of this repository's HEAD; ``make wheelhouse`` in it (on the connected side);
 3. with no index reachable — pip's configuration files ignored (``PIP_CONFIG_FILE=/dev/null``: no
    extra index, no local wheel folder), its index an address nothing answers on, and, where this
-   machine allows it, no network at all (``unshare --net``) — ``make setup TORCH=given OFFLINE=1``
+   machine allows it, no network but loopback (``unshare --net``) — ``make setup TORCH=given OFFLINE=1``
    in the clone over the host Python;
 4. checks: the clone's ``gpipe-run`` trains two steps (``metrics.json`` status ok), ``import
    gpipe_repro`` works, torch comes from the host Python and no second torch was installed, and
@@ -47,10 +47,15 @@ def sh(
     return r.stdout
 
 
+# a network namespace of one's own holding only loopback, brought up (the launcher's rendezvous and
+# gloo talk over 127.0.0.1, as on any host)
+JAIL = ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
+
+
 def no_network() -> list[str]:
-    """``unshare`` into a network namespace of one's own where this machine allows it."""
-    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
-    return ["unshare", "-rn"] if probe.returncode == 0 else []
+    """The ``JAIL`` prefix where this machine allows it (else nothing: the index is unreachable)."""
+    probe = subprocess.run([*JAIL, "true"], capture_output=True)
+    return JAIL if probe.returncode == 0 else []
 
 
 def check(work: Path) -> list[str]:
@@ -95,7 +100,7 @@ def check(work: Path) -> list[str]:
         offline,
     )
     lines.append(
-        f"make setup TORCH=given OFFLINE=1 ({'no network: unshare -rn' if jail else 'index unreachable'}): "
+        f"make setup TORCH=given OFFLINE=1 ({'no network but loopback: unshare -rn' if jail else 'index unreachable'}): "
         f"{time.perf_counter() - t:.0f} s"
     )
 
