@@ -48,6 +48,7 @@ from .provenance import Provenance
 from .rows import read_csv, write_csv
 from .sweep import SweepRow
 from .throughput_findings import markdown, plot
+from .throughput_gpu import gpu_cells
 from .throughput_rows import Cell, ThroughputRow
 from .throughput_sim import SimRow, studies
 from .validate_hw.flags import anchoring
@@ -251,6 +252,7 @@ class Throughput(Artefact[ThroughputRow]):
         if getattr(opts, "studies", "on") == "on":
             sims, planned = studies(self.table, self.runs, self.profile, self.studies)
             cells += planned
+        cells += gpu_cells(self.table, self.runs)  # profiles make gpu-check committed (if any)
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / SENSITIVITY, SimRow, sims)
         rows = build_rows(cells, self.table, self.reference)
@@ -264,7 +266,7 @@ class Throughput(Artefact[ThroughputRow]):
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
         pairs = [(r.model, r.hardware) for r in report.rows if r.source == "simulated"]
-        anchors = anchoring([p for p in pairs if p[1] != "measured"], self.hw)
+        anchors = anchoring([p for p in pairs if not p[1].startswith("measured")], self.hw)
         sims = read_csv(out / SENSITIVITY, SimRow) if (out / SENSITIVITY).exists() else []
         return markdown(
             report.rows, report.provenance, self.table, self.title, self.names, ref, anchors, sims,

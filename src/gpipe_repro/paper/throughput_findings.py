@@ -36,6 +36,8 @@ def label(r: Any) -> str:
         where = f"measured on K GPUs ({r.hardware})"
     elif r.hardware == "measured":
         where = "simulated on this machine's measured costs"
+    elif r.hardware.startswith("measured on "):  # a committed GPU profile (paper.throughput_gpu)
+        where = f"simulated from per-layer costs {r.hardware}"
     else:
         where = f"simulated on {DEVICES.get(r.hardware, r.hardware)} profile"
     return f"{where} · {BATCH.get(r.batch_mode, 'batch ' + r.batch_mode)}"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
+from ..config.device import release_cached
 from ..engine import RankError, launch
 from ..rank import HEARTBEAT_DIR, RankContext, run_rank
 from ..runplan.plan import ModelPlan, RunPlan
@@ -21,7 +22,10 @@ def launch_local(plan: RunPlan, model: ModelPlan, out: Path, run_id: str | None)
     """Every rank gets the plan (plain data); each rebuilds the meta model it was made from."""
     spec = plan.spec
     if spec.world_size == 1:  # K = 1, one replica: no process group, the meta model is reused
-        return [run_rank(spec, plan, RankContext(out, run_id, model))]
+        try:
+            return [run_rank(spec, plan, RankContext(out, run_id, model))]
+        finally:  # this process runs a sweep's next job: its cached blocks go back
+            release_cached(spec.device)
     # SIGINT/SIGTERM stay with this process (runner.stop); the ranks ignore Ctrl-C.
     shutil.rmtree(out / HEARTBEAT_DIR, ignore_errors=True)
     kills = oom_kills()
