@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
+.PHONY: help setup demo demo-publish test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -21,7 +21,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP) ## create .venv with the pinned CPU torch and the project (editable)
 
-demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
+demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table (in its sweep folder; reports/ untouched)
+	$(BIN)/gpipe-run -m experiment=demo sweep.publish=false
+
+demo-publish: $(STAMP) ## the demo's sweep, published to reports/demo/ (from a clean commit)
 	$(BIN)/gpipe-run -m experiment=demo
 
 # Two pytest workers (one test file each at a time, so a file's module fixtures are built once), then
