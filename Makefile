@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup gpu-check-dry-run demo test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
+.PHONY: help setup gpu-check-dry-run demo demo-publish test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -53,7 +53,10 @@ wheelhouse-gpu: ## the wheelhouse for the lent GPU host (Python 3.12, manylinux 
 check-offline-setup: ## from a fresh clone: make wheelhouse, then make setup TORCH=given OFFLINE=1 over another venv's torch, no network; gpipe-run (~90 s on 2 cores)
 	$(PY) tools/check_offline_setup.py
 
-demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
+demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table (in its sweep folder; reports/ untouched)
+	$(BIN)/gpipe-run -m experiment=demo sweep.publish=false
+
+demo-publish: $(STAMP) ## the demo's sweep, published to reports/demo/ (from a clean commit)
 	$(BIN)/gpipe-run -m experiment=demo
 
 # Two pytest workers (one test file each at a time, so a file's module fixtures are built once), then

@@ -29,6 +29,7 @@ __all__ = [
     "PipelineInfo",
     "PlanInfo",
     "AutoPlanInfo",
+    "ResumeInfo",
     "RunMetrics",
     "load_metrics",
     "to_json",
@@ -149,7 +150,9 @@ class PipelineInfo:
     balance: list[int] | None = opt(
         doc="layers per stage as run (null when the run failed before partitioning)"
     )
-    balance_by: str = opt(doc="the per-layer cost the partition balanced")
+    balance_by: str | None = opt(
+        doc="the per-layer cost the partition balanced; null when pipeline.balance gave the cells"
+    )
     replicas: int = opt(doc="data-parallel replicas")
 
 
@@ -180,6 +183,20 @@ class PlanInfo:
         [], "each stage's planned peak: state + max(activations incl. sends, step temporaries)"
     )
     auto: AutoPlanInfo | None = opt(None, "plan=auto: the planner's pick and prediction; else null")
+
+
+@dataclass
+class ResumeInfo:
+    """``train.resume``: what the run resumed from (``runner.resume``)."""
+
+    save: str | None = opt(None, "the save resumed from; null: none was found, a fresh start")
+    step: int = opt(0, "the save's step: the first step this run ran")
+    corrupt: list[str] = opt(
+        [], "newer saves passed over as corrupt, each why and where it is kept"
+    )
+    allowed: dict[str, list[Any]] = opt(
+        {}, "options that differ from the save's, allowed by train.resume_allow: [save's, run's]"
+    )
 
 
 @dataclass
@@ -243,6 +260,7 @@ class RunMetrics:
     )
     hardware: dict[str, Any] | None = opt(None, "the hardware profile of a simulated run")
     plan: PlanInfo | None = opt(None, "the run's plan (null when the run failed before it)")
+    resume: ResumeInfo | None = opt(None, "train.resume: what the run resumed from; else null")
     env: EnvInfo = opt(EnvInfo(), "the environment")
 
     def to_dict(self) -> dict[str, Any]:
@@ -275,6 +293,7 @@ def _build(cls: Any, d: Any) -> Any:
             "PipelineInfo": PipelineInfo,
             "PlanInfo": PlanInfo,
             "AutoPlanInfo": AutoPlanInfo,
+            "ResumeInfo": ResumeInfo,
         }
         for name, c in sub.items():
             if t.startswith(name):

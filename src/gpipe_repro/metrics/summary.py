@@ -148,7 +148,8 @@ def base_metrics(
             checkpoint=p.checkpoint if isinstance(p.checkpoint, str) else ",".join(p.checkpoint),
             schedule=p.schedule,
             balance=list(p.balance) if p.balance else None,
-            balance_by=p.balance_by,
+            # not used when pipeline.balance gave the cells (plan=auto: the planner's, by time)
+            balance_by=p.balance_by if p.balance is None or spec.plan.mode == "auto" else None,
             replicas=p.replicas,
         ),
         optim={"name": spec.optim.name, **_options(spec.optim)},

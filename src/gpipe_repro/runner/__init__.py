@@ -8,12 +8,13 @@ torchrun (``launcher="torchrun"``: this process *is* one rank) and a SLURM/submi
 fed live from the last stage's ``progress.jsonl``.
 
 The run's decisions are made once, first (``plan``: ``runplan.plan.RunPlan``), and handed to the
-guard, the simulator, the prediction and every rank. Its folder is claimed before that
-(``runner.folder``): a finished run is never replaced by something worse.
+guard, the simulator, the prediction and every rank. Its folder is claimed before that: by this
+process alone while it runs (``runner.lock``: a second run into it is refused), and a finished run
+is never replaced by something worse (``runner.folder``).
 
 ``run`` never raises for a run that fails: it writes and returns ``status: failed`` (or ``interrupted``,
 ``diverged``) with the one-line reason. It raises ``FolderInUse`` (one line, nothing written) for a
-folder holding another run's results, and lets KeyboardInterrupt through after the interrupted run's
+folder holding another run's results or in use by another run, and lets KeyboardInterrupt through after the interrupted run's
 files are written, so the caller can stop a sweep.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -32,14 +33,20 @@ from ..config import RunConfig
 from ..config.device import DeviceMemory, device_for, local_ranks
 from ..engine import RankError
 from ..errors import UserError
-from ..metrics.contract import RunMetrics
-from ..metrics.progress import PROGRESS_FILE, Follower, StepRecord, read_progress
+from ..metrics.contract import ResumeInfo, RunMetrics
+from ..metrics.progress import (
+    PROGRESS_FILE,
+    ConsoleProgress,
+    Follower,
+    StepRecord,
+    read_progress,
+)
 from ..metrics.summary import base_metrics, summarize
 from ..metrics.writer import OutputError
 from ..rank import DIVERGED, RankContext, run_rank
 from ..runplan.plan import ModelPlan, RunPlan, plan_model, plan_run
 from ..wandb_logger import WandbRun
-from . import folder
+from . import folder, lock, resume
 from .autoplan import auto_plan
 from .folder import FolderInUse
 from .guard import check_memory
@@ -58,14 +65,28 @@ def run(
 ) -> RunMetrics | None:
     """Run ``spec`` with ``out`` as its folder. Returns its metrics (None on ranks other than 0 of a
     torchrun/SLURM job: rank 0 speaks for the run). Raises ``FolderInUse`` — nothing run, nothing
-    written — when ``out`` holds another run's results (``runner.folder``)."""
+    written — when ``out`` holds another run's results (``runner.folder``) or another run is
+    running in it (``runner.lock``: the folder is claimed first, and released at the end)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
     if not owner:
         if spec.backend == "engine" and spec.plan.mode != "auto":  # sim: rank 0's alone
             with _nccl_env(spec):
                 _run_as_other_rank(spec, out)
         return None
-    claim = folder.claim(spec, out)
+    claimed = lock.acquire(out, key=None)  # FolderInUse: another run holds it, nothing written
+    try:
+        return _run_owned(spec, out, launcher, group, claimed)
+    finally:
+        claimed.release()
+
+
+def _run_owned(
+    spec: RunConfig, out: Path, launcher: str, group: str | None, claimed: lock.Lock
+) -> RunMetrics:
+    """``run`` in a folder this process holds (``runner.lock``)."""
+    claim = folder.claim(spec, out, claimed.holder.run)
+    if claim.run is not None:
+        claimed.set_run(claim.run)
     if claim.finished is not None:
         print(
             f"gpipe-run: the run in {out} already finished ({len(claim.finished.losses)} steps); "
@@ -82,6 +103,7 @@ def run(
         pass  # reported when the run's files are written
     wb: WandbRun | None = None
     files: list[Path] = []
+    resumed: ResumeInfo | None = None
     try:
         if spec.plan.mode == "auto" and launcher != "local":
             raise UserError(
@@ -92,10 +114,13 @@ def run(
             model = plan_model(spec)
             planned = plan(spec, model)
             spec = planned.spec  # train.batch_mode=fit: the batch as run
+            planned, resumed = resume.decide(planned, out, claim.run)  # said in one line
+            spec = planned.spec
             wb = _start_wandb(spec, out, group)
             with (
                 STOP.running(out, spec.train.stop_grace_s),
-                Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)),
+                _console(spec) as console,
+                Follower(out / PROGRESS_FILE, _tee(wb.log_step if wb else None, console)),
             ):
                 if spec.backend == "sim":
                     m, events = simulate_run(planned, model, out)
@@ -104,22 +129,28 @@ def run(
                     m, events = summarize(planned, results, launcher)
                     if spec.train.predict:  # the simulator's prediction beside the measurement
                         attach_prediction(planned, model, m)
+        m.resume = resumed
         files = folder.write(out, m, events)
     except KeyboardInterrupt:
         m = _stopped(spec, out, launcher, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")
+        m.resume = resumed
         files = _write(out, m)
         _finish_wandb(wb, m, files)
+        raise
+    except FolderInUse:  # resume.ResumeRefused: nothing run, nothing written
         raise
     except (UserError, RankError, ValueError) as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         status = "diverged" if DIVERGED in msg else "failed"
         m = _stopped(spec, out, launcher, status, msg)
+        m.resume = resumed
         if isinstance(err, OutputError):
             _report_unwritable(m, msg)
         else:
             files = _write(out, m)
     except Exception as err:  # a bug, not a user mistake: keep the type in the one line
         m = _stopped(spec, out, launcher, "failed", f"{type(err).__name__}: {err}".splitlines()[0])
+        m.resume = resumed
         files = _write(out, m)
     _finish_wandb(wb, m, files)
     return m
@@ -240,6 +271,28 @@ def _report_unwritable(m: RunMetrics, msg: str) -> None:
     print(to_json(m), flush=True)
     if m.status == "ok":
         m.status, m.error = "failed", msg
+
+
+@contextmanager
+def _console(spec: RunConfig) -> Iterator[ConsoleProgress | None]:
+    """The run's progress on stderr (``train.progress``; env GPIPE_PROGRESS=0: none)."""
+    if not spec.train.progress or os.environ.get("GPIPE_PROGRESS", "1") == "0":
+        yield None
+        return
+    p = spec.pipeline
+    with ConsoleProgress(f"K={p.K} M={p.M}", spec.train.steps, spec.train.progress_every_s) as c:
+        yield c
+
+
+def _tee(*calls: Callable[[StepRecord], Any] | None) -> Callable[[StepRecord], None]:
+    """One follower callback that calls each of ``calls`` (None: skipped)."""
+
+    def each(rec: StepRecord) -> None:
+        for call in calls:
+            if call is not None:
+                call(rec)
+
+    return each
 
 
 def _start_wandb(spec: RunConfig, out: Path, group: str | None) -> WandbRun | None:
