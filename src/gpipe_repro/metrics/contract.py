@@ -132,6 +132,8 @@ class EnvInfo:
 
 @dataclass
 class ModelInfo:
+    """The model as run: its option and its size."""
+
     name: str = opt("", "the model option (model=...)")
     param_count: int | None = opt(None, "parameters of the whole model")
     config: dict[str, Any] = opt({}, "the model's options")
