@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+import pytest
+
 from gpipe_repro.paper.rows import columns, read_csv, write_csv
 
 
@@ -77,3 +79,10 @@ def test_every_committed_report_csv_reads_back_and_writes_the_same_bytes(tmp_pat
             assert out.read_bytes() == path.read_bytes(), (path, row_type)
             checked.append(path)
     assert checked
+
+
+def test_a_cell_that_breaks_its_type_is_refused_in_one_line(tmp_path):
+    (tmp_path / "bad.csv").write_text("name,note,K,size,ratio,fits,pass\nb,,1,7,5,maybe,forward\n")
+    with pytest.raises(ValueError) as err:
+        read_csv(tmp_path / "bad.csv", Row)
+    assert "Row.fits" in str(err.value) and "'maybe'" in str(err.value), err.value
