@@ -16,8 +16,8 @@ group for everything, as the engine had before its channels; one group per link 
 keyed random draws (``Pipeline(seed=...)``, issue #18) against none. Beside them, what keying costs
 by itself: one cell call's seeding, timed in one process over many calls, times the calls of a step.
 (The other candidate for NCCL's order, each receive batched with the sends of the action before it
-in one ``batch_isend_irecv``, was measured this way at commit 056296e and removed: 1-9% slower than
-the channels at K = 2, most at M = 8, where receives posted ahead matter most.)
+in one ``batch_isend_irecv``, was measured this way — ``--ab-only`` at commit 056296e — and removed:
+slower than the channels at K = 2, most at the largest M, where receives posted ahead matter most.)
 
 ``--device cuda`` (``make gpu-check``): one rank per GPU over nccl, the model widened to 256 channels
 on 32x32 inputs and a batch of 256 (the CPU size is launch-bound on a GPU), every step timed after a

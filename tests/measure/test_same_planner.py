@@ -23,7 +23,7 @@ def _key(c):
 
 
 @pytest.mark.parametrize("sender_busy", [False, True])
-def test_the_validation_and_gpipe_plan_predict_the_same_numbers(monkeypatch, sender_busy):
+def test_the_validation_and_gpipe_plan_predict_the_same_numbers(sender_busy):
     # a run's model (the MLP on digits, RMSProp, fp32: the validation's optimiser and precision)
     spec = compose(["model.hidden=64", "optim=rmsprop"], cuda_available=False)
     model = plan_model(spec)
@@ -42,12 +42,10 @@ def test_the_validation_and_gpipe_plan_predict_the_same_numbers(monkeypatch, sen
     )
     pred = Predictor(vm, LayerProfile(SIZES, costs), dm, KS, 8)
     # gpipe-plan on the same device: the same calibration and measured costs
-    monkeypatch.setattr(
-        choose, "run_hardware", lambda s, m: (MeasuredDevice(calibration=dm), pred.costs)
-    )
+    hw = MeasuredDevice(calibration=dm)
     cap = pred.caps()["mid"]  # the validation's own cap: K = 1 without remat does not fit
     ranked = choose.rank_configurations(
-        spec, model, devices=max(KS), cap=cap, batch=N, max_m=8, top=10**6
+        spec, model, hw, pred.costs, devices=max(KS), cap=cap, batch=N, max_m=8, top=10**6
     )
     shipped = {_key(c): c for c in ranked.shown if c.K in KS and c.replicas == 1}
     validated = pred.ranked(cap)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..config.compose import compose
 from ..errors import UserError
-from ..runplan.plan import plan_model
+from ..runplan.costing import run_hardware
+from ..runplan.model import plan_model
 from . import report
 from .choose import rank_configurations
 from .options import PlanConfig, plan_config, split_args, usage
@@ -41,6 +42,7 @@ def plan(argv: list[str]) -> tuple[list[Candidate], str]:
     r = rank_configurations(
         spec,
         model,
+        *run_hardware(spec, model),
         devices=pc.devices,
         cap=int(pc.memory_gib * GiB) if pc.memory_gib is not None else None,
         batch=batch,
