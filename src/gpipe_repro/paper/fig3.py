@@ -24,6 +24,7 @@ from .artefact import Report, SweepArtefact
 from .claims import LEAD, answers
 from .plot import figure
 from .provenance import Provenance
+from .rows import later
 from .runs import failures, job_times, read_sweep, wall_time
 from .stats import RELATIVE_EFFECT, RULE, Sample, compare, sample
 from .template import render
@@ -59,7 +60,7 @@ class Fig3Row:
     started: float | None = None  # unix seconds (``runs.job_times``)
     ended: float | None = None
     error: str | None = None
-    vocab: int | None = None  # the data's vocabulary (pieces): a uniform guess scores ln(vocab)
+    vocab: int | None = later()  # the data's vocabulary (pieces): a uniform guess scores ln(vocab)
 
 
 def label(m: Model) -> str:

@@ -123,9 +123,12 @@ def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
             ["with" if m[3] else "without", len(mine), sum(r.status == "diverged" for r in mine),
              spike.text(), of(rows, m, "all", "nll").text(3), of(rows, m, "all").text()]
         )  # fmt: skip
+    needed = any(c.beyond and c.delta > 0 for _, c in a.results) or any(
+        r.status == "diverged" and not r.tricks for r in jobs
+    )  # where both arms trained: worse without them beyond the noise, or diverged
     failed = failures((r.job, r.status, r.error) for r in rows)
     return {**out, "pair": True, "model": label(on), "skip": SKIP, "cells": cells, "arms": a,
-            "results": a.results, "trained_bleu": TRAINED_BLEU, "rule": RULE, "failed": failed}  # fmt: skip
+            "results": a.results, "needed": needed, "trained_bleu": TRAINED_BLEU, "rule": RULE, "failed": failed}  # fmt: skip
 
 
 def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance, out: Path) -> str:

@@ -17,6 +17,7 @@ from ...memory.allocator import check_amoebanet
 from ...memory.breakdown import amoebanet_groups, transformer_groups
 from ...memory.table1 import ACCOUNTINGS, Column, largest, plan_column
 from ..numbers import quote
+from ..rows import later
 
 
 @dataclass
@@ -51,7 +52,7 @@ class ResultRow:
     largest_max_stage_total_bytes: int | None
     note: str
     seconds: float = 0.0  # wall time to plan this row and search its largest model (measured)
-    accounting: str | None = None  # memory.table1.ACCOUNTINGS; None: a CSV from before, eager
+    accounting: str | None = later()  # memory.table1.ACCOUNTINGS; None: a CSV from before, eager
 
 
 @dataclass
