@@ -102,7 +102,7 @@ def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
                 paper(model, col, "activation memory"),
             )
             cells.append(
-                [col, "paper (measured on TPU)", _size(p), _count(count), gib(pmem), gib(pact),
+                [col, "paper (TPU)", _size(p), _count(count), gib(pmem), gib(pact),
                  "—", "—", f"{_size(p)}: {_count(count)}", "—"]
             )  # fmt: skip
             mine = sorted((r for r in sub if r.column == col), key=lambda r: KINDS.index(kind(r)))
