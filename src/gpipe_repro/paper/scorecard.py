@@ -35,7 +35,8 @@ def _cell(text: str) -> str:
 
 def summary(reports: Path) -> dict[str, Any]:
     """What the scorecard says, from the report folders under ``reports``."""
-    rows, counts = [], Counter()
+    rows: list[list[Any]] = []
+    counts: Counter[str] = Counter()
     for i, c in enumerate(registry(), 1):
         f = c.find(reports / c.report)
         counts[f.verdict] += 1

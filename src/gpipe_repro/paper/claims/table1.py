@@ -174,7 +174,12 @@ def scaling(folder: Path) -> Finding:
     ga, gt = growth("amoebanet_d", "ours"), growth("transformer_lm", "ours")
     if ga is None or gt is None:
         raise Missing("no Pipeline-1 and Pipeline-8 of both models")
-    pa, pt = growth("amoebanet_d", "paper"), growth("transformer_lm", "paper")
+    pa = paper("amoebanet_d", "Pipeline-8", "parameters") / paper(
+        "amoebanet_d", "Pipeline-1", "parameters"
+    )
+    pt = paper("transformer_lm", "Pipeline-8", "parameters") / paper(
+        "transformer_lm", "Pipeline-1", "parameters"
+    )
     ok = ga / gt <= 1 - TOLERANCE
     return Finding(
         reproduced("simulated") if ok else NOT,

@@ -151,10 +151,14 @@ def transformer_linear(folder: Path) -> Finding:
 
 def _partition_cause(folder: Path, model: str, K: int, M: int, paper: float) -> str:
     """Which partition of the study comes nearest the paper's number at (K, M), and its balance."""
-    at = [r for r in studies(folder, "partition") if r.model == model and (r.K, r.M) == (K, M)]
+    at = [
+        r
+        for r in studies(folder, "partition")
+        if r.model == model and (r.K, r.M) == (K, M) and r.normalized is not None
+    ]
     if not at:
         return "no partition study in this report"
-    near = min(at, key=lambda r: abs(r.normalized - paper))
+    near = min(at, key=lambda r: abs((r.normalized or 0.0) - paper))
     ours = next((r for r in at if r.variant.startswith("by time")), at[0])
     return (
         f"the partition study at {_km((K, M))}: {near.variant} {near.normalized:.2f} (slowest "
@@ -187,7 +191,7 @@ def contrast(folder: Path) -> Finding:
     p = paper_gain(2, "amoebanet_d", *pair) / paper_gain(2, "transformer_lm", *pair)
     for key in design(rs, 2, "amoebanet_d"):
         tkey = ("transformer_lm", *key[1:])
-        ga, gt = gain(rs, key, *pair), gain(rs, tkey, *pair)  # type: ignore[arg-type]
+        ga, gt = gain(rs, key, *pair), gain(rs, tkey, *pair)
         if ga is None or gt is None:
             continue
         ok = ga / gt <= 1 - TOLERANCE

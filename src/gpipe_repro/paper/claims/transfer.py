@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from ..rows import read_csv
+from ..stats import Comparison
 from ..table4.results import RunRow, group, versus
 from ..verdict import UNTESTABLE, Finding, seeded
 from . import Claim, Missing
@@ -28,7 +29,8 @@ def transfer(folder: Path) -> Finding:
         raise Missing("no runs.csv and plan.json")
     order = [t["key"] for t in json.loads(plan.read_text()).get("targets") or []]
     groups = group(read_csv(runs, RunRow), order)
-    same, other = [], []
+    same: list[tuple[str, Comparison]] = []
+    other: list[tuple[str, Comparison]] = []
     for (target, init, K), g in groups.items():
         s = groups.get((target, "scratch", 1))
         if init != "pretrained" or K != 1 or s is None:

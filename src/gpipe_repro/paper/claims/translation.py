@@ -35,7 +35,7 @@ def capacity(folder: Path) -> Finding:
     if not got:
         raise Missing("the smallest or the bigger models did not run")
     parts = [(f"{lang} {big}", c) for big, lang, c in got]
-    return Finding(seeded([(c, 1) for _, _, c in got]), _each(parts),  # type: ignore[arg-type]
+    return Finding(seeded([(c, 1) for _, _, c in got]), _each(parts),
                    "BLEU of each language, bigger model against T(1,512,4)")  # fmt: skip
 
 
@@ -49,7 +49,7 @@ def low_resource(folder: Path) -> Finding:
     verdict = seeded([(c, 1) for *_, c in got])
     return Finding(
         verdict, ours, "(low − high) gain per seed: " + _each([(b, c) for b, *_, c in got])
-    )  # type: ignore[list-item]
+    )
 
 
 def deep_wide(folder: Path) -> Finding:
