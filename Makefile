@@ -187,6 +187,13 @@ table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else
 	-$(BIN)/gpipe-run -m experiment=table3_transformer
 	$(BIN)/python -m gpipe_repro.paper table3 --publish
 
+.PHONY: scorecard reports-status
+scorecard: $(STAMP) ## reports/README.md: every claim of the paper with its computed verdict, from the committed reports alone
+	$(BIN)/python -m gpipe_repro.paper.scorecard
+
+reports-status: $(STAMP) ## each committed report, its commit, and whether code it depends on changed since (stale: regenerate)
+	$(BIN)/python -m gpipe_repro.paper.status
+
 .PHONY: setup-gpu soak
 CUDA ?= cu130
 TORCH_INDEX ?= https://download.pytorch.org/whl/$(CUDA)

@@ -28,13 +28,19 @@ def test_transformer_columns_report(tmp_path):
         )
         == 0
     )
-    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
-    assert [(r["column"], r["precision"]) for r in rows] == [
-        ("Naive-1", "fp32"),
-        ("Naive-1", "bf16"),
-        ("Pipeline-8", "fp32"),
-        ("Pipeline-8", "bf16"),
+    every = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [(r["column"], r["precision"], r["accounting"]) for r in every] == [
+        (c, p, a)
+        for c in ("Naive-1", "Pipeline-8")
+        for a in ("eager", "xla-like")
+        for p in ("fp32", "bf16")
     ]
+    rows = [r for r in every if r["accounting"] == "eager"]
+    xla = {
+        r["precision"]: r
+        for r in every
+        if r["accounting"] == "xla-like" and r["column"] == "Naive-1"
+    }
     for key in (
         "model",
         "K",
@@ -53,7 +59,11 @@ def test_transformer_columns_report(tmp_path):
         < int(naive["fp32"]["activation_bytes"])
     )
     assert int(naive["fp32"]["weight_copy_bytes"]) == 0 < int(naive["bf16"]["weight_copy_bytes"])
-    for p8 in rows[2:]:
+    # the XLA-like accounting keeps less, and a larger Naive-1 fits
+    for p in ("fp32", "bf16"):
+        assert int(xla[p]["activation_bytes"]) < int(naive[p]["activation_bytes"])
+        assert int(xla[p]["largest_L"]) >= int(naive[p]["largest_L"])
+    for p8 in (r for r in every if r["column"] == "Pipeline-8"):
         assert (
             p8["fits"] == "True" and int(p8["largest_L"]) >= 103
         )  # GPipe's Pipeline-8 claim holds
@@ -70,14 +80,20 @@ def test_transformer_columns_report(tmp_path):
         total = sum(int(r["bytes"]) for r in saved if r["precision"] == precision)
         assert total == pytest.approx(int(naive[precision]["activation_bytes"]), rel=1e-6)
     md = (tmp_path / "table1.md").read_text()
-    assert "| column | precision | L |" in md and "| Naive-1 | bf16 | 3 |" in md
+    assert "| column | ours (planned): precision, accounting | L |" in md
+    assert "| Naive-1 | bf16 | 3 |" in md and "| Naive-1 | fp32, XLA-like | 3 |" in md
     assert (
         "bf16 closes" in md
         and "What remains in bf16" in md
         and "## Where and why ours differ" in md
     )
-    # the paper's headline ratios, quoted through paper.numbers, and ours beside them
-    assert "| 128 partitions: transformer_lm Pipeline-128 / Naive-1 | 298× | 297.3× |" in md
+    # the paper's headline ratios, quoted through paper.numbers (printed and from its table); ours
+    # need Pipeline-128, not planned in this subset (judged: test_the_headline_ratios_are_judged)
+    (ratio,) = [x for x in md.splitlines() if x.startswith("| 128 partitions: transformer_lm")]
+    assert ratio.endswith("| 298× | 297.3× |")
+    # the page opens with its verdicts: the claims of paper.claims.table1
+    after = md.split("\n# Table 1")[-1].split("\n\n")  # after the title (and any warning)
+    assert after[1].startswith("The paper's claims this page judges"), after[:2]
     # one unit: GiB, never 10^9-byte "G" figures
     assert "GiB" in md and not re.search(r"\d\.\d\dG\b", md)
     # the allocator check: every stage of K = 1 and 2, remat never and always, within 15%
@@ -88,10 +104,10 @@ def test_transformer_columns_report(tmp_path):
     assert all(abs(float(r["error"])) < 0.15 for r in alloc), alloc
     assert "## The planner against the allocator" in md
     # the XLA-like accounting mode is labelled and keeps less than eager accounting
-    row = next(x for x in md.splitlines() if x.startswith("| transformer_lm | "))
+    row = next(x for x in md.splitlines() if x.startswith("| transformer_lm | fp32 | "))
     cells = [c.strip() for c in row.split("|")]
-    eager, xla = (float(cells[i].removesuffix(" GiB")) for i in (2, 4))
-    assert xla < eager and "XLA-like accounting (a labelled estimate" in md
+    eager, xla_ = (float(cells[i].removesuffix(" GiB")) for i in (3, 5))
+    assert xla_ < eager and "XLA-like accounting (a labelled estimate" in md
     assert (tmp_path / "table1.png").stat().st_size > 1000
     again = tmp_path / "again"  # the page is a function of the csv files (and its provenance)
     assert main(["table1", "--from", str(tmp_path / "results.csv"), "--out", str(again)]) == 0
@@ -185,3 +201,48 @@ def test_the_largest_amoebanet_that_fits_is_maximal(label, precision):
     found = plan_column(column, (L, D), precision)
     assert found.fits and max(found.totals) == int(row["largest_max_stage_total_bytes"])
     assert not plan_column(column, (L, D + 8), precision).fits, (label, precision, D)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_xla_like_accounting_drops_exactly_the_groups_the_breakdown_names(precision):
+    """The planner's XLA-like Naive-1 (``memory.table1``) and the saved tensors' breakdown without
+    ``FUSED_AWAY``'s groups (``memory.breakdown``, the page's table) are the same bytes."""
+    from gpipe_repro.memory.breakdown import fused_away, transformer_groups
+
+    column = next(c for c in COLUMNS if c.model == "transformer_lm" and c.label == "Naive-1")
+    eager = plan_column(column, precision=precision)
+    xla = plan_column(column, precision=precision, accounting="xla-like")
+    groups = transformer_groups(column.size[0], column.batch, precision)
+    dropped = sum(g.nbytes for g in groups if fused_away(g.kind, g.dtype))
+    assert dropped > 0
+    assert sum(eager.activation) - sum(xla.activation) == pytest.approx(dropped, rel=1e-6)
+    with pytest.raises(ValueError, match="accounting='fused'; allowed: eager, xla-like"):
+        plan_column(column, precision=precision, accounting="fused")
+
+
+def test_the_headline_ratios_are_judged_per_accounting():
+    """§3's ratios the way the paper computed them (largest over Naive-1's largest), ours per
+    precision and accounting, each with the rule's verdict against the printed ratio."""
+    from dataclasses import replace
+
+    from gpipe_repro.paper.rows import read_csv
+    from gpipe_repro.paper.table1.findings import headline, ratios
+    from gpipe_repro.paper.table1.planned import ResultRow
+
+    rows = [r for r in read_csv(REPORT / "results.csv", ResultRow) if r.model == "transformer_lm"]
+    # an XLA-like Naive-1 that holds the paper's 282.2M: the ratio becomes the paper's
+    top = next(r for r in rows if r.column == "Pipeline-128" and r.precision == "fp32")
+    naive = next(r for r in rows if r.column == "Naive-1" and r.precision == "fp32")
+    xla = [
+        replace(top, accounting="xla-like"),
+        replace(
+            naive, accounting="xla-like", largest_param_count=round(top.largest_param_count / 298)
+        ),
+    ]
+    (r,) = [x for x in ratios(rows + xla) if x.note == "128 partitions"]
+    assert r.printed == 298 and r.ours[("fp32", "xla-like")] == pytest.approx(298, rel=1e-3)
+    head, cells = headline(rows + xla)
+    (row,) = [c for c in cells if c[0].startswith("128 partitions")]
+    by = dict(zip(head, row))
+    assert by["ours, fp32, XLA-like"].endswith("(reproduced (simulated only))")
+    assert by["ours, fp32"].endswith("(not reproduced)")  # eager: Naive-1 holds far less

@@ -9,9 +9,9 @@ import pytest
 
 from gpipe_repro.config.compose import compose
 from gpipe_repro.paper.numbers import throughput
-from gpipe_repro.paper.throughput import build_rows
 from gpipe_repro.paper.throughput_findings import label
 from gpipe_repro.paper.throughput_gpu import gpu_cells
+from gpipe_repro.paper.throughput_norm import build
 from gpipe_repro.runplan.costing import model_key, workload
 from gpipe_repro.runplan.plan import plan_model
 from gpipe_repro.sim.costs import Link
@@ -66,7 +66,7 @@ def test_a_committed_profile_adds_a_labelled_series_of_the_papers_grid(tiny_prof
     hw = {c.row.hardware for c in cells}
     assert hw == {f"measured on {cache.device_name('cpu')}"}
     assert label(cells[0].row).startswith("simulated from per-layer costs measured on ")
-    rows = build_rows(cells, 2, (2, 1))  # the table normalises the series like any other
+    rows = build(cells, 2)  # the table normalises the series like any other
     ref = next(r for r in rows if (r.K, r.M) == (2, 1))
     assert ref.normalized == pytest.approx(1.0) and all(r.normalized for r in rows)
     # the cells are the profile's: twice the measured costs, twice every step

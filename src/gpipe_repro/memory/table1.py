@@ -12,12 +12,18 @@ saved-tensor accounting the paper's table reports (GPipe §3) and the engine's m
 micro-batch's working set (``memory.working``), which every other plan counts, is left out here
 (``peak_activation_bytes(working=False)``; nothing measures it), so the columns stay comparable
 with the paper's and with the committed report.
+
+``accounting``: ``eager`` counts every tensor autograd saves, as eager PyTorch keeps them (the
+engine's own accounting); ``xla-like`` leaves out the saved tensors a compiler fusing element-wise
+work into its neighbours would not keep (``memory.breakdown.FUSED_AWAY``: ReLU outputs, max-pool
+indices, padded copies, the loss's log-probabilities, normalisation statistics) — a labelled
+estimate of what the paper measured under XLA on TPUs, not a measurement of XLA.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,7 +33,14 @@ from ..engine.partition import balance_by_cost
 from ..models import class_planning_loss, token_planning_loss
 from ..models.amoebanet import amoebanet_layers
 from ..models.transformer import transformer_lm_layers
-from .activations import StageActivation, measure_stage, peak_activation_bytes, state_bytes
+from .activations import (
+    Saved,
+    StageActivation,
+    measure_stage,
+    peak_activation_bytes,
+    state_bytes,
+)
+from .breakdown import fused_away
 
 __all__ = [
     "Column",
@@ -38,9 +51,26 @@ __all__ = [
     "plan_column",
     "largest",
     "GiB",
+    "ACCOUNTINGS",
 ]
 
 GiB = 2**30
+ACCOUNTINGS = ("eager", "xla-like")
+
+
+def _measure(
+    layers: Any, x: Any, loss: Any, precision: str, accounting: str
+) -> tuple[StageActivation, Any]:
+    """``measure_stage`` (no working set) under ``accounting``: ``xla-like`` drops the saved
+    tensors ``memory.breakdown.fused_away`` names from the stage's saved bytes."""
+    if accounting not in ACCOUNTINGS:
+        raise ValueError(f"accounting={accounting!r}; allowed: {', '.join(ACCOUNTINGS)}")
+    detail: list[Saved] | None = [] if accounting == "xla-like" else None
+    a, y = measure_stage(layers, x, loss, precision, detail, working=False)
+    if detail:
+        dropped = sum(s.nbytes for s in detail if not s.weight_copy and fused_away(s.kind, s.dtype))
+        a = replace(a, saved=a.saved - dropped)
+    return a, y
 
 
 @dataclass(frozen=True)
@@ -159,6 +189,7 @@ def plan_amoebanet(
     classes: int = 1000,
     balance: list[int] | None = None,
     precision: str = "fp32",
+    accounting: str = "eager",
 ) -> Plan:
     """AmoebaNet-D(L, D): measure each layer at 2 samples, partition, measure each stage."""
     check_micro_batches(N, M)
@@ -172,12 +203,8 @@ def plan_amoebanet(
     y: Any = x
     for i, layer in enumerate(layers):
         inputs.append(y)
-        a, y = measure_stage(
-            [layer],
-            y,
-            class_planning_loss if i == len(layers) - 1 else None,
-            precision,
-            working=False,
+        a, y = _measure(
+            [layer], y, class_planning_loss if i == len(layers) - 1 else None, precision, accounting
         )
         a = a.scaled(n / 2)
         costs.append(
@@ -187,12 +214,12 @@ def plan_amoebanet(
     balance = balance or balance_by_cost(costs, K)
     acts, start = [], 0
     for k, b in enumerate(balance):
-        a, _ = measure_stage(
+        a, _ = _measure(
             layers[start : start + b],
             inputs[start],
             class_planning_loss if k == K - 1 else None,
             precision,
-            working=False,
+            accounting,
         )
         acts.append(a.scaled(n / 2))
         start += b
@@ -201,7 +228,9 @@ def plan_amoebanet(
 
 
 @functools.cache
-def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str = "fp32") -> dict:
+def _transformer_pieces(
+    d: int, H: int, A: int, V: int, S: int, precision: str = "fp32", accounting: str = "eager"
+) -> dict:
     """Per-sequence activation pieces of a Transformer-L stage, measured once on a 2-layer model.
 
     All L layers are identical, so a stage of n layers costs the 1-layer stage plus (n-1) times
@@ -213,7 +242,7 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
 
     loss = token_planning_loss
 
-    _, h = measure_stage([E], tok, None, precision, working=False)
+    _, h = _measure([E], tok, None, precision, accounting)
     pieces = {}
     for emb in (False, True):
         for soft in (False, True):
@@ -223,8 +252,8 @@ def _transformer_pieces(d: int, H: int, A: int, V: int, S: int, precision: str =
                 seq = ([E] if emb else []) + list(layers[1 : 1 + nl]) + ([Sm] if soft else [])
                 if not seq:
                     continue
-                a, _ = measure_stage(
-                    seq, tok if emb else h, loss if soft else None, precision, working=False
+                a, _ = _measure(
+                    seq, tok if emb else h, loss if soft else None, precision, accounting
                 )
                 pieces[(emb, soft, nl)] = a
     params = {"embed": _nparams(E), "layer": _nparams(layers[1]), "softmax": _nparams(Sm)}
@@ -258,9 +287,10 @@ def plan_transformer(
     S: int = 1024,
     balance: list[int] | None = None,
     precision: str = "fp32",
+    accounting: str = "eager",
 ) -> Plan:
     check_micro_batches(N, M)
-    info = _transformer_pieces(d, H, A, V, S, precision)
+    info = _transformer_pieces(d, H, A, V, S, precision, accounting)
     pieces, p = info["pieces"], info["params"]
     n = N / M
     params = [p["embed"]] + [p["layer"]] * L + [p["softmax"]]
@@ -301,18 +331,22 @@ def plan_transformer(
     return _finish(K, M, checkpoint, schedule, budget, params, acts, balance, costs, names)
 
 
-def plan_column(c: Column, size: tuple[int, int] | None = None, precision: str = "fp32") -> Plan:
+def plan_column(
+    c: Column,
+    size: tuple[int, int] | None = None,
+    precision: str = "fp32",
+    accounting: str = "eager",
+) -> Plan:
     L, D = size or c.size
+    kw: dict[str, Any] = dict(precision=precision, accounting=accounting)
     if c.model == "amoebanet_d":
-        return plan_amoebanet(
-            L, D, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision
-        )
-    return plan_transformer(
-        L, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, precision=precision
-    )
+        return plan_amoebanet(L, D, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, **kw)
+    return plan_transformer(L, c.K, c.M, c.checkpoint, c.batch, c.budget, c.schedule, **kw)
 
 
-def largest(c: Column, precision: str = "fp32") -> tuple[tuple[int, int], Plan] | None:
+def largest(
+    c: Column, precision: str = "fp32", accounting: str = "eager"
+) -> tuple[tuple[int, int], Plan] | None:
     """Binary search of the largest D (AmoebaNet, multiples of 8, at the paper's L) or L
     (Transformer) whose plan fits; None when even the smallest does not."""
     L0, _ = c.size
@@ -327,13 +361,13 @@ def largest(c: Column, precision: str = "fp32") -> tuple[tuple[int, int], Plan] 
         def size_of(i: int) -> tuple[int, int]:
             return (i, 0)
 
-    first = plan_column(c, size_of(lo), precision)
+    first = plan_column(c, size_of(lo), precision, accounting)
     if not first.fits:
         return None
     best = (size_of(lo), first)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        p = plan_column(c, size_of(mid), precision)
+        p = plan_column(c, size_of(mid), precision, accounting)
         if p.fits:
             lo, best = mid, (size_of(mid), p)
         else:

@@ -100,8 +100,9 @@ class Artefact(ABC, Generic[R]):
 
 class SweepArtefact(Artefact[R]):
     """An artefact of one ``gpipe-run`` sweep made of three functions of its module: the report
-    from the sweep's folder, the page from the rows and provenance, the plot from the rows
-    (``page``: the files' name, default the artefact's)."""
+    from the sweep's folder, the page from the rows, the provenance and the output folder (where its
+    CSV is, which the claims it judges read: ``paper.claims``), the plot from the rows (``page``:
+    the files' name, default the artefact's)."""
 
     sweep = True
 
@@ -111,7 +112,7 @@ class SweepArtefact(Artefact[R]):
         row: type,
         about: str,
         collect: Callable[[Path], Report[R]],
-        markdown: Callable[[list[R], Provenance], str],
+        markdown: Callable[[list[R], Provenance, Path], str],
         plot: Callable[[list[R], Path], None],
         page: str | None = None,
     ) -> None:
@@ -130,7 +131,7 @@ class SweepArtefact(Artefact[R]):
         return self._collect(source)
 
     def markdown(self, report: Report[R], out: Path) -> str:
-        return self._markdown(report.rows, report.provenance)
+        return self._markdown(report.rows, report.provenance, out)
 
     def plot(self, report: Report[R], path: Path) -> None:
         self._plot(report.rows, path)

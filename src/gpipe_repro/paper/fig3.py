@@ -21,8 +21,10 @@ from typing import Any
 
 from ..metrics.contract import RunMetrics
 from .artefact import Report, SweepArtefact
+from .claims import LEAD, answers
 from .plot import figure
 from .provenance import Provenance
+from .rows import later
 from .runs import failures, job_times, read_sweep, wall_time
 from .stats import RELATIVE_EFFECT, RULE, Sample, compare, sample
 from .template import render
@@ -58,6 +60,7 @@ class Fig3Row:
     started: float | None = None  # unix seconds (``runs.job_times``)
     ended: float | None = None
     error: str | None = None
+    vocab: int | None = later()  # the data's vocabulary (pieces): a uniform guess scores ln(vocab)
 
 
 def label(m: Model) -> str:
@@ -86,6 +89,7 @@ def _rows_of(job: str, m: RunMetrics, folder: Path) -> list[Fig3Row]:
         started=started,
         ended=ended,
         error=error,
+        vocab=(m.data or {}).get("vocab_size"),
     )
     if not langs:
         return [Fig3Row(**base)]
@@ -211,9 +215,9 @@ def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
+def markdown(rows: Sequence[Fig3Row], prov: Provenance, out: Path) -> str:
     title = "Fig. 3 — many->English BLEU per language vs model capacity"
-    return render("fig3", prov, title, **summary(rows))
+    return render("fig3", prov, title, answers("fig3", out), LEAD, **summary(rows))
 
 
 def _curve(

@@ -26,16 +26,22 @@ class Quote:
         return f"{self.value:g}" + (f" ({self.note})" if self.note else "")
 
 
+# Table 1's memory columns in bytes, each half in its own unit: AmoebaNet's "GB" are 10^9 bytes (its
+# Pipeline-1, -2 and -4 parameter memory are 12 bytes x their parameters in 10^9 bytes, within 1%),
+# the Transformer's "G" are GiB, 2^30 bytes (its Pipeline-1, -8, -32 and -128 parameter memory are 12
+# bytes x their parameters in GiB within 0.5%, 8.8 for 785.8M; tests/paper/test_numbers.py). Parameter
+# memory: weights, gradients and optimiser state; activation memory: the peak, over accelerators.
+UNITS = {"amoebanet_d": 1e9, "transformer_lm": 2.0**30}
+
+
 def _table1(
     model: str, column: str, params: float, param_mem: float, act_mem: float
 ) -> list[Quote]:
-    row = f"{model} {column}"
+    row, unit = f"{model} {column}", UNITS[model]
     return [
         Quote(1, row, "parameters", params),
-        Quote(1, row, "parameter memory", param_mem),  # bytes (its "GB" read as 10^9): weights,
-        Quote(
-            1, row, "activation memory", act_mem
-        ),  # gradients, optimiser; peak, over accelerators
+        Quote(1, row, "parameter memory", param_mem * unit),
+        Quote(1, row, "activation memory", act_mem * unit),
     ]
 
 
@@ -55,19 +61,18 @@ def _table4(
     ]
 
 
-G = 1e9
 QUOTES: tuple[Quote, ...] = (
-    # Table 1: AmoebaNet-D on TPUv2 (8 GB), Transformer-L on TPUv3 (16 GB).
-    *_table1("amoebanet_d", "Naive-1", 82e6, 1.05 * G, 6.26 * G),
-    *_table1("amoebanet_d", "Pipeline-1", 318e6, 3.8 * G, 3.46 * G),
-    *_table1("amoebanet_d", "Pipeline-2", 542e6, 6.45 * G, 8.11 * G),
-    *_table1("amoebanet_d", "Pipeline-4", 1.05e9, 12.53 * G, 15.21 * G),
-    *_table1("amoebanet_d", "Pipeline-8", 1.8e9, 24.62 * G, 26.24 * G),
-    *_table1("transformer_lm", "Naive-1", 282.2e6, 11.7 * G, 3.15 * G),
-    *_table1("transformer_lm", "Pipeline-1", 785.8e6, 8.8 * G, 6.4 * G),
-    *_table1("transformer_lm", "Pipeline-8", 5.3e9, 59.5 * G, 50.9 * G),
-    *_table1("transformer_lm", "Pipeline-32", 21.0e9, 235.1 * G, 199.9 * G),
-    *_table1("transformer_lm", "Pipeline-128", 83.9e9, 937.9 * G, 796.1 * G),
+    # Table 1: AmoebaNet-D on TPUv2 (8 GB), Transformer-L on TPUv3 (16 GB); memory in UNITS.
+    *_table1("amoebanet_d", "Naive-1", 82e6, 1.05, 6.26),
+    *_table1("amoebanet_d", "Pipeline-1", 318e6, 3.8, 3.46),
+    *_table1("amoebanet_d", "Pipeline-2", 542e6, 6.45, 8.11),
+    *_table1("amoebanet_d", "Pipeline-4", 1.05e9, 12.53, 15.21),
+    *_table1("amoebanet_d", "Pipeline-8", 1.8e9, 24.62, 26.24),
+    *_table1("transformer_lm", "Naive-1", 282.2e6, 11.7, 3.15),
+    *_table1("transformer_lm", "Pipeline-1", 785.8e6, 8.8, 6.4),
+    *_table1("transformer_lm", "Pipeline-8", 5.3e9, 59.5, 50.9),
+    *_table1("transformer_lm", "Pipeline-32", 21.0e9, 235.1, 199.9),
+    *_table1("transformer_lm", "Pipeline-128", 83.9e9, 937.9, 796.1),
     # §3's headline ratios, as printed: the largest model of a column over Naive-1's.
     Quote(1, "ratio", "amoebanet_d Pipeline-1", 3.9, "remat alone"),
     Quote(1, "ratio", "amoebanet_d Pipeline-8", 25, "8 accelerators"),

@@ -7,7 +7,10 @@ the very values it was first rendered from. A number written as an integer reads
 in a float column), so a read and a write give the same bytes. A column the
 file lacks reads as the field's default, or None (a CSV written before the column existed); a file
 that also has columns the row does not know is another table, refused. A field named after a Python
-keyword takes a trailing underscore (``pass_``), which its column drops (``pass``).
+keyword takes a trailing underscore (``pass_``), which its column drops (``pass``). A column added
+to a row type after reports were made (a trailing field ``later()``: None by default) is written only
+when some row has a value in it, so a report made before the column existed re-renders to the same
+bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Sequence
-from dataclasses import MISSING, Field, astuple, fields, replace
+from dataclasses import MISSING, Field, astuple, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_type_hints
 
@@ -29,11 +32,35 @@ def columns(row_type: type) -> list[str]:
     return [f.name.rstrip("_") for f in fields(row_type)]
 
 
+LATER = "later"  # a field's metadata key: a column added after reports were made
+
+
+def later() -> Any:
+    """A trailing field added after reports were made: None by default, its column written only
+    when some row has a value."""
+    return field(default=None, metadata={LATER: True})
+
+
+def written(row_type: type, rows: Sequence[Any]) -> int:
+    """How many of ``row_type``'s columns ``write_csv`` writes for ``rows``: all but the trailing
+    ``later()`` fields that are None in every row."""
+    fs = fields(row_type)
+    n = len(fs)
+    while (
+        n
+        and fs[n - 1].metadata.get(LATER)
+        and all(getattr(r, fs[n - 1].name) is None for r in rows)
+    ):
+        n -= 1
+    return n
+
+
 def write_csv(path: Path, row_type: type, rows: Sequence[Any]) -> None:
+    n = written(row_type, rows)
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(columns(row_type))
-        w.writerows(["" if v is None else v for v in astuple(r)] for r in rows)
+        w.writerow(columns(row_type)[:n])
+        w.writerows(["" if v is None else v for v in astuple(r)[:n]] for r in rows)
 
 
 def read_csv(path: Path, row_type: type[Row]) -> list[Row]:

@@ -3,8 +3,11 @@
 Collect: every job's ``metrics.json`` (``paper.runs``). Rows: ``SweepRow``; the throughput of each
 series (one model on one hardware with one batch mode) normalised to its smallest (K, M), as the
 paper's Table 2 does, and the speed-up over K = 1 at the same M beside GPipe's ideal
-K·M/(M+K-1) = K·(1 - bubble) (§2.3: only the bubble is lost). Render: ``results.md`` and
-``results.png`` (throughput and measured bubble against M, the ideal bubble dotted).
+K·M/(M+K-1) = K·(1 - bubble) (§2.3: only the bubble is lost). Render: ``templates/sweep.md.j2``
+(``results.md``: it opens with the verdicts of the claims judged on this sweep — the demo's,
+``paper.claims.algorithm`` — or, for one sweep of a table, where that table judges them; the table
+through ``markdown.table``; GPipe's claims read off the sweep) and ``results.png`` (throughput and
+measured bubble against M, the ideal bubble dotted).
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from ..engine.schedule import bubble_fraction
 from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Report, SweepArtefact
+from .claims import LEAD, answers, of
+from .markdown import table
 from .plot import figure
 from .provenance import Provenance
 from .runs import read_sweep
+from .template import render
 
 
 @dataclass
@@ -224,13 +230,10 @@ def _shown(rows: Sequence[SweepRow]) -> list[tuple[str, str]]:
 
 
 def markdown_table(rows: Sequence[SweepRow]) -> str:
+    """The sweep's table (``markdown.table``), a ``|`` in a cell (an error's text) made a ``/``."""
     cols = _shown(rows)
-    head = "| " + " | ".join(h for _, h in cols) + " |"
-    body = [
-        "| " + " | ".join(_fmt(getattr(r, c), c).replace("|", "/") for c, _ in cols) + " |"
-        for r in rows
-    ]
-    return "\n".join([head, "|" + "---|" * len(cols), *body])
+    cells = [[_fmt(getattr(r, c), c).replace("|", "/") for c, _ in cols] for r in rows]
+    return table([h for _, h in cols], cells)
 
 
 def checks(rows: Sequence[SweepRow]) -> list[str]:
@@ -362,12 +365,30 @@ def plot(rows: Sequence[SweepRow], path: Path, title: str) -> None:
         fig.suptitle(title)
 
 
-def page(name: str, rows: Sequence[SweepRow], prov: Provenance) -> str:
-    """The sweep's page: the provenance, the table, GPipe's claims read off it."""
-    head = "\n".join(prov.page(name))
-    found = checks(rows)
-    tail = "\n\n## GPipe's claims in this sweep\n\n" + "\n".join(found) if found else ""
-    return f"{head}\n\n{markdown_table(rows)}\n{tail}\n"
+def _parent(name: str) -> str | None:
+    """The table a sweep is one of (``table2_amoebanet`` -> ``table2``), if it judges claims."""
+    parent = name.split("_")[0]
+    return parent if parent != name and of(parent) else None
+
+
+def page(name: str, rows: Sequence[SweepRow], prov: Provenance, out: Path) -> str:
+    """The sweep's page: its answer (the verdicts of the claims judged on it, or where its table
+    judges them), the provenance, the table, GPipe's claims read off it."""
+    parent = _parent(name)
+    if parent:
+        judged, lead = (
+            [],
+            (
+                f"No claim is judged on this page: it is one sweep of {parent}, whose page "
+                f"[{parent}.md](../{parent}/{parent}.md) judges the paper's claims from it."
+            ),
+        )
+    else:
+        judged = answers(name, out)
+        lead = LEAD if judged else ""
+    return render(
+        "sweep", prov, name, judged, lead, table=markdown_table(rows), checks=checks(rows)
+    )
 
 
 def _collect(sweep: Path) -> Report[SweepRow]:

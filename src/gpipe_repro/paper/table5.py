@@ -5,12 +5,14 @@ of M micro-batches of the same size, M = 1, 2, 4, for 4U, 2U and U updates: the 
 Collect: every job's ``metrics.json``: its end (test split) and its learning curve (dev split, every
 ``train.eval_every`` updates) as rows. Two series, each mean ± sd over seeds per batch size:
 
-- **token-matched** (the runs at their ends, the same tokens seen): the paper's claim is judged here;
 - **same updates** (the paper's design: every run at update U, the largest batch's last update, read
-  from the dev curves): a bigger batch has also seen more data, so this series is shown, not judged.
+  from the dev curves): the paper's claim is judged here, on its own design;
+- **token-matched** (the runs at their ends, the same tokens seen): the confound of that design — a
+  bigger batch at the same updates has also seen more data —, judged apart.
 
 Each step of a trend is judged by ``paper.stats`` (the effect in question: the paper's relative
-change between the same two rows, applied to our mean). The sweep's wall time is measured from the
+change between the same two rows, applied to our mean), each series' verdict by
+``verdict.seeded`` — the same rule as the scorecard's (``paper.claims.translation``). The sweep's wall time is measured from the
 jobs' files (first job start to last job end). Render: ``table5.md``, ``table5.png`` (the series and
 the dev-NLL learning curves against tokens and updates). Ours are measured; the paper's are quoted
 (``paper.numbers``).
@@ -25,12 +27,14 @@ from typing import Any
 
 from . import runs
 from .artefact import Report, SweepArtefact
+from .claims import LEAD, answers
 from .numbers import quote, rows
 from .plot import figure
 from .provenance import Provenance
 from .runs import Job, failures, job_times, read_sweep
-from .stats import RULE, Sample, sample, trend
+from .stats import RULE, Comparison, Sample, compare, sample, trend
 from .template import render
+from .verdict import seeded
 
 PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
 END, DEV = "test", "dev"  # a row: a run's end (test split) or one of its curve points (dev split)
@@ -139,19 +143,39 @@ def paper_row(rank: int) -> str | None:
     return PAPER[rank] if rank < len(PAPER) else None
 
 
+METRICS = (("bleu", "BLEU", True), ("nll", "NLL", False))  # (row field, name, higher is better)
+
+
+def _effects(points: Sequence[Point], metric: str, name: str) -> list[float | None]:
+    """Each step's effect in question: the paper's relative step between the same rows, applied
+    to our mean."""
+    paper = [paper_row(i) for i in range(len(points))]
+    return [
+        None if a is None or b is None else _paper_step(a, b, name) * p.of(metric).mean
+        for a, b, p in zip(paper, paper[1:], points)
+    ]
+
+
 def trends(points: Sequence[Point]) -> list[tuple[str, str, bool | None]]:
     """Per metric (BLEU, NLL): the trend over the batch sizes in one sentence and its verdict
     (``stats.trend``), each step against the paper's relative step between the same rows."""
     labels = [f"{p.batch_tokens:,}" for p in points]
     out = []
-    for metric, name, higher in (("bleu", "BLEU", True), ("nll", "NLL", False)):
-        paper = [paper_row(i) for i in range(len(points))]
-        effects = [  # the paper's relative step, on our scale
-            None if a is None or b is None else _paper_step(a, b, name) * p.of(metric).mean
-            for a, b, p in zip(paper, paper[1:], points)
-        ]
+    for metric, name, higher in METRICS:
+        effects = _effects(points, metric, name)
         text, ok = trend([p.of(metric) for p in points], labels, name, higher, effects)
         out.append((name, text, ok))
+    return out
+
+
+def comparisons(points: Sequence[Point]) -> list[tuple[Comparison, int]]:
+    """Every step of both trends as ``paper.stats`` compares it (the same as ``trends``), with the
+    sign the paper's claim expects of its difference (+1: BLEU rises, -1: NLL falls)."""
+    out = []
+    for metric, name, higher in METRICS:
+        effects = _effects(points, metric, name)
+        for a, b, e in zip(points, points[1:], effects):
+            out.append((compare(a.of(metric), b.of(metric), e), 1 if higher else -1))
     return out
 
 
@@ -194,7 +218,8 @@ def summary(rows: Sequence[Table5Row]) -> dict[str, Any]:
         "wall": wall_time(rows),
         "same_config": config,
         "updates": updates(rows),
-        **{k: {"cells": _cells(ps), "trends": trends(ps)} for k, ps in series_of.items()},
+        **{k: {"cells": _cells(ps), "trends": trends(ps), "verdict": seeded(comparisons(ps))}
+           for k, ps in series_of.items()},  # fmt: skip
         "rule": RULE,
         "failed": failures((r.job, r.status, r.error) for r in rows),
         "signatures": sorted({r.bleu_signature for r in ok if r.bleu_signature}),
@@ -203,8 +228,9 @@ def summary(rows: Sequence[Table5Row]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
-    return render("table5", prov, "Table 5 — batch size (tokens) vs BLEU and NLL", **summary(rows))
+def markdown(rows: Sequence[Table5Row], prov: Provenance, out: Path) -> str:
+    title = "Table 5 — batch size (tokens) vs BLEU and NLL"
+    return render("table5", prov, title, answers("table5", out), LEAD, **summary(rows))
 
 
 def curves(rows: Sequence[Table5Row]) -> dict[int, list[tuple[int, float, float]]]:

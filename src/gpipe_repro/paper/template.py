@@ -1,13 +1,15 @@
 """A page from its template: ``templates/<name>.md.j2`` filled from an artefact's summary by Jinja2.
 
 A template holds a page's prose and reads every number from the summary it is given (``s``) and the
-provenance's first lines (``head``); tables come from ``table`` and numbers from the formatters of
+page's first lines (``head``: the title, the page's answer — the verdicts of what it judges,
+``templates/answers.md.j2`` — and the provenance); tables come from ``table`` and numbers from the formatters of
 ``markdown``, both available in the template under the same names. Blocks are trimmed
 (``trim_blocks``, ``lstrip_blocks``) so a ``{% if %}`` line leaves no line of its own in the page.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -34,8 +36,23 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render(name: str, prov: Provenance, title: str, **context: Any) -> str:
-    """``templates/<name>.md.j2`` with ``head`` (the provenance's lines under ``title``) and
-    ``context`` (an artefact's summary)."""
-    head = "\n".join(prov.page(title))
+def answer(answers: Sequence[Any], lead: str) -> str:
+    """A page's answer: ``lead`` and one line per verdict (``claims.Answer``); ``lead`` alone for
+    none (it says where the verdicts are), nothing without either."""
+    if not answers:
+        return lead
+    return _environment().get_template("answers.md.j2").render(answers=answers, lead=lead)
+
+
+def render(
+    name: str,
+    prov: Provenance,
+    title: str,
+    answers: Sequence[Any] = (),
+    lead: str = "",
+    **context: Any,
+) -> str:
+    """``templates/<name>.md.j2`` with ``head`` (``title``, the page's ``answers`` under ``lead``,
+    the provenance) and ``context`` (an artefact's summary)."""
+    head = "\n".join(prov.page(title, answer(answers, lead)))
     return _environment().get_template(f"{name}.md.j2").render(head=head, **context)

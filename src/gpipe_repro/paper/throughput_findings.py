@@ -1,10 +1,14 @@
 """What the page of Table 2 or 3 says, from its rows (``paper.throughput`` builds them), and its plot.
 
-Per model: the paper's number beside every series' normalised throughput with the ratio and the fits
-flag, then one table per series with the cell's batch, micro-batch, whether it fits, its factors and
-the sentence that says why it differs; then the simulator's studies (``paper.throughput_sim``) with
-the statements their rows support (``templates/throughput.md.j2`` words them). The plot draws every
-series against K beside the paper and the bubble bound.
+The page opens with the verdicts of the claims the table judges (``paper.claims.throughput``). Per
+model: the paper's number beside every series of the paper's design (measured on K GPUs where they
+ran; else simulated with the batch adjusted to fit memory, the paper's wording) with the ratio and the
+fits flag, all under one normalisation, the paper's (``throughput_norm``); then one table per series
+with the cell's batch, micro-batch, whether it fits, its factors and the sentence that says why it
+differs. Other designs — a fixed batch as configured, the planner's pick per K — follow as named
+studies, and the simulator's studies (``paper.throughput_sim``) with the statements their rows
+support (``templates/throughput.md.j2`` words them). The plot draws every series against K beside
+the paper and the bubble bound.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from .plot import figure
 from .provenance import Provenance
 from .template import render
 from .validate_hw.flags import MARK, Anchoring
+from .verdict import TOLERANCE, within
 
 LINK_OK = 0.95  # "not the bottleneck": at least this share of the free link's throughput
 DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
@@ -67,34 +72,61 @@ def _series(r: Any, anchors: Anchoring) -> list[Any]:
             num(r.paper_normalized), num(r.ratio), *map(num, factors), r.why]  # fmt: skip
 
 
-def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> dict[str, Any]:
-    """One model's tables: the paper beside every series (but the planner's, one M per K, shown
-    below alone), the normaliser of each, the footnotes of marked cells, each series' own table."""
-    every = list(dict.fromkeys(label(r) for r in rows))
-    labels = [lb for lb in every if BATCH["planner"] not in lb]
+def design(r: Any) -> bool:
+    """Whether a row's series is the paper's design: measured on K GPUs, or the batch adjusted to
+    fit memory ("batch size was adjusted to fit memory if necessary")."""
+    return r.source == "measured" or r.batch_mode == "fit"
+
+
+def _normaliser(rows: Sequence[Any], lb: str, paper_ref: str) -> str:
+    refs = sorted({r.reference for r in rows if label(r) == lb and r.reference})
+    if not refs:
+        return "no cell ran"
+    if refs == [paper_ref]:
+        return f"normalised to {paper_ref}, the paper's"
+    return f"normalised to {', '.join(refs)}: {paper_ref} did not run (the paper's numbers re-normalised to it)"
+
+
+def _grid(
+    rows: Sequence[Any], labels: Sequence[str], table: int, anchors: Anchoring
+) -> dict[str, Any]:
     paper = throughput(table, rows[0].model)
     at = {(label(r), r.K, r.M): r for r in reversed(rows)}  # the first of each, as the page reads
-    notes = []
-    for lb in every:
-        refs = {r.reference for r in rows if label(r) == lb and r.reference}
-        notes.append((lb, f"normalised to {', '.join(sorted(refs))}" if refs else "no cell fits"))
+    return {
+        "head": ["M", "K", "paper", *(c for lb in labels for c in (f"ours: {lb}", "ratio"))],
+        "cells": [
+            [M, K, f"{paper[(K, M)]:g}",
+             *(c for lb in labels for c in _cells(at.get((lb, K, M)), anchors))]
+            for K, M in sorted(paper, key=lambda km: (km[1], km[0]))
+        ],
+    }  # fmt: skip
+
+
+def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> dict[str, Any]:
+    """One model's tables: the paper beside every series of its design, the normaliser of each,
+    the footnotes of marked cells, each series' own table; then the studies' series (a fixed batch:
+    the same grid; the planner's pick, one M per K: its own table alone)."""
+    paper_ref = "K=2, M=1" if table == 2 else "K=2, M=32"
+    every = list(dict.fromkeys(label(r) for r in rows))
+    main = [lb for lb in every if any(design(r) for r in rows if label(r) == lb)]
+    fixed = [lb for lb in every if lb not in main and BATCH["planner"] not in lb]
+    planner = [lb for lb in every if BATCH["planner"] in lb]
     marked = dict.fromkeys((r.model, r.hardware) for r in rows if _mark(r, anchors))
+
+    def tables(lbs: Sequence[str]) -> list[tuple[str, list[list[Any]]]]:
+        return [(lb, [_series(r, anchors) for r in rows if label(r) == lb]) for lb in lbs]
+
     return {
         "name": name,
-        "head": ["M", "K", "paper", *(c for lb in labels for c in (lb, "ratio"))],
-        "cells": [
-            [
-                M,
-                K,
-                f"{paper[(K, M)]:g}",
-                *(c for lb in labels for c in _cells(at.get((lb, K, M)), anchors)),
-            ]
-            for K, M in sorted(paper, key=lambda km: (km[1], km[0]))
-        ],  # fmt: skip
-        "notes": notes,
+        **_grid(rows, main, table, anchors),
+        "notes": [(lb, _normaliser(rows, lb, paper_ref)) for lb in main],
         "footnotes": [anchors.why[p] for p in marked],
-        "series": [(lb, [_series(r, anchors) for r in rows if label(r) == lb]) for lb in every],
-    }
+        "series": tables(main),
+        "fixed": {**_grid(rows, fixed, table, anchors),
+                  "notes": [(lb, _normaliser(rows, lb, paper_ref)) for lb in fixed],
+                  "series": tables(fixed)} if fixed else None,
+        "planner": [(lb, _normaliser(rows, lb, paper_ref), t) for lb, t in tables(planner)],
+    }  # fmt: skip
 
 
 def _by_model(rows: Sequence[Any]) -> Iterator[tuple[str, list[Any], list[str]]]:
@@ -145,7 +177,9 @@ def _link(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: s
                 continue
             free = next((q for q in rs if q.variant == "free link" and q.K == r.K), None)
             agree = (
-                "contradicts" if abs((r.ratio or 1.0) - 1) > 0.10 else "agrees with (within 10%)"
+                f"within ±{TOLERANCE:.0%} of"
+                if within(r.normalized or 0, r.paper_normalized or 1)
+                else f"outside ±{TOLERANCE:.0%} of"
             )
             ours.append((r, agree, free))
         out.append({
@@ -227,17 +261,19 @@ def markdown(
     anchors: Anchoring | None = None,
     sims: Sequence[Any] = (),
     profile: str = "",
+    answers: Sequence[Any] = (),
+    lead: str = "",
 ) -> str:
     """The page; ``anchors``: validate-hw's judgement of the published profiles, a mark beside
     every cell that rests on one not anchored well enough (None: not judged); ``sims``: the
-    simulator's studies on ``profile``."""
+    simulator's studies on ``profile``; ``answers``: the verdicts it opens with."""
     anchors = anchors or Anchoring()
     models = [
         _model([r for r in rows if r.model == m], table, names[m], anchors)
         for m in dict.fromkeys(r.model for r in rows)
     ]
     page = render(
-        "throughput", prov, title, ref=ref, anchors=anchors, mark=MARK, models=models,
+        "throughput", prov, title, answers, lead, ref=ref, anchors=anchors, mark=MARK, models=models,
         studies=studies(sims, rows, names, profile), profile=profile, link_ok=LINK_OK,
     )  # fmt: skip
     return page.rstrip("\n") + "\n"

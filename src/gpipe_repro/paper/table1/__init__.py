@@ -15,6 +15,8 @@ from pathlib import Path
 
 from ...memory.table1 import COLUMNS, Column, GiB
 from ..artefact import Artefact, Report
+from ..claims import LEAD, answers
+from ..numbers import quote
 from ..plot import figure
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
@@ -111,7 +113,8 @@ class Table1(Artefact[ResultRow]):
             read_csv(out / "allocator.csv", AllocRow) if (out / "allocator.csv").exists() else []
         )
         s = summary(report.rows, saved, alloc)
-        md.write_text(render("table1", report.provenance, TITLE, **s))
+        judged = answers("table1", out)
+        md.write_text(render("table1", report.provenance, TITLE, judged, LEAD, **s))
         plot(report.rows, png)
         return [md, png]
 
@@ -122,17 +125,27 @@ def plot(rs: list[ResultRow], path: Path) -> None:
             (axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
             (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)"),
         ]:
-            sub = [r for r in rs if r.model == model and r.precision == "fp32"]
+            eager = [r for r in rs if (r.accounting or "eager") == "eager"]
+            sub = [r for r in eager if r.model == model and r.precision == "fp32"]
             xs = list(range(len(sub)))
-            ax.plot(xs, [r.paper_param_count for r in sub], "s--", label="paper")
-            for precision, style in (("fp32", "o-"), ("bf16", "^-")):
-                ours = {r.column: r for r in rs if r.model == model and r.precision == precision}
+            ax.plot(xs, [quote(1, f"{model} {r.column}", "parameters").value for r in sub], "s--",
+                    label="paper")  # fmt: skip
+            for precision, acct, style in (("fp32", "eager", "o-"), ("bf16", "eager", "^-"),
+                                           ("fp32", "xla-like", "o:"), ("bf16", "xla-like", "^:")):  # fmt: skip
+                ours = {
+                    r.column: r
+                    for r in rs
+                    if r.model == model
+                    and r.precision == precision
+                    and (r.accounting or "eager") == acct
+                }
                 if ours:
                     fit = [
                         ours[r.column].largest_param_count or 0 if r.column in ours else 0
                         for r in sub
                     ]
-                    ax.plot(xs, fit, style, label=f"ours, {precision}: largest that fits")
+                    what = precision + (", XLA-like" if acct == "xla-like" else "")
+                    ax.plot(xs, fit, style, label=f"ours, {what}: largest that fits")
             ax.set_xticks(xs, [r.column for r in sub], rotation=20)
             ax.set(yscale="log", ylabel="parameters", title=title)
             ax.legend(fontsize=7)

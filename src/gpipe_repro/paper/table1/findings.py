@@ -2,17 +2,28 @@
 CPU allocator against the plan, where and why ours differ from the paper, and the Naive-1 gap under
 an XLA-like accounting mode (``templates/table1.md.j2`` words them). No number is typed by hand: each
 is read or computed from the rows, so ``--from`` the CSV regenerates the same page.
+
+The paper's numbers are read from ``paper.numbers`` in the unit each half of its table uses
+(AmoebaNet's "GB" = 10^9 bytes, the Transformer's "G" = GiB: ``numbers.UNITS``), never from the
+CSV's ``paper_*`` columns (a CSV made before the units were read so holds 10^9 for both). Each of
+our rows is one precision under one accounting (``memory.table1.ACCOUNTINGS``; a row of a CSV from
+before the accounting column is ``eager``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...memory.breakdown import FUSED_AWAY, fused_away
 from ..markdown import gib, pct, ratio
-from ..numbers import QUOTES, quote
+from ..numbers import QUOTES, UNITS, quote
 from .planned import AllocRow, ResultRow, SavedRow
+
+BYTES_PER_PARAMETER = 12  # fp32 weights + gradients + RMSProp's one slot (GPipe §3: RMSProp)
+# Our rows, in the order the page shows them: (precision, accounting).
+KINDS = (("fp32", "eager"), ("bf16", "eager"), ("fp32", "xla-like"), ("bf16", "xla-like"))
 
 # Readable names for the (operation, dtype) groups of ``saved.csv`` (``memory.breakdown``).
 KIND_NAMES = {
@@ -43,6 +54,23 @@ def _count(n: float | None) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
+def accounting(r: ResultRow) -> str:
+    return r.accounting or "eager"
+
+
+def kind(r: ResultRow) -> tuple[str, str]:
+    return r.precision, accounting(r)
+
+
+def kind_label(precision: str, acct: str) -> str:
+    return precision + (", XLA-like" if acct == "xla-like" else "")
+
+
+def paper(model: str, column: str, what: str) -> float:
+    """The paper's number in bytes (memory) or parameters (``paper.numbers``)."""
+    return quote(1, f"{model} {column}", what).value
+
+
 def _size(r: ResultRow, L: str = "L", D: str = "D") -> str:
     return f"({getattr(r, L)}, {getattr(r, D)})" if r.model == "amoebanet_d" else str(getattr(r, L))
 
@@ -68,25 +96,28 @@ def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
         cells = []
         for col in dict.fromkeys(r.column for r in sub):
             p = [r for r in sub if r.column == col][0]
-            paper = _count(p.paper_param_count)
+            count = paper(model, col, "parameters")
+            pmem, pact = (
+                paper(model, col, "parameter memory"),
+                paper(model, col, "activation memory"),
+            )
             cells.append(
-                [col, "paper", _size(p), paper, gib(p.paper_param_memory_bytes),
-                 gib(p.paper_activation_bytes), "—", "—", f"{_size(p)}: {paper}", "—"]
+                [col, "paper (TPU)", _size(p), _count(count), gib(pmem), gib(pact),
+                 "—", "—", f"{_size(p)}: {_count(count)}", "—"]
             )  # fmt: skip
-            for r in (r for r in sub if r.column == col):
+            mine = sorted((r for r in sub if r.column == col), key=lambda r: KINDS.index(kind(r)))
+            for r in mine:
                 fit = (
                     f"{_size(r, 'largest_L', 'largest_D')}: {_count(r.largest_param_count)} "
-                    f"({ratio(r.largest_param_count, r.paper_param_count)})"
+                    f"({ratio(r.largest_param_count, count)})"
                     if r.largest_L
                     else "none"
                 )
                 cells.append(
-                    [col, r.precision, _size(r),
-                     f"{_count(r.param_count)} ({ratio(r.param_count, r.paper_param_count)})",
-                     f"{gib(r.param_memory_bytes)} "
-                     f"({ratio(r.param_memory_bytes, r.paper_param_memory_bytes)})",
-                     f"{gib(r.activation_bytes)} "
-                     f"({ratio(r.activation_bytes, r.paper_activation_bytes)})",
+                    [col, kind_label(*kind(r)), _size(r),
+                     f"{_count(r.param_count)} ({ratio(r.param_count, count)})",
+                     f"{gib(r.param_memory_bytes)} ({ratio(r.param_memory_bytes, pmem)})",
+                     f"{gib(r.activation_bytes)} ({ratio(r.activation_bytes, pact)})",
                      f"{gib(r.max_stage_activation_bytes)} / {gib(r.max_stage_total_bytes)}",
                      "yes" if r.fits else "**no**", fit, f"{r.M}, {r.schedule}, {r.checkpoint}"]
                 )  # fmt: skip
@@ -96,27 +127,89 @@ def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
                 "per accelerator",
                 "unit": unit,
                 "cells": cells,
-                "notes": [f"{r.column}, {r.precision}: {r.note}" for r in sub if r.note],
+                "notes": [f"{r.column}, {kind_label(*kind(r))}: {r.note}" for r in sub if r.note],
             }
         )
     return out
 
 
-def headline(rs: Sequence[ResultRow]) -> list[list[str]]:
-    """§3's headline ratios (the largest model of a column over Naive-1's), ours beside the paper's."""
+@dataclass
+class Ratio:
+    """One of §3's headline ratios: the largest model of a column over the largest of Naive-1."""
+
+    note: str  # the paper's words ("remat alone", ...)
+    model: str
+    column: str
+    printed: float  # as §3 prints it
+    from_table: float  # the same from the paper's Table 1 parameter counts
+    ours: dict[tuple[str, str], float]  # per (precision, accounting) that has both columns
+
+    @property
+    def name(self) -> str:
+        return f"{self.note}: {self.model} {self.column} / Naive-1"
+
+
+def ratios(rs: Sequence[ResultRow]) -> list[Ratio]:
+    """§3's headline ratios computed the way the paper did — the largest model that fits the
+    column over the largest that fits Naive-1 (one accelerator, no GPipe) —, ours per precision
+    and accounting."""
     out = []
     for q in (q for q in QUOTES if q.table == 1 and q.row == "ratio"):
         model, column = q.column.split()
-        by = {(r.column, r.precision): r.largest_param_count for r in rs if r.model == model}
-        paper = (
-            quote(1, f"{model} {column}", "parameters").value
-            / quote(1, f"{model} Naive-1", "parameters").value
-        )
-        ours = [ratio(by.get((column, p)), by.get(("Naive-1", p))) for p in ("fp32", "bf16")]
+        by = {(r.column, kind(r)): r.largest_param_count for r in rs if r.model == model}
+        ours = {}
+        for k in KINDS:
+            top, base = by.get((column, k)), by.get(("Naive-1", k))
+            if top and base:
+                ours[k] = top / base
+        table = paper(model, column, "parameters") / paper(model, "Naive-1", "parameters")
+        out.append(Ratio(str(q.note), model, column, q.value, table, ours))
+    return out
+
+
+def headline(rs: Sequence[ResultRow]) -> tuple[list[str], list[list[str]]]:
+    """§3's headline ratios as a table: the paper's, and ours per kind with its verdict (rule
+    *ratio* of ``paper.verdict`` against the printed ratio)."""
+    from ..verdict import ratio as judge  # the rule the scorecard applies
+
+    rows = ratios(rs)
+    kinds = [k for k in KINDS if any(k in r.ours for r in rows)]
+    head = ["ratio", "paper, printed", "paper, from Table 1",
+            *(f"ours, {kind_label(*k)}" for k in kinds)]  # fmt: skip
+    cells = [
+        [r.name, f"{r.printed:g}×", f"{r.from_table:.1f}×",
+         *(f"{r.ours[k]:.2f}× ({judge(r.ours[k], r.printed, 'simulated')})" if k in r.ours else "—"
+           for k in kinds)]
+        for r in rows
+    ]  # fmt: skip
+    return head, cells
+
+
+def units() -> list[tuple[str, str, float, float]]:
+    """Each column of the paper: its parameter memory in bytes (its own unit) against
+    ``BYTES_PER_PARAMETER`` x its parameter count — (model, column, printed, formula)."""
+    out = []
+    for q in (q for q in QUOTES if q.table == 1 and q.column == "parameter memory"):
+        model, column = q.row.split()
         out.append(
-            [f"{q.note}: {model} {column} / Naive-1", f"{q.value:g}×", f"{paper:.1f}×", *ours]
+            (model, column, q.value, BYTES_PER_PARAMETER * paper(model, column, "parameters"))
         )
     return out
+
+
+def units_text(tol: float = 0.01) -> dict[str, Any]:
+    """Which of the paper's parameter-memory figures are 12 B x its count (within ``tol``), per
+    half in its unit, and the others."""
+    rows = units()
+    same = [(m, c) for m, c, v, f in rows if abs(v / f - 1) <= tol]
+    other = [(m, c, v / f) for m, c, v, f in rows if abs(v / f - 1) > tol]
+    return {
+        "n": len(rows),
+        "same": len(same),
+        "tol": tol,
+        "others": ", ".join(f"{m} {c} {x:.2f}× the formula" for m, c, x in other),
+        "units": {m: "10⁹ bytes" if u == 1e9 else "GiB (2³⁰ bytes)" for m, u in UNITS.items()},
+    }
 
 
 def allocator_cells(alloc: Sequence[AllocRow]) -> list[list[Any]]:
@@ -147,13 +240,26 @@ def remains(
     return top, total
 
 
+def _pact(r: ResultRow) -> float:
+    return paper(r.model, r.column, "activation memory")
+
+
+def _pcount(r: ResultRow) -> float:
+    return paper(r.model, r.column, "parameters")
+
+
+def _eager(rs: Sequence[ResultRow]) -> list[ResultRow]:
+    return [r for r in rs if accounting(r) == "eager"]
+
+
 def _naive(rs: Sequence[ResultRow], saved: Sequence[SavedRow], model: str) -> dict[str, Any] | None:
     """A model's Naive-1 gap to the paper at both precisions, and what remains in bf16."""
-    by = {r.precision: r for r in rs if r.model == model and r.column == "Naive-1"}
+    by = {r.precision: r for r in _eager(rs) if r.model == model and r.column == "Naive-1"}
     if not {"fp32", "bf16"} <= set(by):
         return None
     f, b = by["fp32"], by["bf16"]
-    gap = f.activation_bytes - f.paper_activation_bytes
+    pact = _pact(f)
+    gap = f.activation_bytes - pact
     top, total = remains(saved, model, "bf16")
     kept = [
         g
@@ -163,12 +269,12 @@ def _naive(rs: Sequence[ResultRow], saved: Sequence[SavedRow], model: str) -> di
     ]
     return {
         "model": model, "fp32": f.activation_bytes, "bf16": b.activation_bytes,
-        "paper": f.paper_activation_bytes,
-        "fp32_ratio": ratio(f.activation_bytes, f.paper_activation_bytes),
-        "bf16_ratio": ratio(b.activation_bytes, f.paper_activation_bytes),
+        "paper": pact,
+        "fp32_ratio": ratio(f.activation_bytes, pact),
+        "bf16_ratio": ratio(b.activation_bytes, pact),
         "closed": (f.activation_bytes - b.activation_bytes) / gap if gap > 0 else 0.0,
-        "fp32_largest": ratio(f.largest_param_count, f.paper_param_count),
-        "bf16_largest": ratio(b.largest_param_count, b.paper_param_count),
+        "fp32_largest": ratio(f.largest_param_count, _pcount(f)),
+        "bf16_largest": ratio(b.largest_param_count, _pcount(b)),
         "total": total,
         "remains": "; ".join(f"{_kind(g)} {gib(g.bytes)} ({pct(g.bytes / total, 0)})" for g in top)
         if total else "",
@@ -182,36 +288,30 @@ def _naive(rs: Sequence[ResultRow], saved: Sequence[SavedRow], model: str) -> di
 
 def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
     """Where and why ours differ from the paper, as numbers the page words."""
-    f32 = [r for r in rs if r.precision == "fp32"]
-    worst = max(f32, key=lambda r: abs(r.param_count / r.paper_param_count - 1))
-    pm = [r.param_memory_bytes / r.paper_param_memory_bytes for r in f32]
-    bpp = [(r.paper_param_memory_bytes / r.paper_param_count, r) for r in f32]
-    (most, most_r), (fewest, fewest_r) = max(bpp, key=lambda t: t[0]), min(bpp, key=lambda t: t[0])
-    precisions = list(dict.fromkeys(r.precision for r in rs))
+    f32 = [r for r in _eager(rs) if r.precision == "fp32"]
+    worst = max(f32, key=lambda r: abs(r.param_count / _pcount(r) - 1))
+    kinds = [k for k in KINDS if any(kind(r) == k for r in rs)]
     remat = [
-        (p, ", ".join(f"{_short(r)} {ratio(r.activation_bytes, r.paper_activation_bytes)}"
-                      for r in rs if r.column != "Naive-1" and r.precision == p))
-        for p in precisions
+        (kind_label(*k), ", ".join(f"{_short(r)} {ratio(r.activation_bytes, _pact(r))}"
+                                   for r in rs if r.column != "Naive-1" and kind(r) == k))
+        for k in kinds
     ]  # fmt: skip
     largest = [
-        (p, ", ".join(f"{r.model.split('_')[0]} {r.column} "
-                      f"{ratio(r.largest_param_count, r.paper_param_count)}"
-                      for r in rs if r.largest_param_count and r.precision == p))
-        for p in precisions
+        (kind_label(*k), ", ".join(f"{r.model.split('_')[0]} {r.column} "
+                                   f"{ratio(r.largest_param_count, _pcount(r))}"
+                                   for r in rs if r.largest_param_count and kind(r) == k))
+        for k in kinds
     ]  # fmt: skip
     return {
         "params": {
-            "gap": max(abs(r.param_count / r.paper_param_count - 1) for r in f32),
+            "gap": max(abs(r.param_count / _pcount(r) - 1) for r in f32),
             "worst": worst, "ours": _count(worst.param_count),
-            "paper": _count(worst.paper_param_count),
+            "paper": _count(_pcount(worst)),
         },
-        "memory": {
-            "low": min(pm), "high": max(pm), "most": most, "most_at": f"{most_r.model} {most_r.column}",
-            "fewest": fewest, "fewest_at": f"{fewest_r.model} {fewest_r.column}",
-        },
+        "units": units_text(),
         "naive": [n for model in dict.fromkeys(r.model for r in rs) if (n := _naive(rs, saved, model))],
         "remat": [(p, text) for p, text in remat if text],
-        "copies": _weight_copies(rs),
+        "copies": _weight_copies(_eager(rs)),
         "largest": [(p, text) for p, text in largest if text],
     }  # fmt: skip
 
@@ -241,22 +341,44 @@ def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, str] | None:
 
 
 def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[list[str]]:
-    """The Naive-1 gap under the XLA-like accounting mode (``memory.breakdown.FUSED_AWAY``)."""
+    """The Naive-1 gap under the XLA-like accounting mode (``memory.breakdown.FUSED_AWAY``), per
+    model and precision, from the saved tensors' breakdown."""
     out = []
-    for r in (r for r in rs if r.column == "Naive-1" and r.precision == "fp32"):
-        groups = [g for g in saved if g.model == r.model and g.precision == "fp32"]
+    for r in (r for r in _eager(rs) if r.column == "Naive-1"):
+        groups = [g for g in saved if g.model == r.model and g.precision == r.precision]
+        if not groups:
+            continue
         drops: dict[str, int] = {}
         for g in groups:
             if (reason := fused_away(g.kind, g.dtype)) is not None:
                 k = reason.split(":")[0]
                 drops[k] = drops.get(k, 0) + g.bytes
-        total, paper = sum(g.bytes for g in groups), r.paper_activation_bytes
+        total, pact = sum(g.bytes for g in groups), _pact(r)
         left = total - sum(drops.values())
-        closed = (total - left) / (total - paper) if total > paper else 0.0
+        closed = (total - left) / (total - pact) if total > pact else 0.0
+        kept = sorted(
+            (g for g in groups if fused_away(g.kind, g.dtype) is None), key=lambda g: -g.bytes
+        )
         out.append(
-            [r.model, gib(total), ", ".join(f"{k} {gib(v)}" for k, v in drops.items()), gib(left),
-             gib(paper), f"{ratio(total, paper)} → {ratio(left, paper)}", pct(closed, 0)]
+            [r.model, r.precision, gib(total), ", ".join(f"{k} {gib(v)}" for k, v in drops.items()),
+             gib(left), gib(pact), f"{ratio(total, pact)} → {ratio(left, pact)}", pct(closed, 0),
+             f"{_kind(kept[0])} {gib(kept[0].bytes)}" if kept else "—"]
         )  # fmt: skip
+    return out
+
+
+def naive_sizes(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
+    """Naive-1's largest model per model and kind against the paper's size, in search steps
+    (AmoebaNet: D in 8s; Transformer: L)."""
+    out = []
+    for r in (r for r in rs if r.column == "Naive-1"):
+        if r.model == "amoebanet_d":
+            steps = None if r.largest_D is None else (r.largest_D - (r.D or 0)) // 8
+        else:
+            steps = None if r.largest_L is None else r.largest_L - r.L
+        out.append({"row": r, "kind": kind_label(*kind(r)), "steps": steps,
+                    "size": _size(r, "largest_L", "largest_D") if r.largest_L else "none",
+                    "paper": _size(r)})  # fmt: skip
     return out
 
 
@@ -264,17 +386,31 @@ def summary(
     rs: Sequence[ResultRow], saved: Sequence[SavedRow], alloc: Sequence[AllocRow]
 ) -> dict[str, Any]:
     """Everything the page says (module doc)."""
+    head, cells = headline(rs)
+    worst = max(alloc, key=lambda a: abs(a.error)) if alloc else None
     return {
         "planning_s": sum(r.seconds or 0 for r in rs),
         "allocator_s": sum(a.seconds or 0 for a in alloc),
         "halves": halves(rs),
-        "headline": headline(rs),
+        "headline_head": head,
+        "headline": cells,
         "allocator": list(alloc),
-        "allocator_worst": max(alloc, key=lambda a: abs(a.error)) if alloc else None,
+        "allocator_worst": worst,
         "allocator_cells": allocator_cells(alloc),
         **why(rs, saved),
         "rules": "; ".join(
             f"{k[0]}{'/' + k[1] if k[1] else ''}: {reason}" for k, reason in FUSED_AWAY.items()
         ),
         "fused_cells": fused(rs, saved),
+        "naive_sizes_cells": [
+            [
+                n["row"].model,
+                n["kind"],
+                n["size"],
+                n["paper"],
+                "—" if n["steps"] is None else f"{n['steps']:+d}",
+            ]
+            for n in naive_sizes(rs)
+        ],  # fmt: skip
+        "has_xla": any(accounting(r) == "xla-like" for r in rs),
     }

@@ -1,7 +1,8 @@
 """Table 1's rows: every column of the paper planned by the memory model, at both precisions.
 
-``results.csv`` (``ResultRow``): a column planned at fp32 or bf16 (``train.precision``), ours beside
-the paper's numbers (``paper.numbers``); ``saved.csv`` (``SavedRow``): the Naive-1 columns' saved
+``results.csv`` (``ResultRow``): a column planned at fp32 or bf16 (``train.precision``) under each
+accounting of ``memory.table1`` (``eager``: as the engine keeps its tensors; ``xla-like``: without
+those a fusing compiler would not keep), ours beside the paper's numbers (``paper.numbers``); ``saved.csv`` (``SavedRow``): the Naive-1 columns' saved
 activations by layer type, operation and dtype (``memory.breakdown``). Nothing is allocated: the
 numbers come from ``memory.table1``.
 """
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from ...engine.precision import PRECISIONS
 from ...memory.allocator import check_amoebanet
 from ...memory.breakdown import amoebanet_groups, transformer_groups
-from ...memory.table1 import Column, largest, plan_column
+from ...memory.table1 import ACCOUNTINGS, Column, largest, plan_column
 from ..numbers import quote
+from ..rows import later
 
 
 @dataclass
@@ -50,6 +52,7 @@ class ResultRow:
     largest_max_stage_total_bytes: int | None
     note: str
     seconds: float = 0.0  # wall time to plan this row and search its largest model (measured)
+    accounting: str | None = later()  # memory.table1.ACCOUNTINGS; None: a CSV from before, eager
 
 
 @dataclass
@@ -119,10 +122,10 @@ def _paper(c: Column, what: str) -> int:
     return round(quote(1, f"{c.model} {c.label}", what).value)
 
 
-def _row(c: Column, precision: str) -> ResultRow:
+def _row(c: Column, precision: str, accounting: str = "eager") -> ResultRow:
     t0 = time.perf_counter()
-    p = plan_column(c, precision=precision)
-    best = largest(c, precision)
+    p = plan_column(c, precision=precision, accounting=accounting)
+    best = largest(c, precision, accounting)
     L, D = c.size
     row = ResultRow(
         model=c.model,
@@ -152,14 +155,23 @@ def _row(c: Column, precision: str) -> ResultRow:
         largest_param_count=best[1].param_count if best else None,
         largest_max_stage_total_bytes=max(best[1].totals) if best else None,
         note=p.oversized or ("" if p.fits else "the paper's size does not fit this budget"),
+        accounting=accounting,
     )
     row.seconds = round(time.perf_counter() - t0, 1)
-    print(f"{c.model:15s} {c.label:13s} {precision} planned in {row.seconds:.1f}s", flush=True)
+    print(
+        f"{c.model:15s} {c.label:13s} {precision} {accounting:8s} planned in {row.seconds:.1f}s",
+        flush=True,
+    )
     return row
 
 
 def result_rows(columns: list[Column]) -> list[ResultRow]:
-    return [_row(c, precision) for c in columns for precision in PRECISIONS]
+    return [
+        _row(c, precision, accounting)
+        for c in columns
+        for accounting in ACCOUNTINGS
+        for precision in PRECISIONS
+    ]
 
 
 def saved_rows(columns: list[Column]) -> list[SavedRow]:

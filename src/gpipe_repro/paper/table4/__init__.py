@@ -34,6 +34,7 @@ from ...errors import UserError
 from ...measure.transfer_jobs import CANONICAL, QUICK, run_table, sigterm, write_plan
 from ...runner.jobs import read_job
 from ..artefact import Artefact, Report
+from ..claims import LEAD, answers
 from ..markdown import num
 from ..numbers import quote
 from ..numbers import rows as paper_rows
@@ -134,9 +135,11 @@ class Table4(Artefact[RunRow]):
         csv, md, png = out / "results.csv", out / "table4.md", out / "table4.png"
         write_csv(csv, GroupRow, group_rows(groups))
         title = f"Table 4 — transfer learning ({plan.get('variant', '?')})"
+        judged = answers("table4", out)
         md.write_text(
-            render("table4", report.provenance, title, **summary(plan, groups, report.rows))
-        )
+            render("table4", report.provenance, title, judged, LEAD,
+                   **summary(plan, groups, report.rows))
+        )  # fmt: skip
         seeds = len(plan.get("seeds") or [])
         title = f"Table 4 ({plan.get('variant', '?')}): fine-tuned vs from scratch, mean ± sd over {seeds} seeds (dots: each seed)"
         plot(groups, png, title, (plan.get("ladder") or {}).get("target", ""))

@@ -23,6 +23,7 @@ from ...measure.roofline_check import measure_cpu, write_profile
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, check
 from ...sim.hardware import load_profile, published_names
 from ..artefact import Artefact, Report
+from ..claims import TARGETS_LEAD, Answer, anchor
 from ..markdown import pct, yes
 from ..plot import figure
 from ..provenance import Provenance
@@ -82,11 +83,23 @@ class ValidateHw(Artefact[AnchorRow]):
         cpu = read_csv(out / "cpu.csv", CpuRow) if (out / "cpu.csv").exists() else []
         summaries = read_csv(out / "devices.csv", DeviceSummary)
         s = summary(report.rows, summaries, read_csv(out / "uses.csv", UseRow), cpu)
-        return render("hw", report.provenance, TITLE, profile=_cpu_profile(out / "cpu.yaml"), **s)
+        return render("hw", report.provenance, TITLE, answer(summaries), TARGETS_LEAD,
+                      profile=_cpu_profile(out / "cpu.yaml"), **s)  # fmt: skip
 
     def plot(self, report: Report[AnchorRow], path: Path) -> None:
         cpu = path.parent / "cpu.csv"
         plot(report.rows, read_csv(cpu, CpuRow) if cpu.exists() else [], path)
+
+
+def answer(summaries: list[DeviceSummary]) -> list[Answer]:
+    """The page's answer: per published profile, its target met or not and its worst anchor."""
+    return [
+        Answer("met" if d.enough and d.each else "not met", f"{d.device}: every anchor within "
+               f"{TOLERANCE:.0%} of its published throughput, at least {MIN_ANCHORS} anchors",
+               f"{d.within} of {d.anchors} within, worst {pct(d.worst, 1, True)}",
+               anchor("Targets per device"))
+        for d in summaries
+    ]  # fmt: skip
 
 
 def summary(

@@ -22,6 +22,7 @@ from ...measure.models import N
 from ...measure.planner import PlanRow, run
 from ...measure.scenarios import RULES
 from ..artefact import Artefact, Report
+from ..claims import TARGETS_LEAD, Answer, anchor
 from ..markdown import DASH, num, pct
 from ..plot import figure
 from ..provenance import Provenance
@@ -55,7 +56,8 @@ class ValidatePlan(Artefact[PlanRow]):
 
     def markdown(self, report: Report[PlanRow], out: Path) -> str:
         calib = Calibration.load(out)
-        return render("plan", report.provenance, TITLE, **summary(report.rows, calib))
+        return render("plan", report.provenance, TITLE, answer(report.rows), TARGETS_LEAD,
+                      **summary(report.rows, calib))  # fmt: skip
 
     def plot(self, report: Report[PlanRow], path: Path) -> None:
         plot(summarize(report.rows), report.rows, path)
@@ -69,6 +71,29 @@ def _cfg(r: PlanRow) -> str:
 
 def _sps(step: float | None) -> float:
     return N / step if step else 0.0
+
+
+def answer(rows: Sequence[PlanRow]) -> list[Answer]:
+    """The page's answer: the targets met or not, and the condition they rest on — how many of the
+    picks ran for real (K <= 2) and how many are emulated configurations (``measure.planner``)."""
+    sums = summarize(rows)
+    ts = targets(sums)
+    if not ts:
+        return []
+    missed = [t.what for t in ts if not t.met]
+    emulated = sum(s.pick.kind == "emulated" for s in sums)
+    real = len(sums) - emulated
+    cond = (
+        f"all {len(sums)} picks are emulated configurations (K ≥ 4: the engine in emulation "
+        "mode, each layer sleeping its profiled cost), none ran for real"
+        if not real
+        else f"{real} of {len(sums)} picks ran for real (K ≤ 2), {emulated} are emulated "
+        "configurations"
+    )
+    verdict = "every target met" if not missed else f"not met: {', '.join(missed)}"
+    return [Answer(verdict, "the planner's pick against every configuration measured, "
+                   f"{len(sums)} scenarios", f"{len(ts) - len(missed)} of {len(ts)} targets met; "
+                   f"{cond}", anchor("Targets"))]  # fmt: skip
 
 
 def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any]:

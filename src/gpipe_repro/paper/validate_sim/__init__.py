@@ -19,6 +19,7 @@ from ...measure.calibration import Calibration
 from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import TRACE_CELL, CellRow, measure
 from ..artefact import Artefact, Report
+from ..claims import TARGETS_LEAD, Answer, anchor
 from ..provenance import Provenance
 from ..rows import write_csv
 from ..template import render
@@ -55,10 +56,24 @@ class ValidateSim(Artefact[CellRow]):
             (kind, trace_cell(out, key, f"worst_{kind}"), w)
             for kind, key, w in findings.worst_cells(rows)
         ]
+        sp = split.summary(rows, out)
+        judged = [
+            Answer("met" if s["met"] else "not met",
+                   f"{kind} cells: the simulated step against the measured one",
+                   f"median {s['median']:.1%}, max {s['max']:.1%} abs. error over {s['cells']} cells "
+                   f"(target median ≤ {findings.TARGETS[kind][0]:.0%}, max ≤ "
+                   f"{findings.TARGETS[kind][1]:.0%})", anchor("Targets"))
+            for kind, s in summ.items()
+        ] + [
+            Answer(v["target"].strip("*"), f"{v['kind']} cells: every (model, K, remat) group's "
+                   f"bias within ±{split.BIAS:.0%}", "; ".join(v["parts"]),
+                   anchor("Bias per (model, K, remat) group"))
+            for v in sp["verdicts"]
+        ]  # fmt: skip
         page = render(
-            "sim", report.provenance, "Simulator validation", calib=calib,
+            "sim", report.provenance, "Simulator validation", judged, TARGETS_LEAD, calib=calib,
             cores=calib.cores or "?", quiet=findings.QUIET,
-            target_cells=findings.target_cells(summ), **split.summary(rows, out),
+            target_cells=findings.target_cells(summ), **sp,
             speed=summ["real"] if summ.get("real", {}).get("normalized") else None,
             **findings.by_group(rows),
             dilations=", ".join(f"{k} ×{v:g}" for k, v in calib.dilations.items()),

@@ -1,0 +1,89 @@
+"""``reports/README.md`` — does the paper hold? Every claim of GPipe with its computed verdict (``make scorecard``).
+
+One row per claim of ``paper.claims`` (the paper's §2-§5, Tables 1-5, Fig. 3): the paper's number,
+ours, one of the four verdicts of ``paper.verdict``, the reason in one line and a link to the report
+page's section that shows it — each judged by its rule from the committed report's files alone (its
+CSVs, JSON and ``provenance.json``), so the page renders byte for byte the same from any copy of
+``reports/``; nothing here reads the clock, the host or git. The report pages open with the same
+findings (``claims.answers``).
+
+    python -m gpipe_repro.paper.scorecard                  # writes reports/README.md
+    python -m gpipe_repro.paper.scorecard --check          # exit 1 when reports/README.md is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .claims import registry
+from .markdown import table
+from .provenance import FILE, Provenance
+from .template import _environment
+from .verdict import RULES, VERDICTS
+
+OUT = "README.md"
+
+
+def _cell(text: str) -> str:
+    """A table cell: no pipe, no line break."""
+    return " ".join(text.replace("|", "/").split())
+
+
+def summary(reports: Path) -> dict[str, Any]:
+    """What the scorecard says, from the report folders under ``reports``."""
+    rows: list[list[Any]] = []
+    counts: Counter[str] = Counter()
+    for i, c in enumerate(registry(), 1):
+        f = c.find(reports / c.report)
+        counts[f.verdict] += 1
+        rows.append(
+            [i, c.section, _cell(c.statement), _cell(c.paper), _cell(f.ours), f"**{f.verdict}**",
+             _cell(f.reason), f"[{c.report}]({c.link})"]
+        )  # fmt: skip
+    made = []
+    for folder in sorted({c.report for c in registry()}):
+        p = Provenance.load(reports / folder) if (reports / folder / FILE).exists() else None
+        made.append(
+            [f"[{folder}]({folder}/)", f"`{p.command}`" if p else "—",
+             ", ".join(p.commits) if p and p.commits else "—",
+             ", ".join(p.cpus or p.devices) if p else "—"]
+        )  # fmt: skip
+    return {
+        "n": len(rows),
+        "counts": [(v, counts[v]) for v in VERDICTS],
+        "claims": table(
+            ["#", "§", "the paper's claim", "the paper", "ours", "verdict", "why", "shown in"], rows
+        ),
+        "rules": RULES,
+        "reports": table(["report", "made by", "commit", "CPU / devices"], made),
+    }
+
+
+def render(reports: Path) -> str:
+    return _environment().get_template("scorecard.md.j2").render(**summary(reports))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.paper.scorecard", description=__doc__)
+    ap.add_argument("--reports", type=Path, default=Path("reports"), help="the reports' folder")
+    ap.add_argument("--check", action="store_true", help=f"only say whether {OUT} is current")
+    a = ap.parse_args(argv)
+    if not a.reports.is_dir():
+        print(f"scorecard: error: --reports {a.reports} is not a folder", file=sys.stderr)
+        return 2
+    page, path = render(a.reports), a.reports / OUT
+    if a.check:
+        same = path.exists() and path.read_text() == page
+        print(f"{path}: {'current' if same else 'stale: run make scorecard'}")
+        return 0 if same else 1
+    path.write_text(page)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""``make reports-status``: each committed report, the commit it was made at, and whether it is stale.
+
+A report is **stale** — to be made again by its make target — when code its numbers come from has
+changed since the commit its ``provenance.json`` records (``git diff --quiet <commit> HEAD --
+<paths>``), or when that file is missing, names several commits or a tree with uncommitted changes.
+Each report's dependencies are declared below as data: the paths of the measuring code (and configs)
+its numbers come from. Rendering-only code is not among them: a page re-rendered from its CSV is
+byte-identical (``tests/paper/test_rerender.py``), so a change there makes no report stale; a module
+that holds both a report's collect and its page code counts whole.
+
+    python -m gpipe_repro.paper.status             # the table; exit 0
+    python -m gpipe_repro.paper.status --check     # exit 1 when a report is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .markdown import table
+from .provenance import FILE, Provenance
+
+SRC = "src/gpipe_repro"
+# What every run of the engine rests on: a job's numbers come from all of it.
+TRAIN = tuple(
+    f"{SRC}/{p}"
+    for p in ("engine", "models", "data", "rank", "runner", "runplan", "config", "metrics",
+              "save", "optim.py", "options.py", "translate")
+) + ("conf/config.yaml",)  # fmt: skip
+SIMULATE = tuple(f"{SRC}/{p}" for p in ("sim", "memory", "search", "runplan", "engine/schedule.py",
+                                        "engine/partition.py", "models", "config")) + ("conf/hardware",)  # fmt: skip
+MEASURE = f"{SRC}/measure"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One committed report: its folder, the make target that makes it, its dependencies."""
+
+    name: str
+    folder: str
+    make: str
+    depends: tuple[str, ...]
+    provenance: str = FILE  # the file in the folder that records its commit
+
+
+def _sweep(exp: str, *extra: str) -> tuple[str, ...]:
+    return (*TRAIN, f"conf/experiment/{exp}.yaml", f"{SRC}/paper/runs.py", *extra)
+
+
+ENTRIES = (
+    Entry("demo", "demo", "make demo-publish", _sweep("demo", f"{SRC}/paper/sweep.py")),
+    Entry(
+        "table1",
+        "table1",
+        "make table1",
+        (
+            f"{SRC}/memory",
+            f"{SRC}/models",
+            f"{SRC}/engine/partition.py",
+            f"{SRC}/engine/precision.py",
+            f"{SRC}/engine/pipeline.py",
+            f"{SRC}/paper/table1/planned.py",
+            f"{SRC}/paper/numbers.py",
+        ),
+    ),  # fmt: skip
+    Entry(
+        "table2_amoebanet",
+        "table2_amoebanet",
+        "make table2",
+        (*SIMULATE, *_sweep("table2_amoebanet", f"{SRC}/paper/sweep.py")),
+    ),  # fmt: skip
+    Entry(
+        "table2_transformer",
+        "table2_transformer",
+        "make table2",
+        (*SIMULATE, *_sweep("table2_transformer", f"{SRC}/paper/sweep.py")),
+    ),  # fmt: skip
+    Entry(
+        "table2",
+        "table2",
+        "make table2",
+        (
+            *SIMULATE,
+            *_sweep("table2_amoebanet"),
+            "conf/experiment/table2_transformer.yaml",
+            f"{SRC}/paper/throughput.py",
+            f"{SRC}/paper/throughput_sim.py",
+            f"{SRC}/paper/throughput_gpu.py",
+            f"{SRC}/paper/sweep.py",
+        ),
+    ),  # fmt: skip
+    Entry(
+        "table3_amoebanet",
+        "table3_amoebanet",
+        "make table3",
+        (*SIMULATE, *_sweep("table3_amoebanet", f"{SRC}/paper/sweep.py")),
+    ),  # fmt: skip
+    Entry(
+        "table3_transformer",
+        "table3_transformer",
+        "make table3",
+        (*SIMULATE, *_sweep("table3_transformer", f"{SRC}/paper/sweep.py")),
+    ),  # fmt: skip
+    Entry(
+        "table3",
+        "table3",
+        "make table3",
+        (
+            *SIMULATE,
+            *_sweep("table3_amoebanet"),
+            "conf/experiment/table3_transformer.yaml",
+            f"{SRC}/paper/throughput.py",
+            f"{SRC}/paper/throughput_sim.py",
+            f"{SRC}/paper/throughput_gpu.py",
+            f"{SRC}/paper/sweep.py",
+        ),
+    ),  # fmt: skip
+    Entry(
+        "table4",
+        "table4",
+        "make table4",
+        (
+            *TRAIN,
+            f"{MEASURE}/transfer_jobs.py",
+            "conf/experiment/table4_pretrain.yaml",
+            "conf/experiment/table4_finetune.yaml",
+            f"{SRC}/paper/table4/results.py",
+        ),
+    ),  # fmt: skip
+    Entry(
+        "table5",
+        "table5",
+        "make table5",
+        _sweep("table5", "conf/table5_run", f"{SRC}/paper/table5.py"),
+    ),  # fmt: skip
+    Entry("fig3", "fig3", "make fig3", _sweep("fig3", "conf/mt_size", f"{SRC}/paper/fig3.py")),
+    Entry(
+        "fig3_tricks",
+        "fig3_tricks",
+        "make fig3",
+        _sweep("fig3_tricks", "conf/experiment/fig3.yaml", "conf/mt_size", f"{SRC}/paper/fig3.py"),
+    ),  # fmt: skip
+    Entry("sim", "sim", "make validate-sim", (*TRAIN, *SIMULATE, MEASURE)),
+    Entry(
+        "hw",
+        "hw",
+        "make validate-hw",
+        (
+            *SIMULATE,
+            f"{MEASURE}/roofline_check.py",
+            f"{SRC}/paper/validate_hw/profiles.py",
+            f"{SRC}/paper/validate_hw/uses.py",
+        ),
+    ),  # fmt: skip
+    Entry("plan", "plan", "make validate-plan", (*TRAIN, *SIMULATE, MEASURE)),
+    Entry(
+        "engine",
+        "engine",
+        "make bench-engine",
+        (f"{SRC}/engine", f"{SRC}/benchmark.py", "bench/engine.py"),
+    ),  # fmt: skip
+    Entry(
+        "hostmem",
+        "engine",
+        "make bench-hostmem",
+        (f"{SRC}/engine", f"{SRC}/benchmark.py", "bench/hostmem.py"),
+        provenance="hostmem.provenance.json",
+    ),  # fmt: skip
+    Entry("soak", "soak", "make soak", (*TRAIN, f"{SRC}/runner/soak.py")),
+    Entry(
+        "save",
+        "save",
+        "make bench-save",
+        (f"{SRC}/save", f"{SRC}/engine", f"{SRC}/models", "bench/save.py"),
+    ),  # fmt: skip
+)
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def state(root: Path, e: Entry, head: str = "HEAD") -> tuple[str, bool, str]:
+    """(the report's commit, whether it is stale, why) for ``e`` in the repository at ``root``."""
+    path = root / "reports" / e.folder / e.provenance
+    if not path.exists():
+        return "—", True, f"no {e.provenance}: made before reports recorded their commit"
+    prov = Provenance.load(path.parent, path.name)
+    if prov.problem():
+        return ", ".join(prov.commits) or "—", True, str(prov.problem())
+    commit = prov.commits[0]
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
+        return commit, True, "its commit is not in this repository's history"
+    diff = _git(root, "diff", "--name-only", commit, head, "--", *e.depends)
+    changed = diff.stdout.split()
+    if diff.returncode:
+        return commit, True, f"git diff failed: {diff.stderr.strip()}"
+    if not changed:
+        return commit, False, "no code it depends on changed since"
+    tops = sorted({"/".join(p.split("/")[:3]) for p in changed})
+    return (
+        commit,
+        True,
+        f"{len(changed)} file(s) it depends on changed since: {', '.join(tops[:6])}"
+        + (f" (+{len(tops) - 6} more)" if len(tops) > 6 else ""),
+    )
+
+
+def report(root: Path) -> tuple[str, int]:
+    """The table of every report's state, and how many are stale."""
+    rows, stale = [], 0
+    for e in ENTRIES:
+        commit, old, why = state(root, e)
+        stale += old
+        rows.append([e.name, f"reports/{e.folder}/", commit, "**stale**" if old else "current",
+                     f"`{e.make}`" if old else "—", why])  # fmt: skip
+    return table(["report", "folder", "made at", "state", "regenerate with", "why"], rows), stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.paper.status", description=__doc__)
+    ap.add_argument("--root", type=Path, default=Path("."), help="the repository")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a report is stale")
+    a = ap.parse_args(argv)
+    if _git(a.root, "rev-parse", "--git-dir").returncode:
+        print(f"reports-status: error: --root {a.root} is not a git repository", file=sys.stderr)
+        return 2
+    text, stale = report(a.root)
+    print(text)
+    print(f"\n{stale} of {len(ENTRIES)} report(s) stale")
+    return 1 if a.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``make reports-status``: a report is stale when code it depends on changed since its commit."""
+
+import json
+import subprocess
+from pathlib import Path
+
+from gpipe_repro.paper.status import ENTRIES, Entry, main, state
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _repo(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "repo"
+    (root / "src" / "measuring").mkdir(parents=True)
+    (root / "src" / "rendering").mkdir(parents=True)
+    (root / "src" / "measuring" / "a.py").write_text("x = 1\n")
+    (root / "src" / "rendering" / "page.py").write_text("y = 1\n")
+    _git(root.parent, "init", "-q", str(root))
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    return root, _git(root, "rev-parse", "--short", "HEAD")
+
+
+def _report(root: Path, commits: list[str]) -> None:
+    folder = root / "reports" / "r"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "provenance.json").write_text(json.dumps({"jobs": 1, "commits": commits}))
+
+
+def _commit(root: Path, path: str, text: str) -> None:
+    (root / path).write_text(text)
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "two")
+
+
+ENTRY = Entry("r", "r", "make r", ("src/measuring",))
+
+
+def test_a_change_to_rendering_code_leaves_a_report_current(tmp_path):
+    root, made = _repo(tmp_path)
+    _report(root, [made])
+    _commit(root, "src/rendering/page.py", "y = 2\n")
+    assert state(root, ENTRY) == (made, False, "no code it depends on changed since")
+
+
+def test_a_change_to_code_it_depends_on_makes_it_stale(tmp_path):
+    root, made = _repo(tmp_path)
+    _report(root, [made])
+    _commit(root, "src/measuring/a.py", "x = 2\n")
+    commit, stale, why = state(root, ENTRY)
+    assert (commit, stale) == (made, True) and "src/measuring/a.py" in why
+
+
+def test_no_provenance_several_commits_or_a_dirty_tree_are_stale(tmp_path):
+    root, made = _repo(tmp_path)
+    assert state(root, ENTRY)[1:] == (
+        True,
+        "no provenance.json: made before reports recorded their commit",
+    )
+    _report(root, [made, "abc1234"])
+    assert state(root, ENTRY)[1] and "2 commits" in state(root, ENTRY)[2]
+    _report(root, [f"{made}-dirty"])
+    assert state(root, ENTRY)[1] and "uncommitted" in state(root, ENTRY)[2]
+    _report(root, ["0123456"])
+    assert state(root, ENTRY)[1] and "not in this repository" in state(root, ENTRY)[2]
+
+
+def test_every_committed_report_is_listed_once(capsys):
+    root = Path(__file__).resolve().parents[2]
+    folders = {p.parent.name for p in (root / "reports").glob("*/*.md") if p.name != "README.md"}
+    assert folders <= {e.folder for e in ENTRIES}
+    assert len({(e.folder, e.provenance) for e in ENTRIES}) == len(ENTRIES)
+    assert all(any((root / p).exists() for p in e.depends) for e in ENTRIES)
+    assert main(["--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert all(f"| {e.name} |" in out for e in ENTRIES) and "report(s) stale" in out
