@@ -17,6 +17,9 @@ not depend on the model is measured once per device and cached (``cache``):
 - what a message costs the ranks of one run when they share this host's cores and keep them busy
   (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning stages against their
   simulation; on a CUDA device the host's cores are not the ranks' compute: 0);
+- what a receiver that blocked pays once it computes again (``idle_penalty``, ``idle.measure_idle``:
+  the reference model's forward and backward right after sleeping against back to back; on a CUDA
+  device the host's cores are not the ranks' compute: none);
 - what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
   gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
   posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
@@ -30,6 +33,8 @@ speed), the wake-up is the host's idle states and hypervisor.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -39,6 +44,7 @@ from torch import nn
 
 from ..costs import Link
 from . import cache
+from .idle import add_points, measure_idle
 from .link import measure_link
 from .overhead import measure_overhead
 from .profile import profile_layers
@@ -73,19 +79,24 @@ class DeviceModel:
     # share this host's cores and keep them busy (``sharing``)
     shared_message_s: float = 0.0
     source: str = "measured"  # measured | cache
+    # (seconds a rank was blocked, extra seconds its compute then takes): ``idle``
+    idle_penalty: tuple[tuple[float, float], ...] = ()
 
     def ranks_link(self) -> Link:
         """The link as the ranks of one run on this host pay it: every send and every receive
-        also costs ``shared_message_s`` (an emulated rank, which sleeps, pays ``link``)."""
+        also costs ``shared_message_s``, and a receiver that blocked pays its compute's post-idle
+        penalty beside its wake-up (an emulated rank, which sleeps, pays ``link``)."""
         return replace(
             self.link,
             send_call_s=self.link.send_call_s + self.shared_message_s,
             recv_call_s=self.link.recv_call_s + self.shared_message_s,
+            wake=add_points(self.link.wake, self.idle_penalty),
         )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["link"] = asdict(self.link)
+        d["idle_penalty"] = [list(p) for p in self.idle_penalty]
         d.pop("source")
         return d
 
@@ -106,6 +117,22 @@ def _reference_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out, y)
 
 
+def _reference_step(layers: list[nn.Module]) -> Callable[[], None]:
+    """One forward and backward of the reference model at its batch: the post-idle workload."""
+    ls = copy.deepcopy(layers)
+    x, y = _reference_sample(REFERENCE.N)
+
+    def step() -> None:
+        h = x
+        for layer in ls:
+            h = layer(h)
+        _reference_loss(h, y).backward()
+        for p in (q for layer in ls for q in layer.parameters()):
+            p.grad = None
+
+    return step
+
+
 def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
     """The calibrated link and engine overheads of this device (measured once, then cached)."""
     dev = torch.device(device)
@@ -117,8 +144,8 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "reference": asdict(REFERENCE),
         # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost. 5: measured
         # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``);
-        # 6: what a message costs ranks sharing the host (``sharing``)
-        "format": 6,
+        # 6: what a message costs ranks sharing the host (``sharing``); 7: the post-idle penalty
+        "format": 7,
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
@@ -133,6 +160,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
                 float(stored["recompute_overhead_s"]),
                 float(stored["shared_message_s"]),
                 "cache",
+                tuple((float(b), float(p)) for b, p in stored["idle_penalty"]),
             )
         except (KeyError, TypeError, ValueError):
             pass
@@ -163,6 +191,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         if dev.type == "cpu"
         else 0.0
     )
+    idle = measure_idle(_reference_step(layers), use_cache=use_cache, key=asdict(REFERENCE))
     model = DeviceModel(
         cache.device_name(dev),
         link,
@@ -171,6 +200,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         False,
         prof.recompute_overhead_s,
         shared,
+        idle_penalty=idle if dev.type == "cpu" else (),
     )
     if use_cache:
         cache.save("device", key, model.to_json())
