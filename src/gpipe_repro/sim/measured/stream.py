@@ -29,12 +29,16 @@ call it fell in, and each step's total (``Step.collector``) is charged back even
 the stream's steps of a kind, per micro-batch and layer, onto the forward (kept steps: the engine's
 ``never``) or the no-grad forward (remat steps: ``always``), ``StreamTimes.samples``. At M = 32 the
 validation's AmoebaNet paid ~50 ms a step kept and ~5 ms rematerialised (``python
-bench/engine_vs_profile.py``), the other models almost nothing.
+bench/engine_vs_profile.py``), the other models almost nothing. A pause scans every object alive, so
+before its steps the stream moves what the process already held out of the collector's reach
+(``gc.freeze``, as a rank freezes its set-up: ``engine.hostmem``): a profiling process holding other
+models' profiles must not charge a rank for scanning them.
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -294,6 +298,10 @@ def time_stream(
         seeds = [torch.ones_like(t) for t in as_tuple(y) if t.is_floating_point()]
     out_bytes, in_shapes = _boundaries(cell, inputs[0])
     steps: list[Step] = []
+    # what the process held before this stream out of the collector's scans (a rank freezes its
+    # set-up the same way, ``engine.hostmem``): the pauses timed are the stream's own
+    gc.collect()
+    gc.freeze()
     with Pauses() as pauses:
         cell.pauses = pauses
         try:
