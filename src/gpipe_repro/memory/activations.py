@@ -58,7 +58,7 @@ from ..engine.microbatch import Batch, as_tuple
 from ..engine.pipeline import DEFAULT_LOOKAHEAD, Cell
 from ..engine.precision import autocast, compute_dtype, fp32_loss
 from ..engine.schedule import gradients_taken, receives_ahead, stage_actions
-from .working import working_set
+from .working import split_working_set
 
 __all__ = [
     "Saved",
@@ -245,7 +245,7 @@ def measure_stage(
             h.remove()
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
     weights = sum(seen[k] for k in copies)
-    work, fixed = _split_work(layers, x, loss, precision, device_type) if working else (0, 0)
+    work, fixed = split_working_set(cell, x, loss, precision, device_type) if working else (0, 0)
     act = StageActivation(
         sum(_nbytes(t) for t in xs),
         sum(seen.values()) - weights,
@@ -257,26 +257,6 @@ def measure_stage(
     )
     ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
-
-
-def _split_work(
-    layers: Sequence[nn.Module],
-    x: Batch,
-    loss: Callable[[Any], torch.Tensor] | None,
-    precision: str,
-    device_type: str,
-) -> tuple[int, int]:
-    """The working set at ``x``'s batch b as (part that scales, part that does not), from the
-    working sets at b and 2b: w(b) = fixed + scaling, w(2b) = fixed + 2 scaling. Where the two
-    are not linear, the split that is exact at 2b and above the measurement at b is kept."""
-    one = working_set(layers, x, loss, precision, device_type)
-    two = working_set(layers, x, loss, precision, device_type, batch=2)
-    scaling = two - one
-    if scaling < 0:
-        return 0, one
-    if one - scaling < 0:
-        return (two + 1) // 2, 0
-    return scaling, one - scaling
 
 
 def peak_activation_bytes(

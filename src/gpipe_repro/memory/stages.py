@@ -170,26 +170,22 @@ def plan_stages(
         if key is not None
         else _Measured(layers, _example(sample_fn), loss, precision, device_type)
     )
+    opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
     out, start = [], 0
     for k, b in enumerate(balance):
+        params = _params(layers[start : start + b])
         a = meas.stage(start, start + b)
+        # its state (its parameters', and the optimiser step's temporaries), then its activations
+        # under its schedule and mode
+        state = state_bytes(params, opt)
+        step = step_temporary_bytes(params, opt, weight_decay, device_type)
         unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0)
         mode = modes[k]
         per = peak_activation_bytes(unit, schedule, mode, K, M, k, lookahead=lookahead)
         fixed = peak_activation_bytes(
             StageActivation(0, 0, 0, a.weights, 0, a.work_fixed), schedule, mode, K, M, k
         )
-        opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
-        params = _params(layers[start : start + b])
-        out.append(
-            StagePlan(
-                state_bytes(params, opt),
-                round(per * micro_batch) + fixed,
-                float(per),
-                fixed,
-                step_temporary_bytes(params, opt, weight_decay, device_type),
-            )
-        )
+        out.append(StagePlan(state, round(per * micro_batch) + fixed, float(per), fixed, step))
         start += b
     return out
 
