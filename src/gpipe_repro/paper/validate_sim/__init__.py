@@ -6,7 +6,9 @@
 Experiments and measurement: ``measure.simulator`` (the grid: its ``Settings``; ``--quick``: fewer
 cells, one round, two steps), which writes ``events.jsonl``, ``cpu.yaml`` and ``calibration.json``
 and returns the rows of ``validation.csv`` and ``roofline.csv``. Summary: ``findings`` and ``split``
-(the error by remat, schedule and (model, K, remat) group: ``split.csv``, ``groups.csv``). Page:
+(the error by remat, schedule and (model, K, remat) group: ``split.csv``, ``groups.csv``) and
+``heldout`` (the real cells' raw error, calibration and held-out models apart, and its split into
+the host's drift and the engine's part: ``heldout.csv``). Page:
 ``templates/sim.md.j2``, the plots and the traces (``figures``), from those files alone.
 """
 
@@ -22,7 +24,7 @@ from ..artefact import Artefact, Report
 from ..provenance import Provenance
 from ..rows import write_csv
 from ..template import render
-from . import findings, split
+from . import findings, heldout, split
 from .figures import plot_cells, trace_cell
 
 TRACES = ("cell", "worst_real", "worst_emulated")
@@ -59,6 +61,7 @@ class ValidateSim(Artefact[CellRow]):
             "sim", report.provenance, "Simulator validation", calib=calib,
             cores=calib.cores or "?", quiet=findings.QUIET,
             target_cells=findings.target_cells(summ), **split.summary(rows, out),
+            **heldout.summary(rows, out),
             speed=summ["real"] if summ.get("real", {}).get("normalized") else None,
             **findings.by_group(rows),
             dilations=", ".join(f"{k} ×{v:g}" for k, v in calib.dilations.items()),
@@ -71,7 +74,9 @@ class ValidateSim(Artefact[CellRow]):
         names += [
             f"trace_{t}{e}" for t in TRACES for e in ("_measured.json", "_simulated.json", ".png")
         ]
-        written = [out / "split.csv", out / "groups.csv"]
+        written = [
+            out / n for n in ("split.csv", "groups.csv", "heldout.csv") if (out / n).exists()
+        ]
         return written + [out / n for n in names if (out / n).exists()]
 
 
