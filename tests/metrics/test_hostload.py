@@ -53,8 +53,11 @@ def test_the_wait_share_is_wait_over_runnable_time_across_ranks(tmp_path: Path) 
 def test_a_busy_host_is_named_as_the_gaps_cause_above_the_threshold_alone() -> None:
     assert busy_sentence(None, -0.3) is None
     assert busy_sentence(BUSY_WAIT_SHARE * 0.9, -0.3) is None
-    said = busy_sentence(BUSY_WAIT_SHARE, -0.3)
+    said = busy_sentence(BUSY_WAIT_SHARE, -0.3)  # slower than predicted: the host's
     assert said is not None and "host's, not the simulator's" in said and "-30%" in said
+    faster = busy_sentence(0.25, 1.4)  # faster than predicted: the profile shared the cores too
+    assert faster is not None and "does not measure the simulator" in faster and "+140%" in faster
+    assert "host's, not" not in faster
 
 
 def test_prediction_beside_measurement_with_the_load() -> None:

@@ -123,11 +123,20 @@ def wait_share(windows: list[SchedWindow | None]) -> float | None:
 
 def busy_sentence(share: float | None, error: float | None) -> str | None:
     """The sentence a run's summary adds when the host was busy enough (``BUSY_WAIT_SHARE``) that
-    the gap ``error`` (predicted / measured - 1) is the host's, not the simulator's; None else."""
+    the gap ``error`` (predicted / measured - 1) does not measure the simulator; None else. A run
+    slower than predicted (``error`` < 0) waited for the cores the profile had: the gap is the
+    host's. One faster than predicted shared the cores too, and so may have the profiling behind
+    its prediction (made after the run, on the same host)."""
     if share is None or share < BUSY_WAIT_SHARE:
         return None
-    gap = f" the {error:+.0%} gap is" if error is not None else " a gap is"
-    return (
+    busy = (
         f"the host was busy: the ranks waited for a core {share:.0%} of the time they were "
-        f"runnable (>= {BUSY_WAIT_SHARE:.0%}), so{gap} the host's, not the simulator's"
+        f"runnable (>= {BUSY_WAIT_SHARE:.0%})"
+    )
+    if error is not None and error < 0:
+        return f"{busy}, so the {error:+.0%} gap is the host's, not the simulator's"
+    gap = f"the {error:+.0%} gap" if error is not None else "a gap"
+    return (
+        f"{busy}; the run and the profiling behind its prediction shared the cores with other "
+        f"work, so {gap} does not measure the simulator"
     )
