@@ -31,6 +31,7 @@ from .metrics.contract import ModelInfo, PipelineInfo, RunMetrics
 from .metrics.writer import OutputError, write_metrics
 from .runner import STOP, FolderInUse, folder, lock, run
 from .runner.cluster import task_env
+from .runner.predict import summary as prediction_summary
 from .wandb_logger import wandb_group
 
 __all__ = ["main", "app", "ClaimCallback"]
@@ -139,6 +140,7 @@ def _record(m: RunMetrics, out: Path, wall_s: float | None = None) -> None:
     pred = (
         f" (simulated {m.predicted_throughput:.1f})" if m.predicted_throughput is not None else ""
     )
+    vs = f"; {prediction_summary(m.prediction)}" if m.prediction is not None else ""
     src = "" if m.source == "measured" else f" [{m.source}]"
     speed = f"{m.throughput:.1f} samples/s" if m.throughput is not None else "no step run"
     bubble = f", bubble {m.bubble_fraction:.3f}" if m.bubble_fraction is not None else ""
@@ -147,7 +149,7 @@ def _record(m: RunMetrics, out: Path, wall_s: float | None = None) -> None:
     loss = f", final loss {final:.4f}" if final is not None else ""
     print(
         f"K={p.K if p else '?'} M={p.M if p else '?'}: {len(m.losses)} steps{took}{loss}, "
-        f"{speed}{pred}{src}{bubble}{acc}  -> {out}",
+        f"{speed}{pred}{src}{bubble}{acc}{vs}  -> {out}",
         flush=True,
     )
 

@@ -50,6 +50,18 @@ MOVED: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
+# Lines a page has gained since its committed report was made (#38), by page: (the committed text,
+# the same with the new line). Once the reports are made again, each old text is gone.
+ADDED: dict[str, list[tuple[str, str]]] = {
+    "plan.md": [  # the verdict line: targets met, the share of the picks that ran for real
+        (
+            "| met |\n\n## Regret per scenario",
+            "| met |\n\nVerdict: 5 of 5 targets met; 0 of 12 picks (0%) ran for real, 12 "
+            "emulated.\n\n## Regret per scenario",
+        )
+    ],
+}
+
 
 def _page(path: Path, moved: list[tuple[str, str]]) -> str:
     """The page's text, every line but the provenance's, its moved paths named anew."""
@@ -65,7 +77,7 @@ def _same(committed: Path, written: Path) -> None:
     for path in sorted(committed.iterdir()):
         again = written / path.name
         if path.suffix == ".md":
-            moved = MOVED.get(path.name, [])
+            moved = MOVED.get(path.name, []) + ADDED.get(path.name, [])
             assert _page(again, []) == _page(path, moved), path
         elif path.suffix == ".csv":
             assert again.read_bytes() == path.read_bytes(), path

@@ -73,6 +73,10 @@ def test_train_predict_at_k1_needs_no_link(one_device, tmp_path):
     m = run(spec, tmp_path / "run")
     assert m is not None and m.status == "ok", m and m.error
     assert m.predicted_step_time_s is not None and m.predicted_step_time_s > 0
+    # prediction beside measurement, with the host's load (#38)
+    assert m.prediction is not None and m.prediction.measured_step_time_s == m.step_time_s
+    assert m.prediction.error == pytest.approx(m.predicted_step_time_s / m.step_time_s - 1)
+    assert m.host_wait_share is None or 0.0 <= m.host_wait_share <= 1.0
 
 
 def test_the_sim_backend_at_k1_on_one_device_runs(one_device, tmp_path):

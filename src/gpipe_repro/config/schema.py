@@ -203,7 +203,8 @@ class TrainConfig:
     predict: bool = opt(
         False,
         "engine runs: also simulate the run on this device's measured costs "
-        "(hardware=measured) and report predicted_step_time_s beside the measurement",
+        "(hardware=measured) and report the predicted step time beside the measured one, "
+        "with the host's load during the run (metrics.json: prediction)",
     )
     stop_grace_s: float = opt(
         60.0,

@@ -44,7 +44,7 @@ from ..sim.measured.speed import reference_s
 from ..sim.simulate import SimResult, simulate
 from . import ranks
 from .emulate import sleep_until
-from .models import N, model
+from .models import N, calibration_model, model
 
 # The calibrated model, and each of its modelling choices undone: the report shows what each one buys.
 VARIANTS = {
@@ -275,6 +275,8 @@ def calibrate(
     and, with ``call_model``, the emulated call's CPU on that model (its profile at ``sizes`` is
     returned, to be reused): K = 1 emulated steps at each M of ``Ms``, at K = 1's dilation (one rank
     queues for nothing: a call's CPU, not its sleep, is measured)."""
+    if call_model is not None:  # refused before anything runs: never fitted on (``HELD_OUT``)
+        calibration_model(call_model)
     load = _load()
     torch.set_num_threads(1)
     ref = reference_s() if s.normalize else None

@@ -5,7 +5,8 @@
    median of repeats, one thread, the engine's host-memory setting, each run put on the speed probe's
    reference speed).
 2. **Real cells**: ``real_K`` x ``Ms`` x schedules x remat, each model, ``rounds`` rounds of fresh
-   processes in a shuffled order (``ranks.real_rank``).
+   processes in a shuffled order (``ranks.real_rank``). The held-out models (``models.HELD_OUT``:
+   families no calibration step runs) take ``held_out_Ms`` and are reported apart.
 3. **Emulated cells**: ``emulated_K``, the same grid, the engine with every layer sleeping its
    profiled cost times the dilation (``calibration``: why it grows with the ranks per core), the
    emulated call's CPU calibrated on a model that is not emulated.
@@ -47,7 +48,7 @@ from .calibration import (
     simulate_cell,
 )
 from .calibration import Settings as Calibrated
-from .models import MODELS, N
+from .models import MODELS, N, calibration_model, held_out
 from .roofline_check import RooflineRow, validation_rows, write_profile
 
 # The cell drawn measured-above-simulated in the report (remat: the recompute runs before the gradient).
@@ -108,6 +109,7 @@ class Settings(Calibrated):
     Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 32])
     schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b"])
     checkpoints: list[str] = field(default_factory=lambda: ["never", "always"])
+    held_out_Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  # the held-out models' M
     rounds: int = 3
     emulated_rounds: int = 2
     steps: int = 4
@@ -118,19 +120,26 @@ class Settings(Calibrated):
     def quick(cls) -> Settings:
         """A smoke run of every step (a few minutes): fewer cells, one round, two timed steps."""
         return cls(
-            models=["transformer", "imbalanced"], emulated_models=["transformer"],
+            models=["transformer", "imbalanced", "mlp"], emulated_models=["transformer"],
             Ms=[1, 8, 32],  # M = 8: the traced cell (TRACE_CELL)
+            held_out_Ms=[1, 8],
             rounds=1, emulated_rounds=1, warmup=1, steps=2, repeats=3, emulated_K=[4],
         )  # fmt: skip
 
     def call_model(self) -> str | None:
-        """The model the emulated call is calibrated on: one not emulated (nothing about the
-        emulated cells is fitted), else the first; None where nothing is emulated."""
+        """The model the emulated call is calibrated on: a calibration model not emulated (nothing
+        about the emulated cells is fitted, nothing about the held-out ones either), else the first
+        emulated one; None where nothing is emulated."""
         if not (self.emulated_models and self.emulated_K):
             return None
-        return next(
-            (m for m in self.models if m not in self.emulated_models), self.emulated_models[0]
+        fit = [m for m in self.models if not held_out(m)]
+        return calibration_model(
+            next((m for m in fit if m not in self.emulated_models), self.emulated_models[0])
         )
+
+    def cells(self, model: str, grid: list[dict]) -> list[dict]:
+        """The cells of ``grid`` that ``model`` runs: a held-out model its ``held_out_Ms`` alone."""
+        return [c for c in grid if not held_out(model) or c["M"] in self.held_out_Ms]
 
 
 def _grid(s: Settings) -> list[dict]:
@@ -257,15 +266,16 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     """Run everything; write ``events.jsonl`` into ``out`` and return the rows of ``validation.csv``."""
     out.mkdir(parents=True, exist_ok=True)
     apply_host_memory("retain")
-    sizes = sorted({N // M for M in s.Ms})
+    sizes = sorted({N // M for M in s.Ms + s.held_out_Ms})
     emulated_K = s.emulated_K if s.emulated_models else []
     calib, dm, profiles = calibrate(s, sizes, sorted(set(s.Ms)), emulated_K, s.call_model(), log)
     ref, overshoot = calib.speed_reference_s, calib.sleep_overshoot_s
     for name in dict.fromkeys(s.models + s.emulated_models):
         if name not in profiles:
             t0 = time.perf_counter()
-            profiles[name] = profile_model(name, sizes, s.repeats, s.seed, ref)
-            log(f"profiled {name} at micro-batches {sizes} in {time.perf_counter() - t0:.1f} s")
+            own = sorted({N // M for M in s.held_out_Ms}) if held_out(name) else sizes
+            profiles[name] = profile_model(name, own, s.repeats, s.seed, ref)
+            log(f"profiled {name} at micro-batches {own} in {time.perf_counter() - t0:.1f} s")
     calib.profiles = {k: v.to_json() for k, v in profiles.items()}
     grid = _grid(s)
     rows: list[CellRow] = []
@@ -278,8 +288,9 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
             balance = _partition(prof, K)
             if kind == "real":
                 dilation, slept = None, prof.costs
+                cells = s.cells(name, grid)
                 measured = _rounds(
-                    kind, name, K, balance, grid, s.rounds, s, ranks.real_rank, (), log
+                    kind, name, K, balance, cells, s.rounds, s, ranks.real_rank, (), log
                 )
             else:
                 dilation = calib.dilation(K)

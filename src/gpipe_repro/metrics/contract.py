@@ -204,6 +204,30 @@ class ResumeInfo:
     )
 
 
+@dataclass
+class PredictionInfo:
+    """``train.predict``: the simulator's step time beside the measured one, and how busy the host
+    was while the run measured it (``runner.predict``, ``metrics.hostload``)."""
+
+    predicted_step_time_s: float = opt(
+        0.0, "the simulator's step time for this run on this device's measured costs"
+    )
+    measured_step_time_s: float = opt(0.0, "the run's step_time_s")
+    error: float = opt(
+        0.0, "predicted / measured - 1 (negative: the run was slower than predicted)"
+    )
+    host_wait_share: float | None = opt(
+        None,
+        "the run's ranks' run-queue wait over their runnable time (schedstat); null: unknown",
+    )
+    host_busy: bool | None = opt(
+        None,
+        "host_wait_share at or above metrics.hostload.BUSY_WAIT_SHARE: the gap is the host's, "
+        "not the simulator's; null: unknown",
+    )
+    note: str | None = opt(None, "the sentence the run's summary line adds when host_busy")
+
+
 @with_config(ConfigDict(extra="forbid"))  # a key the contract lacks is refused, at every level
 @dataclass
 class RunMetrics:
@@ -258,6 +282,15 @@ class RunMetrics:
         "this run on this device's measured costs (simulated)",
     )
     predicted_throughput: float | None = opt(None, "samples per second from predicted_step_time_s")
+    prediction: PredictionInfo | None = opt(
+        None, "train.predict: prediction against measurement and the host's load; else null"
+    )
+    host_wait_share: float | None = opt(
+        None,
+        "the share of their runnable time the ranks' threads waited for a core during the run "
+        "(schedstat run-queue wait over wait + run, summed over every rank's threads); null: "
+        "unknown (no /proc schedstat) or simulated",
+    )
     stages: list[StageMetrics] = opt([], "one per stage")
     layer_costs: list[float] = opt([], "the per-layer costs the partition used")
     eval: EvalMetrics | None = opt(None, "evaluation after training, when it ran")

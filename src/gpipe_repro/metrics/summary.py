@@ -25,6 +25,7 @@ from .contract import (
     RunMetrics,
     StageMetrics,
 )
+from .hostload import SchedWindow, wait_share
 from .progress import StepRecord, read_progress
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class RankResult:
     device_name: str
     host_memory: str
     curve: list[CurvePoint] = field(default_factory=list)  # train.eval_every (reporter rank)
+    sched: SchedWindow | None = None  # its threads' scheduler accounting over its steps
 
 
 def timed_from(spec: RunConfig, start: int) -> int:
@@ -270,6 +272,7 @@ def summarize(
         m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
     m.bubble_fraction = statistics.median(bubbles) if bubbles else 0.0
     m.bubble_ideal = bubble_fraction(K, spec.pipeline.M)
+    m.host_wait_share = wait_share([r.sched for r in results])
     m.stages = stages
     m.layer_costs = results[0].costs
     m.eval = ev

@@ -30,6 +30,7 @@ from ..engine.checkpoint import stage_mode
 from ..engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from ..engine.rng import derive_seed
 from ..metrics.contract import CurvePoint, EvalMetrics
+from ..metrics.hostload import Watch
 from ..metrics.summary import RankResult, timed_from
 from ..models import materialize
 from ..optim import build_optimizer, lr_factor, set_lr
@@ -294,8 +295,12 @@ def run_rank(spec: RunConfig, plan: RunPlan | None, ctx: RankContext) -> Any:
     """Run one rank. ``plan`` None: a rank of a torchrun/SLURM job other than 0, which receives rank
     0's plan. With ``ctx.gather`` rank 0 returns every rank's result (others None)."""
     rank = RankRun(spec, plan, ctx)
+    watch = Watch()  # the host's load on this rank's threads over its steps
+    watch.start()
     rank.train()
+    sched = watch.stop()
     result = rank.result(rank.evaluate())
+    result.sched = sched
     if ctx.gather and rank.topo.distributed:
         out: list[Any] | None = [None] * rank.topo.world_size if rank.topo.rank == 0 else None
         dist.gather_object(result, out, dst=0)

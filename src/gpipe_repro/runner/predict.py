@@ -4,7 +4,10 @@ After a measured run, its configuration is simulated on this device's measured c
 ``measured`` hardware: each distinct layer profiled at exactly the run's micro-batch, in a stream of
 the run's M, the link and the engine overheads calibrated once per device, all cached) with the
 partition the run used. The result fills ``predicted_step_time_s`` and ``predicted_throughput`` of
-``metrics.json``, so a report can print prediction and measurement side by side (``make demo``).
+``metrics.json`` and its ``prediction``: predicted against measured step time, the error, and the
+host's load while the run measured (``metrics.hostload``: the share of their runnable time the ranks
+waited for a core), with a sentence when that load is high enough that the gap is the host's, not the
+simulator's. The run's one-line summary prints the same, so every run is a validation point.
 Profiling runs after the ranks have finished, so it never disturbs the measurement; a prediction that
 fails leaves the fields empty and says why on stderr rather than failing the run.
 """
@@ -15,14 +18,15 @@ import sys
 
 import torch
 
-from ..metrics.contract import RunMetrics
+from ..metrics.contract import PredictionInfo, RunMetrics
+from ..metrics.hostload import BUSY_WAIT_SHARE, busy_sentence
 from ..runplan.costing import simulate_plan, workload
 from ..runplan.model import ModelPlan
 from ..runplan.plan import RunPlan
 from ..sim import HardwareConfig, SimResult, resolve_hardware
 from ..sim.step import grad_bytes
 
-__all__ = ["predict", "attach_prediction"]
+__all__ = ["predict", "attach_prediction", "compare", "summary"]
 
 
 def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
@@ -50,3 +54,28 @@ def attach_prediction(run: RunPlan, model: ModelPlan, m: RunMetrics) -> None:
         return
     m.predicted_step_time_s = res.step_s
     m.predicted_throughput = run.spec.train.batch_size / res.step_s
+    if m.step_time_s:
+        m.prediction = compare(res.step_s, m.step_time_s, m.host_wait_share)
+
+
+def compare(predicted_s: float, measured_s: float, wait_share: float | None) -> PredictionInfo:
+    """The prediction against the measurement, with the host's load (``metrics.hostload``)."""
+    error = predicted_s / measured_s - 1.0
+    return PredictionInfo(
+        predicted_step_time_s=predicted_s,
+        measured_step_time_s=measured_s,
+        error=error,
+        host_wait_share=wait_share,
+        host_busy=None if wait_share is None else wait_share >= BUSY_WAIT_SHARE,
+        note=busy_sentence(wait_share, error),
+    )
+
+
+def summary(p: PredictionInfo) -> str:
+    """The prediction's part of the run's one-line summary."""
+    load = "unknown" if p.host_wait_share is None else f"{p.host_wait_share:.0%}"
+    line = (
+        f"predicted step {p.predicted_step_time_s * 1e3:.1f} ms vs measured "
+        f"{p.measured_step_time_s * 1e3:.1f} ms ({p.error:+.1%}), host wait {load}"
+    )
+    return f"{line}; {p.note}" if p.note else line

@@ -33,6 +33,7 @@ from torch.utils.flop_counter import flop_registry
 
 from ..engine.microbatch import Batch, as_tuple, from_tuple
 from ..models import class_planning_loss, token_planning_loss
+from .attention import ATTENTION, FUSED, MATERIALIZED, fused_attention
 
 __all__ = [
     "OpCount",
@@ -63,6 +64,7 @@ class OpCount:
     flops: float
     bytes: float
     fixed_bytes: float = 0.0
+    op: str = ""  # the aten operator's name (``mm``, ``_softmax``...): what a breakdown groups by
 
     @property
     def matrix(self) -> bool:
@@ -71,7 +73,10 @@ class OpCount:
     def at(self, f: float) -> OpCount:
         """The same operation at ``f`` times the batch."""
         return OpCount(
-            self.flops * f, self.fixed_bytes + (self.bytes - self.fixed_bytes) * f, self.fixed_bytes
+            self.flops * f,
+            self.fixed_bytes + (self.bytes - self.fixed_bytes) * f,
+            self.fixed_bytes,
+            self.op,
         )
 
 
@@ -132,12 +137,26 @@ def _read(t: torch.Tensor) -> float:
     return float(min(t.numel() * t.element_size(), t.untyped_storage().nbytes()))
 
 
+_Op = tuple[float, float, str]  # (FLOPs, bytes, the operator's name) of one recorded operation
+
+
 class _Ops(TorchDispatchMode):
     """Records (FLOPs, bytes) of every operation that runs inside it."""
 
+    active: list[_Ops] = []  # the recorders entered, innermost last (``_record`` appends to it)
+
     def __init__(self) -> None:
         super().__init__()
-        self.ops: list[tuple[float, float]] = []
+        self.ops: list[_Op] = []
+
+    def __enter__(self) -> _Ops:
+        _Ops.active.append(self)
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        _Ops.active.pop()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -154,8 +173,13 @@ class _Ops(TorchDispatchMode):
             for t in tree_leaves(out)
             if isinstance(t, torch.Tensor)
         )
-        self.ops.append((flops, reads + writes))
+        self.ops.append((flops, reads + writes, str(packet.__name__)))
         return out
+
+
+def _record(flops: float, nbytes: float, name: str) -> None:
+    """One operation counted as given (a fused kernel, ``attention``), by the innermost recorder."""
+    _Ops.active[-1].ops.append((flops, nbytes, name))
 
 
 def _nbytes(x: Batch) -> int:
@@ -200,7 +224,7 @@ def _signature(layer: nn.Module, x: Batch, last: bool) -> tuple:
 
 def _run(
     layer: nn.Module, x: Batch, first: bool, loss_fn: Callable[[Any], torch.Tensor] | None
-) -> tuple[list[tuple[float, float]], list[tuple[float, float]] | None, Batch]:
+) -> tuple[list[_Op], list[_Op] | None, Batch]:
     """(forward ops, backward ops or None where the backward cannot run on meta, output)."""
     xin = _fresh(x, grad=not first)
     for p in layer.parameters():  # each count starts from no gradient, whatever ran before
@@ -219,16 +243,16 @@ def _run(
     return fwd.ops, bwd.ops, y
 
 
-def _ops(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> tuple[OpCount, ...]:
+def _ops(a: list[_Op], b: list[_Op]) -> tuple[OpCount, ...]:
     """Operations counted at twice the batch (a) and four times it (b), as ``OpCount`` at the batch:
     bytes split into a fixed part and a per-sample part (both sizes hold >= 2 samples, so no
     operation takes a one-sample shortcut)."""
     if len(a) != len(b):  # the operations depend on the batch: take bytes as all per-sample
-        return tuple(OpCount(f / 2, n / 2) for f, n in a)
+        return tuple(OpCount(f / 2, n / 2, 0.0, op) for f, n, op in a)
     out = []
-    for (f, n), (_, n2) in zip(a, b):
+    for (f, n, op), (_, n2, _) in zip(a, b):
         fixed = min(n, max(0.0, 2 * n - n2))
-        out.append(OpCount(f / 2, fixed + (n - fixed) / 2, fixed))
+        out.append(OpCount(f / 2, fixed + (n - fixed) / 2, fixed, op))
     return tuple(out)
 
 
@@ -237,13 +261,21 @@ def count_layers(
     sample: Batch,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     memo: bool = True,
+    attention: str = MATERIALIZED,
 ) -> list[LayerCount]:
     """Count every layer at the batch of ``sample`` (meta tensors; dim 0 is the batch).
 
     The first layer's input needs no gradient (as on the engine's first stage); every later input
     does. ``loss_fn(output)`` runs after the last layer and is counted in it. With ``memo``, a layer
     identical to one already counted (same ``_signature``: the 48 layers of Transformer-48, the
-    normal cells of an AmoebaNet stack) reuses that count instead of running again."""
+    normal cells of an AmoebaNet stack) reuses that count instead of running again. ``attention``:
+    ``materialized`` counts SDPA's math (the L x L scores in memory), ``fused`` one fused kernel per
+    pass (``sim.attention``)."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention={attention!r} is unknown; allowed: {', '.join(ATTENTION)}")
+    if attention == FUSED:
+        with fused_attention(_record):
+            return count_layers(layers, sample, loss_fn, memo)
     batch = as_tuple(sample)[0].shape[0]
     device = as_tuple(sample)[0].device
     out: list[LayerCount] = []
@@ -267,7 +299,7 @@ def count_layers(
         bwd = (
             _ops(b2, b4)
             if b2 is not None and b4 is not None
-            else tuple(OpCount(2 * o.flops, 2 * o.bytes, 2 * o.fixed_bytes) for o in fwd)
+            else tuple(OpCount(2 * o.flops, 2 * o.bytes, 2 * o.fixed_bytes, o.op) for o in fwd)
         )
         spec = ([(tuple(t.shape[1:]), t.dtype) for t in as_tuple(y2)], isinstance(y2, tuple))
         count = LayerCount(

@@ -90,6 +90,14 @@ class HardwareConfig:
     op_min_s: float = opt(0.0, "shortest operation (launching one kernel), s", min=0)
     send_occupies_sender: bool = opt(False, "a send keeps its stage busy (no DMA engine)")
     anchors: list[Anchor] = opt([], "published end-to-end throughputs the curve is checked on")
+    fused_attention_efficiency: float = opt(
+        0.0, "fraction of peak a fused attention kernel reaches (0: none here)", min=0, max=1
+    )
+    devices_per_node: int = opt(0, "devices on the link; beyond, rings cross nodes (0: all)", min=0)
+    internode_bandwidth_Bps: float = opt(
+        0.0, "one node's inter-node bandwidth per direction, its NICs summed, bytes/s", min=0
+    )
+    internode_latency_s: float = opt(0.0, "inter-node latency per ring step, s", min=0)
 
     def check(self) -> None:
         """Raise ``HardwareError`` (one line) unless this is ``measured`` or a valid published device."""

@@ -22,12 +22,15 @@ from torch import nn
 
 from ..engine.microbatch import Batch
 from ..options import opt
+from .attention import ATTENTION
 from .costs import CostModel
 
 __all__ = ["ANCHOR_USES", "PRECISIONS", "Anchor", "HardwareError", "Workload", "Trust", "Hardware"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "half")
 ANCHOR_USES = ("fit", "check")
+ANCHOR_REMAT = ("never", "full", "selective")
+ANCHOR_PARALLEL = ("allreduce", "ddp", "zero1", "fsdp")  # sim.anchors.parallel.PARALLEL
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,29 @@ class Anchor:
     peak_scale: float = opt(
         1.0, "the published device's peak over this profile's (a variant)", min=0
     )
+    mem_scale: float = opt(
+        1.0, "the published device's memory bandwidth over this profile's (a variant)", min=0
+    )
     source: str = opt("", "where it is published (URL)")
     note: str = opt("", "what else the number depends on")
+    # how the published run ran (``sim.anchors``: simulated the same way)
+    attention: str = opt(
+        "materialized",
+        "materialized: the L x L scores in memory; fused: one FlashAttention kernel (sim.attention)",
+        choices=ATTENTION,
+    )
+    remat: str = opt(
+        "never",
+        "never; full: every block's forward again; selective: torchtitan's per-operation policy",
+        choices=ANCHOR_REMAT,
+    )
+    parallel: str = opt(
+        "allreduce",
+        "with devices > 1: allreduce (after the backward), ddp (overlapping it), zero1, fsdp "
+        "(sim.anchors.parallel)",
+        choices=ANCHOR_PARALLEL,
+    )
+    accumulate: int = opt(1, "micro-steps of batch per optimiser step (accumulation)", min=1)
 
 
 class HardwareError(ValueError):

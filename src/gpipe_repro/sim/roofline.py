@@ -36,11 +36,19 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .attention import FUSED_OPS
 from .costs import LayerCost, Link
 from .count import LayerCount, OpCount
 from .interface import PRECISIONS, Anchor, HardwareError
 
-__all__ = ["HardwareProfile", "RooflineCosts", "pass_time"]
+__all__ = [
+    "HardwareProfile",
+    "REMAT_POLICIES",
+    "RooflineCosts",
+    "op_seconds",
+    "pass_time",
+    "recompute_ops",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,15 @@ class HardwareProfile:
     op_min_s: float = 0.0  # shortest operation: launching one kernel
     mem_efficiency: float = 1.0  # fraction of the memory bandwidth an operation reaches
     anchors: tuple[Anchor, ...] = ()
+    # fraction of peak a fused attention kernel reaches (``sim.attention``); 0: none on this device,
+    # such an operation is timed on the matrix curve
+    fused_attention_efficiency: float = 0.0
+    # data-parallel collectives (``sim.anchors.parallel``): devices sharing the ``link``; beyond
+    # them a ring crosses nodes at ``internode_bandwidth_Bps`` (one node's, per direction, its NICs
+    # summed) and ``internode_latency_s``; 0 devices: every device on the link
+    devices_per_node: int = 0
+    internode_bandwidth_Bps: float = 0.0
+    internode_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("peak_flops_fp32", "peak_flops_half", "mem_bandwidth_Bps", "link_bandwidth_Bps"):
@@ -72,13 +89,29 @@ class HardwareProfile:
             raise HardwareError(
                 f"hardware.mem_efficiency={self.mem_efficiency!r} is invalid; allowed: 0 < x <= 1"
             )
-        for f in ("link_latency_s", "overhead_s", "op_min_s"):
+        for f in (
+            "link_latency_s",
+            "overhead_s",
+            "op_min_s",
+            "internode_bandwidth_Bps",
+            "internode_latency_s",
+        ):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
                 raise HardwareError(f"hardware.{f}={v!r} is invalid; allowed: a number >= 0")
         if self.precision not in PRECISIONS:
             raise HardwareError(
                 f"hardware.precision={self.precision!r} is unknown; allowed: {', '.join(PRECISIONS)}"
+            )
+        if not 0 <= self.fused_attention_efficiency <= 1:
+            raise HardwareError(
+                f"hardware.fused_attention_efficiency={self.fused_attention_efficiency!r} is "
+                "invalid; allowed: 0 <= x <= 1 (0: no fused attention kernel)"
+            )
+        if not (isinstance(self.devices_per_node, int) and self.devices_per_node >= 0):
+            raise HardwareError(
+                f"hardware.devices_per_node={self.devices_per_node!r} is invalid; allowed: an "
+                "integer >= 0 (0: every device on the link)"
             )
         if not (isinstance(self.link_hops, int) and self.link_hops >= 1):
             raise HardwareError(
@@ -125,10 +158,13 @@ class HardwareProfile:
                 return e0 + t * (e1 - e0)
         return pts[-1][1]
 
-    def op_time(self, op_flops: float, precision: str | None = None) -> float:
-        """Seconds one operation of ``op_flops`` FLOPs takes at its efficiency."""
+    def op_time(self, op_flops: float, precision: str | None = None, op: str = "") -> float:
+        """Seconds one operation of ``op_flops`` FLOPs takes at its efficiency (a fused attention
+        kernel, ``op`` in ``attention.FUSED_OPS``: at ``fused_attention_efficiency`` when given)."""
         if op_flops <= 0:
             return 0.0
+        if op in FUSED_OPS and self.fused_attention_efficiency > 0:
+            return op_flops / (self.peak(precision) * self.fused_attention_efficiency)
         return op_flops / (self.peak(precision) * self.efficiency(op_flops, precision))
 
     @property
@@ -142,10 +178,39 @@ def pass_time(hw: HardwareProfile, ops: Sequence[OpCount], precision: str | None
     width = 0.5 if p == "half" else 1.0
     total = 0.0
     for o in ops:
-        compute = hw.op_time(o.flops, p) if o.flops > 0 else 0.0
-        memory = o.bytes * width / (hw.mem_bandwidth_Bps * hw.mem_efficiency)
-        total += max(compute, memory, hw.op_min_s)
+        total += op_seconds(hw, o, p, width)
     return total
+
+
+def op_seconds(hw: HardwareProfile, o: OpCount, precision: str, width: float) -> float:
+    """One operation at the slowest of its compute, memory and launch times."""
+    compute = hw.op_time(o.flops, precision, o.op) if o.flops > 0 else 0.0
+    memory = o.bytes * width / (hw.mem_bandwidth_Bps * hw.mem_efficiency)
+    return max(compute, memory, hw.op_min_s)
+
+
+REMAT_POLICIES = ("full", "selective")
+
+
+def recompute_ops(ops: Sequence[OpCount], policy: str) -> list[OpCount]:
+    """The forward's operations a rematerialising backward runs again. ``full``: all of them;
+    ``selective``: torchtitan's per-operation policy (docs/activation_checkpoint, its
+    ``_get_custom_policy``): every second matrix operation and every cheap operation again, the
+    others and a fused attention kernel kept."""
+    if policy not in REMAT_POLICIES:
+        raise ValueError(f"policy={policy!r} is unknown; allowed: {', '.join(REMAT_POLICIES)}")
+    if policy == "full":
+        return list(ops)
+    out, matrix = [], 0
+    for o in ops:
+        if o.op in FUSED_OPS:
+            continue
+        if o.matrix:
+            matrix += 1
+            if matrix % 2:
+                continue
+        out.append(o)
+    return out
 
 
 class RooflineCosts:
@@ -157,12 +222,16 @@ class RooflineCosts:
         counts: Sequence[LayerCount],
         precision: str | None = None,
         update_passes: float = 5.0,
+        remat: str = "full",
     ) -> None:
+        """``remat``: what a rematerialising backward runs again (``recompute_ops``)."""
         if not counts:
             raise ValueError("counts is empty; allowed: one LayerCount per layer of the model")
         if update_passes < 0:
             raise ValueError(f"update_passes={update_passes} is invalid; allowed: a number >= 0")
         hw.peak(precision)  # validates the precision
+        recompute_ops((), remat)  # validates the policy
+        self.remat = remat
         self.hw, self.counts = hw, list(counts)
         self.precision = precision or hw.precision
         self.update_passes = update_passes
@@ -180,6 +249,11 @@ class RooflineCosts:
             backward_s=pass_time(self.hw, c.bwd, self.precision),
             out_bytes=c.out_bytes,
             update_s=self.update_passes * c.param_bytes / self.hw.mem_bandwidth_Bps,
+            recompute_s=(
+                None
+                if self.remat == "full"
+                else pass_time(self.hw, recompute_ops(c.fwd, self.remat), self.precision)
+            ),
         )
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]:

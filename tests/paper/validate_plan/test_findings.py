@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from gpipe_repro.measure.planner import PlanRow
-from gpipe_repro.paper.validate_plan.findings import repeatability, summarize, targets
+from gpipe_repro.paper.validate_plan.findings import (
+    real_picks,
+    repeatability,
+    summarize,
+    targets,
+    verdict,
+)
 
 
 def _row(sc: str, rank: int | None, pred: float, meas: float | None, **kw) -> PlanRow:
@@ -163,3 +169,22 @@ def test_the_page_describes_the_emulation_as_the_calibration_ran_it(tmp_path):
     assert "(each layer sleeps its profiled cost)" in page(Calibration(), "old")  # no dilation
     none = page(None, "none")
     assert "K in ?" in none and "| (no scenario measured) | | | |" in none
+
+
+def test_the_verdict_states_the_share_of_picks_that_ran_for_real():
+    rows = [
+        *_scenario("a/loose", [1.0, 2.0]),
+        *_scenario("b/loose", [1.0, 2.0], kind="emulated", K=4),
+        *_scenario("c/loose", [1.0, 2.0], kind="emulated", K=8),
+        *_scenario("d/loose", [1.0, 2.0]),
+    ]
+    rows[0:0] = [_row("a/loose", None, 9.0, 9.0, kind="emulated")]  # a rule's row: not a pick
+    sums = summarize(rows)
+    assert real_picks(sums) == (2, 4)
+    line = verdict(sums)
+    met = sum(t.met for t in targets(sums))
+    assert (
+        line
+        == f"Verdict: {met} of {len(targets(sums))} targets met; 2 of 4 picks (50%) ran for real, 2 emulated."
+    )
+    assert verdict([]) is None

@@ -27,7 +27,7 @@ from ..markdown import DASH, num, pct
 from ..plot import figure
 from ..provenance import Provenance
 from ..template import render
-from .findings import Summary, peaks, summarize, targets
+from .findings import Summary, peaks, summarize, targets, verdict
 
 TITLE = "The planner against every configuration measured (gpipe-plan, issue #19)"
 
@@ -116,6 +116,7 @@ def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any
             f"{k} ×{v:g}" for k, v in (calib.dilations if calib else {}).items()
         ),
         "target_cells": marked or [("(no scenario measured)", "", "", "")],
+        "verdict": verdict(sums),
         "scenario_cells": [
             [
                 s.scenario,

@@ -15,7 +15,10 @@ measurement. From the rows alone (``summarize``):
   the rule's configuration does not fit the cap);
 - **memory**: the pick's largest measured per-stage peak against the cap (real cells only).
 
-``targets`` turns the summaries into the issue's target lines, each met or not from the numbers.
+``targets`` turns the summaries into the issue's target lines, each met or not from the numbers;
+``verdict`` says in one line how many were met and what share of the picks ran for real (the real
+engine, K x replicas <= 2 here) rather than emulated: a target met on emulated picks rests on the
+emulation as much as on the planner (issue #38).
 """
 
 from __future__ import annotations
@@ -28,7 +31,17 @@ from ...measure.planner import PlanRow
 from ...measure.scenarios import RULES
 from ..stats import spearman
 
-__all__ = ["PlanRow", "Summary", "RULES", "summarize", "targets", "Target", "repeatability"]
+__all__ = [
+    "PlanRow",
+    "Summary",
+    "RULES",
+    "summarize",
+    "targets",
+    "Target",
+    "repeatability",
+    "real_picks",
+    "verdict",
+]
 
 
 def peaks(text: str) -> list[float]:
@@ -168,3 +181,20 @@ def targets(summaries: Sequence[Summary]) -> list[Target]:
             not low,
         ),
     ]
+
+
+def real_picks(summaries: Sequence[Summary]) -> tuple[int, int]:
+    """How many of the scenarios' picks ran for real (``kind`` real, not emulated), of how many."""
+    return sum(s.pick.kind == "real" for s in summaries), len(summaries)
+
+
+def verdict(summaries: Sequence[Summary]) -> str | None:
+    """The page's verdict line: the targets met, and the share of the picks that ran for real."""
+    ts = targets(summaries)
+    if not ts:
+        return None
+    real, n = real_picks(summaries)
+    return (
+        f"Verdict: {sum(t.met for t in ts)} of {len(ts)} targets met; {real} of {n} picks "
+        f"({real / n:.0%}) ran for real, {n - real} emulated."
+    )

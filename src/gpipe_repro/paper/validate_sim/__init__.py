@@ -6,7 +6,9 @@
 Experiments and measurement: ``measure.simulator`` (the grid: its ``Settings``; ``--quick``: fewer
 cells, one round, two steps), which writes ``events.jsonl``, ``cpu.yaml`` and ``calibration.json``
 and returns the rows of ``validation.csv`` and ``roofline.csv``. Summary: ``findings`` and ``split``
-(the error by remat, schedule and (model, K, remat) group: ``split.csv``, ``groups.csv``). Page:
+(the error by remat, schedule and (model, K, remat) group: ``split.csv``, ``groups.csv``) and
+``heldout`` (the real cells' raw error, calibration and held-out models apart, and its split into
+the host's drift and the engine's part: ``heldout.csv``). Page:
 ``templates/sim.md.j2``, the plots and the traces (``figures``), from those files alone.
 """
 
@@ -23,7 +25,7 @@ from ..claims import TARGETS_LEAD, Answer, anchor
 from ..provenance import Provenance
 from ..rows import write_csv
 from ..template import render
-from . import findings, split
+from . import findings, heldout, split
 from .figures import plot_cells, trace_cell
 
 TRACES = ("cell", "worst_real", "worst_emulated")
@@ -70,10 +72,19 @@ class ValidateSim(Artefact[CellRow]):
                    anchor("Bias per (model, K, remat) group"))
             for v in sp["verdicts"]
         ]  # fmt: skip
+        held = heldout.summary(rows, out)
+        judged += [
+            Answer(v["met"].strip("*"), f"real cells, {v['set']} models: the raw error (no speed "
+                   f"probe)", f"median {v['median']}, max {v['max']}, bias {v['bias']} over "
+                   f"{v['cells']} cells; {v['groups_off']} of {v['groups']} groups off",
+                   anchor("What a user sees: the raw error, calibration and held-out models apart"))
+            for v in (held["heldout"] or {}).get("verdicts", [])
+        ]  # fmt: skip
         page = render(
             "sim", report.provenance, "Simulator validation", judged, TARGETS_LEAD, calib=calib,
             cores=calib.cores or "?", quiet=findings.QUIET,
             target_cells=findings.target_cells(summ), **sp,
+            **held,
             speed=summ["real"] if summ.get("real", {}).get("normalized") else None,
             **findings.by_group(rows),
             dilations=", ".join(f"{k} ×{v:g}" for k, v in calib.dilations.items()),
@@ -86,7 +97,9 @@ class ValidateSim(Artefact[CellRow]):
         names += [
             f"trace_{t}{e}" for t in TRACES for e in ("_measured.json", "_simulated.json", ".png")
         ]
-        written = [out / "split.csv", out / "groups.csv"]
+        written = [
+            out / n for n in ("split.csv", "groups.csv", "heldout.csv") if (out / n).exists()
+        ]
         return written + [out / n for n in names if (out / n).exists()]
 
 

@@ -26,23 +26,24 @@ and every one is within ``TOLERANCE``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import torch
-from torch import nn
 
-from ...models import class_planning_loss, token_planning_loss
-from ..costs import stage_costs
+from ..costs import LayerCost, stage_costs
 from ..count import LayerCount, count_layers
 from ..interface import Anchor, Trust
 from ..roofline import HardwareProfile, RooflineCosts
 from ..simulate import simulate
+from .models import ANCHOR_MODELS
+from .parallel import exposed_s
 
 __all__ = [
     "ANCHOR_MODELS",
     "AnchorResult",
+    "anchor_costs",
+    "counts",
+    "simulate_anchor",
     "MIN_ANCHORS",
     "TOLERANCE",
     "check",
@@ -67,184 +68,77 @@ def validated(anchors: int, within: int) -> bool:
 
 
 @dataclass(frozen=True)
-class AnchorModel:
-    """A known model, as its published runs train it: its layers and one input batch (meta device)."""
-
-    describe: str
-    build: Callable[[int], tuple[list[nn.Module], Any]]  # seq -> (layers, input of 2 samples)
-    loss: Callable[[Any], torch.Tensor]
-
-
-class _Bottleneck(nn.Module):
-    """ResNet v1.5's bottleneck block (He et al., 2016; the stride in the 3x3 convolution)."""
-
-    def __init__(self, cin: int, width: int, stride: int) -> None:
-        super().__init__()
-        cout = 4 * width
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, width, 1, bias=False),
-            nn.BatchNorm2d(width),
-            nn.ReLU(),
-            nn.Conv2d(width, width, 3, stride, 1, bias=False),
-            nn.BatchNorm2d(width),
-            nn.ReLU(),
-            nn.Conv2d(width, cout, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        )
-        self.skip = (
-            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-            if stride != 1 or cin != cout
-            else nn.Identity()
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + self.skip(x))
-
-
-def _resnet(blocks: tuple[int, ...]) -> Callable[[int], tuple[list[nn.Module], Any]]:
-    def build(_seq: int) -> tuple[list[nn.Module], Any]:
-        stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(),
-            nn.MaxPool2d(3, 2, 1),
-        )
-        layers: list[nn.Module] = [stem]
-        cin = 64
-        for stage, n in enumerate(blocks):
-            width = 64 * 2**stage
-            for b in range(n):
-                layers.append(_Bottleneck(cin, width, 2 if b == 0 and stage > 0 else 1))
-                cin = 4 * width
-        layers.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(cin, 1000)))
-        return layers, torch.empty(2, 3, 224, 224)
-
-    return build
-
-
-def _transformer(
-    L: int, d: int, H: int, A: int, V: int
-) -> Callable[[int], tuple[list[nn.Module], Any]]:
-    def build(seq: int) -> tuple[list[nn.Module], Any]:
-        from ...models.transformer import transformer_lm_layers
-
-        return transformer_lm_layers(L, d, H, A, V), torch.zeros(2, seq, dtype=torch.long)
-
-    return build
-
-
-def _translation(
-    L: int, d: int, H: int, A: int, V: int, target: int | None = None
-) -> Callable[[int], tuple[list[nn.Module], Any]]:
-    """An encoder-decoder T(L, H, A) at width d (``transformer_mt_layers``): a sample is a source of
-    ``seq`` tokens and a target of ``target`` tokens (``None``: ``seq`` too)."""
-
-    def build(seq: int) -> tuple[list[nn.Module], Any]:
-        from ...models.transformer import transformer_mt_layers
-
-        tgt = seq if target is None else target
-        src = torch.ones(2, seq, dtype=torch.long)  # token 1: not padding
-        return transformer_mt_layers(L, H, A, d, V), (src, torch.ones(2, tgt, dtype=torch.long))
-
-    return build
-
-
-ANCHOR_MODELS: dict[str, AnchorModel] = {
-    "resnet50": AnchorModel(
-        "ResNet-50 v1.5, 224x224, 1000 classes", _resnet((3, 4, 6, 3)), class_planning_loss
-    ),
-    "bert_large": AnchorModel(
-        "BERT-large as a Transformer encoder: L 24, d 1024, H 4096, A 16, vocabulary 30522, the "
-        "masked-LM head over every token",
-        _transformer(24, 1024, 4096, 16, 30522),
-        token_planning_loss,
-    ),
-    "bert_large_squad": AnchorModel(
-        "BERT-large fine-tuned for SQuAD: the same encoder, a 2-logit (start, end) head per token",
-        _transformer(24, 1024, 4096, 16, 2),
-        token_planning_loss,
-    ),
-    "transformer_base": AnchorModel(
-        "Transformer base (Vaswani et al., 2017): 6 encoder + 6 decoder layers, d 512, H 2048, A 8, "
-        "a shared vocabulary of 37000 (WMT'14 en-de BPE); a sample: seq source and seq target tokens",
-        _translation(6, 512, 2048, 8, 37000),
-        token_planning_loss,
-    ),
-    "t5_base": AnchorModel(
-        "T5.1.1-base's FLOPs (Raffel et al., 2020): 12 + 12 layers, d 768, A 12, a 2-matrix FFN of H "
-        "3072 (= GEGLU's 3 x 2048), vocabulary 32128; a sample: seq input tokens, 114 target tokens "
-        "(span corruption's 512 -> 114)",
-        _translation(12, 768, 3072, 12, 32128, target=114),
-        token_planning_loss,
-    ),
-    "t5_large": AnchorModel(
-        "T5.1.1-large's FLOPs: 24 + 24 layers, d 1024, A 16, a 2-matrix FFN of H 4224 (= GEGLU's 3 x "
-        "2816), vocabulary 32128; a sample: seq input tokens, 114 target tokens",
-        _translation(24, 1024, 4224, 16, 32128, target=114),
-        token_planning_loss,
-    ),
-    "flax_wmt": AnchorModel(
-        "Flax's WMT example (its default config): 6 + 6 layers, d 1024, H 4096, A 16, vocabulary "
-        "32000; a sample: seq source and seq target tokens (packed)",
-        _translation(6, 1024, 4096, 16, 32000),
-        token_planning_loss,
-    ),
-    "llama3_8b": AnchorModel(
-        "Llama-3 8B's FLOPs as a Transformer: L 32, d 4096, a 2-matrix FFN of H 21504 (= SwiGLU's "
-        "3 x 14336), A 32 (full-width K, V: GQA's are narrower), vocabulary 128256",
-        _transformer(32, 4096, 21504, 32, 128256),
-        token_planning_loss,
-    ),
-}
-
-
-@dataclass(frozen=True)
 class AnchorResult:
     profile: str
     anchor: Anchor
     published: float  # samples per second per device
     predicted: float
+    step_s: float = 0.0  # the simulated optimiser step (its ``accumulate`` micro-steps)
+    comm_s: float = 0.0  # of which: data-parallel communication the compute did not hide
 
     @property
     def error(self) -> float:
         return self.predicted / self.published - 1.0
 
 
-_COUNTS: dict[tuple[str, int], list[LayerCount]] = {}
+_COUNTS: dict[tuple[str, int, str], list[LayerCount]] = {}
 
 
-def counts(model: str, seq: int) -> list[LayerCount]:
-    """The anchor model's per-layer counts (at 2 samples; they scale), once per process."""
+def counts(model: str, seq: int, attention: str = "materialized") -> list[LayerCount]:
+    """The anchor model's per-layer counts (at 2 samples; they scale), once per process;
+    ``attention``: how the run computed it (``sim.attention``)."""
     if model not in ANCHOR_MODELS:
         raise ValueError(f"anchor model={model!r} is unknown; allowed: {', '.join(ANCHOR_MODELS)}")
-    if (model, seq) not in _COUNTS:
+    if (model, seq, attention) not in _COUNTS:
         m = ANCHOR_MODELS[model]
         with torch.device("meta"):
             layers, x = m.build(seq)
-        _COUNTS[(model, seq)] = count_layers(layers, x, m.loss)
-    return _COUNTS[(model, seq)]
+        _COUNTS[(model, seq, attention)] = count_layers(layers, x, m.loss, attention=attention)
+    return _COUNTS[(model, seq, attention)]
 
 
-def simulate_anchor(hw: HardwareProfile, a: Anchor) -> AnchorResult:
-    """One device's training step of the anchor's model at its settings, on ``hw``'s roofline."""
+def anchor_costs(hw: HardwareProfile, a: Anchor) -> tuple[list[LayerCost], list[LayerCount]]:
+    """Every layer's costs at the anchor's batch on ``hw`` (its ``peak_scale`` and ``mem_scale``
+    applied), as the run
+    computed them: its attention, and under ``remat`` each layer but the first and last (the
+    embedding or stem, the head: the blocks a run checkpoints) recomputed by its policy."""
     dev = replace(
         hw,
         peak_flops_fp32=hw.peak_flops_fp32 * a.peak_scale,
         peak_flops_half=hw.peak_flops_half * a.peak_scale,
+        mem_bandwidth_Bps=hw.mem_bandwidth_Bps * a.mem_scale,
     )
-    cs = counts(a.model, a.seq)
-    costs = RooflineCosts(dev, cs, precision=a.precision)
-    res = simulate(
+    cs = counts(a.model, a.seq, a.attention)
+    policy = "full" if a.remat == "never" else a.remat
+    layers = RooflineCosts(dev, cs, precision=a.precision, remat=policy).layer_costs(a.batch)
+    if a.remat != "never":
+        layers = [
+            c if 0 < i < len(layers) - 1 else replace(c, recompute_s=0.0)
+            for i, c in enumerate(layers)
+        ]
+    return layers, cs
+
+
+def simulate_anchor(hw: HardwareProfile, a: Anchor) -> AnchorResult:
+    """One device's optimiser step of the anchor's model at its settings on ``hw``'s roofline:
+    ``accumulate`` micro-steps of its batch (``simulate``, K = 1), then what its data parallelism
+    over ``devices`` adds (``parallel.exposed_s``)."""
+    layers, cs = anchor_costs(hw, a)
+    remat = a.remat != "never"
+    micro = simulate(
         1,
         1,
         "gpipe",
-        "never",
-        stage_costs(costs.layer_costs(a.batch), [len(cs)]),
-        dev.link,
-        dev.overhead_s,
+        "always" if remat else "never",
+        stage_costs([replace(c, update_s=0.0) for c in layers], [len(cs)]),
+        hw.link,
+        hw.overhead_s,
         sender_busy=False,
-    )
-    return AnchorResult(hw.name, a, a.throughput / a.devices, a.batch / res.step_s)
+    ).step_s
+    dp = exposed_s(layers, [c.params for c in cs], hw, a.devices, a.parallel, remat, a.accumulate)
+    step = a.accumulate * micro + dp.comm_s + dp.update_s
+    per_device = a.accumulate * a.batch / step
+    return AnchorResult(hw.name, a, a.throughput / a.devices, per_device, step, dp.comm_s)
 
 
 def check(hw: HardwareProfile) -> list[AnchorResult]:
@@ -292,7 +186,8 @@ def trust(hw: HardwareProfile) -> Trust:
     """The profile's anchors summed up (cached on disk: counting the anchor models takes a while)."""
     from ..measured import cache
 
-    key = {"profile": asdict(hw), "torch": torch.__version__, "method": "roofline-per-op-1"}
+    # 2: data parallelism as run, fused attention, selective remat (``parallel``, ``attention``)
+    key = {"profile": asdict(hw), "torch": torch.__version__, "method": "roofline-per-op-2"}
     stored = cache.load("anchors", key)
     if stored is None:
         errors = [r.error for r in check(hw)]

@@ -1,10 +1,12 @@
-"""``python -m gpipe_repro.sim.anchors [NAME...] [--fit [--write]]``: a published profile's anchors, fitted.
+"""``python -m gpipe_repro.sim.anchors [NAME...] [--fit [--write]] [--breakdown]``: a published profile's anchors.
 
 Prints every anchor's error of each named profile (default: every published one); with ``--fit``
 first fits the efficiency curve's height (and, with two or more fit anchors, the memory efficiency)
 on its anchors marked ``fit`` (``fit``) and prints the factor; with ``--write`` writes the fitted curve
-into ``conf/hardware/NAME.yaml``. The report of every profile's anchors, per device, and of this CPU's
-roofline against its measured costs, is ``make validate-hw``.
+into ``conf/hardware/NAME.yaml``; with ``--breakdown`` splits each anchor's simulated step per pass and
+operator and prints what attention's L x L memory traffic costs it (``breakdown``). The report of
+every profile's anchors, per device, and of this CPU's roofline against its measured costs, is
+``make validate-hw``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import re
 
 from ..hardware import PROFILES_DIR, load_profile, published_names
+from ..interface import Anchor
 from ..roofline import HardwareProfile
 from . import check, fit
 
@@ -36,12 +39,33 @@ def _write_curve(name: str, hw: HardwareProfile) -> None:
     path.write_text(text)
 
 
+def _print_breakdown(hw: HardwareProfile, a: Anchor, top: int = 8) -> None:
+    from .breakdown import breakdown
+
+    b = breakdown(hw, a)
+    print(
+        f"    step {b.step_s * 1e3:.1f} ms: compute {b.compute_s * 1e3:.1f} ms, data-parallel "
+        f"communication not hidden {b.comm_s * 1e3:.1f} ms"
+    )
+    for name, op, s in b.parts[:top]:
+        print(f"    {name:9s} {op:32s} {s * 1e3:10.1f} ms {s / b.step_s:6.1%}")
+    if b.attention_traffic_s is not None and b.fused_step_s is not None:
+        print(
+            f"    attention's L x L scores in memory: {b.attention_traffic_s * 1e3:.1f} ms "
+            f"({b.attention_traffic_s / b.step_s:.1%} of the step; fused, the step would take "
+            f"{b.fused_step_s * 1e3:.1f} ms)"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("profiles", nargs="*", help="profile names (default: every published one)")
     ap.add_argument("--fit", action="store_true", help="fit the curve's height on the fit anchors")
     ap.add_argument(
         "--write", action="store_true", help="with --fit: write the curve into its YAML"
+    )
+    ap.add_argument(
+        "--breakdown", action="store_true", help="split each anchor's step per pass and operator"
     )
     args = ap.parse_args(argv)
     if args.write and not args.fit:
@@ -56,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
         for r in check(hw):
             a = r.anchor
             print(f"  {a.use} {a.model} batch {a.batch} {a.precision}: {r.error:+.1%}")
+            if args.breakdown:
+                _print_breakdown(hw, a)
         if args.write:
             _write_curve(name, hw)
 

@@ -19,6 +19,9 @@ not depend on the model is measured once per device and cached (``cache``):
 - what a message costs the ranks of one run when they share this host's cores and keep them busy
   (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning stages against their
   simulation; on a CUDA device the host's cores are not the ranks' compute: 0);
+- what a receiver that blocked pays once it computes again (``idle_penalty``, ``idle.measure_idle``:
+  the reference model's forward and backward right after sleeping against back to back; on a CUDA
+  device the host's cores are not the ranks' compute: none);
 - what posting a send and a receive costs the calling thread (``Link.send_call_s``, ``recv_call_s``):
   gloo's ``isend`` returns once posted and moves the data on its own threads, after the receiver has
   posted its receive (the engine posts 4 actions ahead); nccl runs on a side stream. So a send does not
@@ -32,6 +35,8 @@ speed), the wake-up is the host's idle states and hypervisor.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -41,6 +46,7 @@ from torch import nn
 
 from ..costs import Link
 from . import cache
+from .idle import add_points, measure_idle
 from .link import UnmeasuredLink, link_pairs, measure_link
 from .overhead import measure_overhead
 from .profile import profile_layers
@@ -75,14 +81,18 @@ class DeviceModel:
     # share this host's cores and keep them busy (``sharing``)
     shared_message_s: float = 0.0
     source: str = "measured"  # measured | cache
+    # (seconds a rank was blocked, extra seconds its compute then takes): ``idle``
+    idle_penalty: tuple[tuple[float, float], ...] = ()
 
     def ranks_link(self) -> Link:
         """The link as the ranks of one run on this host pay it: every send and every receive
-        also costs ``shared_message_s`` (an emulated rank, which sleeps, pays ``link``)."""
+        also costs ``shared_message_s``, and a receiver that blocked pays its compute's post-idle
+        penalty beside its wake-up (an emulated rank, which sleeps, pays ``link``)."""
         return replace(
             self.link,
             send_call_s=self.link.send_call_s + self.shared_message_s,
             recv_call_s=self.link.recv_call_s + self.shared_message_s,
+            wake=add_points(self.link.wake, self.idle_penalty),
         )
 
     @property
@@ -92,6 +102,7 @@ class DeviceModel:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["link"] = asdict(self.link) if self.link_measured else None
+        d["idle_penalty"] = [list(p) for p in self.idle_penalty]
         d.pop("source")
         return d
 
@@ -112,6 +123,22 @@ def _reference_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out, y)
 
 
+def _reference_step(layers: list[nn.Module]) -> Callable[[], None]:
+    """One forward and backward of the reference model at its batch: the post-idle workload."""
+    ls = copy.deepcopy(layers)
+    x, y = _reference_sample(REFERENCE.N)
+
+    def step() -> None:
+        h = x
+        for layer in ls:
+            h = layer(h)
+        _reference_loss(h, y).backward()
+        for p in (q for layer in ls for q in layer.parameters()):
+            p.grad = None
+
+    return step
+
+
 def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
     """The calibrated link and engine overheads of this device (measured once, then cached)."""
     dev = torch.device(device)
@@ -123,8 +150,8 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "reference": asdict(REFERENCE),
         # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost. 5: measured
         # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``);
-        # 6: what a message costs ranks sharing the host (``sharing``)
-        "format": 6,
+        # 6: what a message costs ranks sharing the host (``sharing``); 7: the post-idle penalty
+        "format": 7,
         "link": "unmeasured" if (unpaired := link_pairs(dev.type)) else "measured",
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
@@ -144,6 +171,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
                 float(stored["recompute_overhead_s"]),
                 float(stored["shared_message_s"]),
                 "cache",
+                tuple((float(b), float(p)) for b, p in stored["idle_penalty"]),
             )
         except (KeyError, TypeError, ValueError):
             pass
@@ -178,6 +206,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         if dev.type == "cpu" and not unpaired
         else 0.0
     )
+    idle = measure_idle(_reference_step(layers), use_cache=use_cache, key=asdict(REFERENCE))
     model = DeviceModel(
         cache.device_name(dev),
         link,
@@ -186,6 +215,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         False,
         prof.recompute_overhead_s,
         shared,
+        idle_penalty=idle if dev.type == "cpu" else (),
     )
     if use_cache:
         cache.save("device", key, model.to_json())

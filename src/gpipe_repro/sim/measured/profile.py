@@ -341,7 +341,8 @@ def profile_key(
         "repeats": repeats,
         "warmup": warmup,
         "stat": stat,
-        "method": "stream",  # timed inside a stage's stream of micro-batches (``stream``)
+        # timed inside a stage's stream of micro-batches, the collector's pauses charged (``stream``)
+        "method": "stream-collector",
         "outside_spans": list(OUTSIDE_SPANS),
         "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
         "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),

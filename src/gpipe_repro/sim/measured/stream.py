@@ -22,11 +22,24 @@ order on the calling thread, so the gradient of layer i's input is complete exac
 backward nodes have run and layer i-1's have not started. A recompute's overhead is the time from the
 start of its action to its first layer (restoring the RNG state, entering the contexts). Before each
 timed step ``probe`` (the speed probe, ``speed.probe_s``) may run; its seconds come back with the step.
+
+Python's cyclic collector runs when enough objects were allocated, in whichever call comes next: a
+step of the engine pays its pauses, but the median of a layer's calls leaves them out (a layer's
+pause falls in a few of its calls). So every pause is timed (``gc.callbacks``) and taken out of the
+call it fell in, and each step's total (``Step.collector``) is charged back evenly: the mean over
+the stream's steps of a kind, per micro-batch and layer, onto the forward (kept steps: the engine's
+``never``) or the no-grad forward (remat steps: ``always``), ``StreamTimes.samples``. At M = 32 the
+validation's AmoebaNet paid ~50 ms a step kept and ~5 ms rematerialised (``python
+bench/engine_vs_profile.py``), the other models almost nothing. A pause scans every object alive, so
+before its steps the stream moves what the process already held out of the collector's reach
+(``gc.freeze``, as a rank freezes its set-up: ``engine.hostmem``): a profiling process holding other
+models' profiles must not charge a rank for scanning them.
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +56,7 @@ from ...engine.memory import ActivationMeter
 from ...engine.microbatch import Batch, as_tuple
 from ...engine.precision import fp32_loss
 from .cache import tensor_shapes
+from .collector import NO_PAUSES, Pauses
 
 __all__ = ["StreamTimes", "Step", "time_stream", "fresh_input"]
 
@@ -63,6 +77,7 @@ class Step:
     release: list[list[float]] = field(default_factory=list)
     # one row: per layer, folding its BatchNorm statistics at the end of the step
     commit: list[list[float]] = field(default_factory=list)
+    collector: float = 0.0  # seconds in Python's cyclic collector during the step (module doc)
 
 
 @dataclass
@@ -77,12 +92,26 @@ class StreamTimes:
 
     def samples(self, kind: str, layer: int, ref: float | None = None) -> list[float]:
         """Every timed call of ``layer`` of one kind (forward, nograd, recompute, backward), each put
-        on the reference speed ``ref`` when given (seconds x ref / that step's probe)."""
+        on the reference speed ``ref`` when given (seconds x ref / that step's probe); a forward
+        and a no-grad forward also carry their step kind's collector share (``collector_share``)."""
+        share = self.collector_share(kind, ref)
         return [
-            row[layer] * (ref / s.probe_s if ref is not None else 1.0)
+            row[layer] * (ref / s.probe_s if ref is not None else 1.0) + share
             for s in self.steps
             for row in getattr(s, kind)
         ]
+
+    def collector_share(self, kind: str, ref: float | None = None) -> float:
+        """What the collector's pauses cost one call of a layer of ``kind``: the mean over the steps
+        that ran it of their collector seconds, per micro-batch and layer, for ``forward`` (kept
+        steps) and ``nograd`` (remat steps); 0 for the other kinds (module doc)."""
+        if kind not in ("forward", "nograd"):
+            return 0.0
+        steps = [s for s in self.steps if getattr(s, kind)]
+        if not steps:
+            return 0.0
+        paid = [s.collector * (ref / s.probe_s if ref is not None else 1.0) for s in steps]
+        return sum(paid) / len(paid) / (self.micro_batches * self.layers)
 
     def actions(self, kind: str, ref: float | None = None) -> list[float]:
         """Per micro-batch action: the cell's total of one kind (what an engine span covers)."""
@@ -136,15 +165,15 @@ class _Boundaries:
 
         return hook
 
-    def per_layer(self) -> list[float]:
-        """Seconds of each layer's backward; a boundary whose hook never fired (no gradient crossed
-        it) counts as the one after it."""
+    def per_layer(self, pauses: Pauses = NO_PAUSES) -> list[float]:
+        """Seconds of each layer's backward, the collector's ``pauses`` left out; a boundary whose
+        hook never fired (no gradient crossed it) counts as the one after it."""
         t = self.t
         for i in range(len(t) - 2, 0, -1):
             t[i] = max(t[i], t[i + 1])
         for h in self.handles:
             h.remove()
-        return [t[i] - t[i + 1] for i in range(len(t) - 1)]
+        return [t[i] - t[i + 1] - pauses.within(t[i + 1], t[i]) for i in range(len(t) - 1)]
 
 
 class _Cell:
@@ -158,6 +187,7 @@ class _Cell:
             any(isinstance(m, MicroBatchNorm) for m in layer.modules()) for layer in self.layers
         ]
         self.device = device
+        self.pauses = NO_PAUSES  # the collector's pauses to leave out of each timed call
 
     def forward(
         self,
@@ -179,7 +209,8 @@ class _Cell:
             if i == last and loss is not None:
                 y = loss(y)
             _sync(self.device)
-            times.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            times.append(t1 - t0 - self.pauses.within(t0, t1))
             if outs is not None:
                 outs.append(y)
             x = y
@@ -195,7 +226,7 @@ class _Cell:
             torch.autograd.backward(outs, seeds if seeds is not None else None)
         _sync(self.device)
         bounds.t[0] = time.perf_counter()
-        return bounds.per_layer()
+        return bounds.per_layer(self.pauses)
 
     @staticmethod
     def release(outs: list[Any]) -> list[float]:
@@ -268,42 +299,73 @@ def time_stream(
         seeds = [torch.ones_like(t) for t in as_tuple(y) if t.is_floating_point()]
     out_bytes, in_shapes = _boundaries(cell, inputs[0])
     steps: list[Step] = []
-    for r in range(warmup + repeats):
-        kept = Step(probe() if probe is not None else 1.0)
-        graphs: dict[int, tuple[list[Any], _Boundaries]] = {}
-        for m in range(M):
-            bounds, outs = _Boundaries(L), list[Any]()
-            with meter.record(m):
-                times = cell.forward(inputs[m], loss_of(m), bounds, outs)[1]
-            graphs[m] = (outs, bounds)
-            kept.forward.append(times)
-        for m in reversed(range(M)):
-            outs, bounds = graphs.pop(m)
-            kept.backward.append(cell.backward(outs[-1], seeds, bounds))
-            kept.release.append(cell.release(outs))
-            meter.release(m)
-        kept.commit.append(cell.end_step())
-        remat = Step(probe() if probe is not None else 1.0)
-        rngs = {}
-        for m in range(M):
-            rngs[m] = save_rng(device)
-            with torch.no_grad():
-                _, times = cell.forward(inputs[m], loss_of(m), None)
-            remat.nograd.append(times)
-        for m in reversed(range(M)):
-            bounds, outs = _Boundaries(L), list[Any]()
-            t0 = time.perf_counter()
-            with restored_rng(rngs.pop(m)), recomputing(), meter.record(m):
-                remat.recompute_overhead.append(time.perf_counter() - t0)
-                times = cell.forward(inputs[m], loss_of(m), bounds, outs)[1]
-            remat.recompute.append(times)
-            remat.backward.append(cell.backward(outs[-1], seeds, bounds))
-            remat.release.append(cell.release(outs))
-            meter.release(m)
-        remat.commit.append(cell.end_step())
-        if r >= warmup:
-            steps += [kept, remat]
+    # what the process held before this stream out of the collector's scans (a rank freezes its
+    # set-up the same way, ``engine.hostmem``): the pauses timed are the stream's own
+    gc.collect()
+    gc.freeze()
+    with Pauses() as pauses:
+        cell.pauses = pauses
+        try:
+            for r in range(warmup + repeats):
+                kept, remat = _steps(cell, inputs, M, L, meter, loss_of, seeds, probe, pauses)
+                if r >= warmup:
+                    steps += [kept, remat]
+        finally:
+            cell.pauses = NO_PAUSES
     return StreamTimes(L, M, steps, out_bytes, in_shapes)
+
+
+def _steps(
+    cell: _Cell,
+    inputs: Sequence[Batch],
+    M: int,
+    L: int,
+    meter: ActivationMeter,
+    loss_of: Callable[[int], Callable[[Batch], torch.Tensor] | None],
+    seeds: list[torch.Tensor] | None,
+    probe: Callable[[], float] | None,
+    pauses: Pauses,
+) -> tuple[Step, Step]:
+    """One kept step and one remat step of the stream (``time_stream``), each with the collector's
+    pauses it paid."""
+    device = cell.device
+    kept = Step(probe() if probe is not None else 1.0)
+    pauses.reset()
+    graphs: dict[int, tuple[list[Any], _Boundaries]] = {}
+    for m in range(M):
+        bounds, outs = _Boundaries(L), list[Any]()
+        with meter.record(m):
+            times = cell.forward(inputs[m], loss_of(m), bounds, outs)[1]
+        graphs[m] = (outs, bounds)
+        kept.forward.append(times)
+    for m in reversed(range(M)):
+        outs, bounds = graphs.pop(m)
+        kept.backward.append(cell.backward(outs[-1], seeds, bounds))
+        kept.release.append(cell.release(outs))
+        meter.release(m)
+    kept.commit.append(cell.end_step())
+    kept.collector = pauses.total()
+    remat = Step(probe() if probe is not None else 1.0)
+    pauses.reset()
+    rngs = {}
+    for m in range(M):
+        rngs[m] = save_rng(device)
+        with torch.no_grad():
+            _, times = cell.forward(inputs[m], loss_of(m), None)
+        remat.nograd.append(times)
+    for m in reversed(range(M)):
+        bounds, outs = _Boundaries(L), list[Any]()
+        t0 = time.perf_counter()
+        with restored_rng(rngs.pop(m)), recomputing(), meter.record(m):
+            remat.recompute_overhead.append(time.perf_counter() - t0)
+            times = cell.forward(inputs[m], loss_of(m), bounds, outs)[1]
+        remat.recompute.append(times)
+        remat.backward.append(cell.backward(outs[-1], seeds, bounds))
+        remat.release.append(cell.release(outs))
+        meter.release(m)
+    remat.commit.append(cell.end_step())
+    remat.collector = pauses.total()
+    return kept, remat
 
 
 @torch.no_grad()

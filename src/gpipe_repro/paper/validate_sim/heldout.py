@@ -1,0 +1,151 @@
+"""The real cells' raw error, calibration and held-out models apart, and the raw error split in two.
+
+Issue #38: what a user sees is the raw prediction (``gpipe-run backend=sim hardware=measured``
+against ``gpipe-run`` of the same configuration, no speed probe), and a simulator judged on the
+models it was calibrated on says nothing about the next one. So the real cells are split by the rule
+fixed in ``measure.models`` (``held_out``: a held-out family no calibration step runs) and each set,
+and each of its (model, K, remat) groups, gets its raw error against the targets: median |error| ≤
+5%, max ≤ 10%, every group's bias within ±5%. The speed-probed error stays beside as a diagnostic.
+
+**The raw error split in two.** Per real cell, the raw error is the probed error (both sides put on
+the probe's reference speed: what the engine pays that the profile misses, or gets wrong) plus the
+difference the probe made (the host's drift between profiling and measuring):
+``raw = engine + drift``, ``drift = raw - probed``. Each set's median of each part says which of the
+two the raw error is made of; a cell that was not probed has no split.
+
+Typed rows (``HeldOutRow``) are written to ``heldout.csv``; the page's section reads them back.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...measure.models import MODELS, held_out
+from ...measure.simulator import CellRow
+from ..markdown import pct
+from ..rows import read_csv, write_csv
+
+MEDIAN, MAX, BIAS = 0.05, 0.10, 0.05  # issue #38: raw median |error|, max |error|, group bias
+SETS = ("calibration", "held-out")
+ALL = "all"  # a row over every group of its set
+
+
+def set_of(model: str) -> str:
+    """The set a real cell's model belongs to (``measure.models.held_out``); a model this version
+    does not know (an old CSV's) counts as calibration."""
+    return "held-out" if model in MODELS and held_out(model) else "calibration"
+
+
+@dataclass
+class HeldOutRow:
+    """One set's real cells (``model`` ``all``) or one (model, K, remat) group of them: the raw error
+    against the targets, the probed error beside it, and the raw error's two parts."""
+
+    part: str  # calibration | held-out
+    model: str
+    K: int | None
+    checkpoint: str
+    cells: int
+    raw_median_abs: float | None
+    raw_max_abs: float | None
+    raw_bias: float | None
+    probed_median_abs: float
+    probed_bias: float
+    drift: float | None  # median over the cells of raw - probed error: the host's drift
+    engine: float | None  # median over the same cells of the probed error: what the engine pays
+    speed: float | None  # median speed relative to the reference (the probe's diagnostic)
+    met: bool | None  # raw: the set's median and max, or the group's bias; None: no raw error
+
+
+def _row(set_: str, model: str, K: int | None, ck: str, rs: Sequence[CellRow]) -> HeldOutRow:
+    raw = [float(r.rel_error_raw) for r in rs if r.rel_error_raw is not None]
+    probed = [float(r.rel_error) for r in rs]
+    split = [
+        (float(r.rel_error_raw) - float(r.rel_error), float(r.rel_error))
+        for r in rs
+        if r.rel_error_raw is not None and r.speed is not None
+    ]
+    speeds = [float(r.speed) for r in rs if r.speed is not None]
+    med = statistics.median(abs(e) for e in raw) if raw else None
+    top = max(abs(e) for e in raw) if raw else None
+    bias = statistics.median(raw) if raw else None
+    if bias is None or med is None or top is None:
+        met = None
+    elif model == ALL:
+        met = med <= MEDIAN and top <= MAX
+    else:
+        met = abs(bias) <= BIAS
+    return HeldOutRow(
+        set_, model, K, ck, len(rs), med, top, bias,
+        statistics.median(abs(e) for e in probed), statistics.median(probed),
+        statistics.median(d for d, _ in split) if split else None,
+        statistics.median(e for _, e in split) if split else None,
+        statistics.median(speeds) if speeds else None, met,
+    )  # fmt: skip
+
+
+def heldout_rows(rows: Sequence[CellRow]) -> list[HeldOutRow]:
+    """Per set (calibration, held-out): a row over all its real cells, then one per group."""
+    real = [r for r in rows if r.kind == "real"]
+    out = []
+    for s in SETS:
+        rs = [r for r in real if set_of(r.model) == s]
+        if not rs:
+            continue
+        out.append(_row(s, ALL, None, ALL, rs))
+        for model, K, ck in sorted({(r.model, r.K, r.checkpoint) for r in rs}):
+            group = [r for r in rs if (r.model, r.K, r.checkpoint) == (model, K, ck)]
+            out.append(_row(s, model, K, ck, group))
+    return out
+
+
+def _met(v: bool | None) -> str:
+    return "?" if v is None else "met" if v else "**not met**"
+
+
+def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
+    """Write ``heldout.csv`` from ``rows`` into ``out``; the page's table and verdicts, read back.
+    Nothing (``heldout`` None) where no real cell is held out: an older grid's page is unchanged."""
+    hs = heldout_rows(rows)
+    if not any(h.part == "held-out" for h in hs):
+        return {"heldout": None}
+    write_csv(out / "heldout.csv", HeldOutRow, hs)
+    hs = read_csv(out / "heldout.csv", HeldOutRow)
+    verdicts = []
+    for s in SETS:
+        top = next((h for h in hs if h.part == s and h.model == ALL), None)
+        if top is None:
+            continue
+        groups = [h for h in hs if h.part == s and h.model != ALL]
+        off = [g for g in groups if g.met is False]
+        verdicts.append(
+            {
+                "set": s, "cells": top.cells, "median": pct(top.raw_median_abs),
+                "max": pct(top.raw_max_abs), "bias": pct(top.raw_bias, 1, True),
+                "met": _met(top.met), "groups": len(groups), "groups_off": len(off),
+                "off": ", ".join(
+                    f"{g.model} K = {g.K} {g.checkpoint} {pct(g.raw_bias, 1, True)}" for g in off
+                ),
+                "drift": pct(top.drift, 1, True), "engine": pct(top.engine, 1, True),
+            }
+        )  # fmt: skip
+    return {
+        "heldout": {
+            "median": MEDIAN, "max": MAX, "bias": BIAS,
+            "families": sorted({MODELS[h.model].group for h in hs
+                                if h.part == "held-out" and h.model in MODELS}),
+            "cells": [
+                [h.part, h.model, "" if h.K is None else h.K, h.checkpoint, h.cells,
+                 pct(h.raw_median_abs), pct(h.raw_max_abs), pct(h.raw_bias, 1, True),
+                 _met(h.met), pct(h.probed_median_abs), pct(h.probed_bias, 1, True),
+                 pct(h.drift, 1, True), pct(h.engine, 1, True),
+                 "" if h.speed is None else f"{h.speed:.3f}"]
+                for h in hs
+            ],
+            "verdicts": verdicts,
+        }
+    }  # fmt: skip
