@@ -312,14 +312,14 @@ def peak_activation_bytes(
     work = a.working if working else 0
     recomputed = a.graph + (a.output if working else 0)
     taken = gradients_taken(schedule, K, M, stage) if working else {}
-    sent: set[int] = set()  # input gradients sent (an input's bytes each) not yet known taken
+    sent: set[tuple[int, int]] = set()  # input gradients sent (an input's bytes each), not taken
     sends: set[int] = set()  # rematerialised outputs sent (their whole each) until their gradient
     sends_out = working and stage < K - 1  # the last stage sends no activation
     ahead = receives_ahead(schedule, K, M, stage, lookahead)
     for i, act in enumerate(stage_actions(schedule, K, M, stage)):
         remat = uses_remat(checkpoint, act.mb, M)
         if act.kind == "F":
-            sent -= set(taken.get(act.mb, []))
+            sent -= set(taken.get((act.chunk, act.mb), []))
         # besides the micro-batches held: gradients sent, receives posted ahead
         extra = (len(sent) + ahead[i][0]) * a.input + ahead[i][1] * a.sent if working else 0
         if act.kind == "F":
@@ -339,7 +339,7 @@ def peak_activation_bytes(
             peak = max(peak, held + len(sends) * a.sent + extra + work)
             held -= whole
         if working and stage > 0:
-            sent.add(act.mb)
+            sent.add((act.chunk, act.mb))
     return peak
 
 

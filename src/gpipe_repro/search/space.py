@@ -57,7 +57,7 @@ import numpy as np
 from ..engine.errors import ArgumentError
 from ..engine.partition import balance_by_bands, cell_band
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
-from ..engine.schedule import SCHEDULES, inputs_beyond_alive
+from ..engine.schedule import inputs_beyond_alive
 from ..memory.activations import StageActivation, state_bytes
 from ..sim import CostModel, StageCost, stage_costs
 from ..sim.costs import LayerCost
@@ -65,6 +65,7 @@ from ..sim.costs import LayerCost
 __all__ = ["Candidate", "Stats", "Space", "search", "SCHEDULES", "MODES"]
 
 MODES = ("never", "always")
+SCHEDULES = ("gpipe", "1f1b")  # the schedules searched
 MAX_FIT = 2**16  # the largest micro-batch ``fit`` tries
 
 
