@@ -131,7 +131,8 @@ def test_the_closed_forms_the_search_uses_are_the_planner_walk(schedule, mode):
     for K, M in [(1, 1), (2, 4), (3, 2), (4, 8), (8, 3), (2, 32)]:
         for k in range(K):
             for lookahead in (1, DEFAULT_LOOKAHEAD):
-                ci, cs, co, cw, cx = _coef(schedule, mode, K, M, k, lookahead)
+                ci, cs, co, cw, cx, ck = _coef(schedule, mode, K, M, k, lookahead)
+                assert ck == 0  # one backward: nothing kept for a W
                 walk = peak_activation_bytes(a, schedule, mode, K, M, k, lookahead=lookahead)
                 # the working set once on top (``Space._bytes``)
                 closed = ci * 7 + cs * 11 + co * 13 + cw * 5 + cx * 23 + 17 + 19

@@ -105,8 +105,8 @@ def test_no_deadlock_for_every_small_pipeline(name):
 
 def test_deadlock_raises_naming_the_blocked_stage(monkeypatch):
     # A broken schedule: stage 0 runs B0 before F0, so it waits for a gradient that never comes.
-    def broken(name, K, M, k):
-        acts = stage_actions(name, K, M, k)
+    def broken(name, K, M, k, v=1):
+        acts = stage_actions(name, K, M, k, v)
         return acts[::-1] if k == 0 else acts
 
     monkeypatch.setattr(sim_module, "stage_actions", broken)

@@ -1,7 +1,7 @@
 """GPipe pipeline-parallel engine: partition, micro-batch, schedule, remat, execute. No Hydra, no files."""
 
 from .batchnorm import MicroBatchNorm, convert_batchnorm
-from .cell import Cell, chunk_slices, stage_slice
+from .cell import Cell, check_cells, chunk_slices, stage_slice
 from .checkpoint import CHECKPOINT_MODES
 from .errors import ArgumentError
 from .events import Event, chrome_trace, measured_bubble
@@ -29,6 +29,7 @@ __all__ = [
     "balance_by_cost",
     "bubble_fraction",
     "check_balance",
+    "check_cells",
     "check_schedule",
     "chunk_slices",
     "chrome_trace",

@@ -13,12 +13,13 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from .errors import ArgumentError
 from .microbatch import Batch
 from .precision import cast_floats
 from .rng import Draws
 from .split import Tape
 
-__all__ = ["Cell", "stage_slice", "chunk_slices"]
+__all__ = ["Cell", "stage_slice", "chunk_slices", "check_cells"]
 
 
 class Cell(nn.Module):
@@ -87,3 +88,14 @@ def chunk_slices(balance: Sequence[int], K: int, stage: int) -> list[slice]:
     if K < 1 or len(balance) % K or not 0 <= stage < K:
         raise ValueError(f"balance={list(balance)} does not give K={K} ranks whole chunks")
     return [stage_slice(balance, s) for s in range(stage, len(balance), K)]
+
+
+def check_cells(K: int, v: int, num_layers: int) -> None:
+    """One line unless K ranks of v cells each can hold ``num_layers`` layers, one at least each."""
+    if K * v > num_layers:
+        raise ArgumentError(
+            "virtual_stages",
+            v,
+            f"leaves a cell empty: K={K} x {v} = {K * v} cells for the model's {num_layers} "
+            f"layers; allowed: 1..{max(1, num_layers // K)}",
+        )

@@ -33,7 +33,7 @@ from ..config.device import DeviceMemory
 from ..config.schema import RunConfig
 from ..config.validate import engine_error
 from ..data import DataInfo, get_data
-from ..engine import ArgumentError, balance_by_cost, check_balance
+from ..engine import ArgumentError, balance_by_cost, check_balance, check_cells
 from ..engine.checkpoint import stage_mode
 from ..engine.cost import COUNTED_KINDS, layer_costs
 from ..engine.partition import check_k
@@ -70,8 +70,9 @@ class AutoPlanInfo:
     replicas: int = opt(0, "data-parallel replicas chosen")
     M: int = opt(0, "micro-batches chosen")
     schedule: str = opt("", "schedule chosen")
+    virtual_stages: int = opt(1, "cells per stage chosen (pipeline.virtual_stages)")
     checkpoint: list[str] = opt([], "rematerialisation chosen, one mode per stage")
-    balance: list[int] = opt([], "layers per stage chosen")
+    balance: list[int] = opt([], "layers per model cell chosen (K * virtual_stages of them)")
     micro_batch: int = opt(0, "samples (or target tokens) per micro-batch and replica")
     predicted_step_time_s: float = opt(0.0, "the planner's simulated step time")
     predicted_throughput: float = opt(0.0, "samples per second from predicted_step_time_s")
@@ -98,6 +99,7 @@ def plan_model(spec: RunConfig) -> ModelPlan:
         layers = model.layers(info, spec.model)
     try:
         check_k(spec.pipeline.K, len(layers))
+        check_cells(spec.pipeline.K, spec.pipeline.virtual_stages, len(layers))
         if spec.pipeline.balance is not None:
             check_balance(spec.pipeline.balance, len(layers))
     except ArgumentError as err:
@@ -180,6 +182,7 @@ class _Planner:
         per_layer = K is not None and K != p.K  # each layer alone: the first stage's mode
         kw: dict[str, Any] = dict(
             K=K or p.K,
+            virtual_stages=1 if per_layer else p.virtual_stages,
             M=p.M,
             micro_batch=n,
             schedule=p.schedule,
@@ -214,10 +217,15 @@ class _Planner:
         if p.balance is not None:
             return list(p.balance), BalanceChoice("explicit", "pipeline.balance"), False
         kind, measure, stand_in = p.balance_by, False, None
+        cells = p.K * p.virtual_stages
         if kind == "time" and self.time_costs is not None:
             costs = self.time_costs(n)
-            return choose_balance(costs, p.K), BalanceChoice("time", self.time_source, costs), False
-        if kind == "time" and p.K == 1:
+            return (
+                choose_balance(costs, cells),
+                BalanceChoice("time", self.time_source, costs),
+                False,
+            )
+        if kind == "time" and cells == 1:
             return [len(layers)], BalanceChoice("time", "one stage: nothing to measure"), False
         if kind == "time":  # the ranks measure it on their devices; FLOPs until then
             kind, measure, stand_in = "flops", True, "time"
@@ -229,7 +237,7 @@ class _Planner:
             costs = [float(s.total) for s in each]
             source = "planned per layer, each alone"
         choice = BalanceChoice(kind, source, costs, stand_in)
-        return choose_balance(costs, p.K), choice, measure
+        return choose_balance(costs, cells), choice, measure
 
 
 def _size(n: float) -> str:

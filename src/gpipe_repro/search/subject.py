@@ -81,6 +81,7 @@ def exact_peaks(s: Subject, c: Candidate) -> tuple[int, ...]:
         optim=s.planned_optim,
         key=s.key,
         precision=s.precision,
+        virtual_stages=c.virtual_stages,
     )
     return tuple(t.total for t in stages)
 
@@ -101,4 +102,5 @@ def simulate_candidate(
         micro_batch=c.micro_batch,
         replicas=c.replicas,
         layer_grad_bytes=space.grads,
+        virtual_stages=c.virtual_stages,
     )
