@@ -279,7 +279,8 @@ def gather(results: list[dict], key: str, replica: int = 0) -> list[torch.Tensor
     lists its parameters cell by cell: they are put back in the order of the global layers)."""
     parts: list[tuple[int, int, torch.Tensor]] = []
     for r in (r for r in results if r["replica"] == replica):
-        parts += [(r["owners"][i], i, t) for i, t in enumerate(r[key])]
+        owners = r.get("owners") or [r["stage"]] * len(r[key])  # one cell per rank: its stage
+        parts += [(owners[i], i, t) for i, t in enumerate(r[key])]
     return [t for _, _, t in sorted(parts, key=lambda p: (p[0], p[1]))]
 
 

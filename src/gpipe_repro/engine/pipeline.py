@@ -107,12 +107,13 @@ def _to(x: Batch, device: torch.device) -> Batch:
 class _Held:
     """What a micro-batch of one chunk keeps from its forward to its backward (and W)."""
 
-    __slots__ = ("x", "remat", "rng", "y", "loss", "tape")
+    __slots__ = ("x", "remat", "rng", "y", "loss", "tape", "grads")
 
     def __init__(
         self, x: Batch | None, remat: bool, rng: Any, y: Batch | None, loss: Any, tape: Tape | None
     ) -> None:
         self.x, self.remat, self.rng, self.y, self.loss, self.tape = x, remat, rng, y, loss, tape
+        self.grads: list[torch.Tensor] | None = None  # taken at B, used at W (the first cell)
 
 
 class Pipeline:
@@ -438,33 +439,17 @@ class Pipeline:
         topo, rec, meter = self.topo, self.recorder, self.meter
         s = virtual_stage(self.K, topo.stage, c)
         held = self._state[(c, m)] if self.split else self._state.pop((c, m))
-        x, y, loss, key = held.x, held.y, held.loss, self._key(c, m)
+        x, key = held.x, self._key(c, m)
         assert x is not None
-        saved = _graph_key(key) if self.split else key
-        if held.remat:  # rematerialise before the gradient arrives (§2.3), replaying the same draws
-            record = meter.record(saved) if meter is not None else contextlib.nullcontext()
-            replay = restored_rng(held.rng) if held.rng is not None else contextlib.nullcontext()
-            held.tape = Tape() if self.split else None
-            with rec.span("recompute", m, c), replay, recomputing(), record:
-                y = self._run(c, m, x, held.tape)
-                if s == self.S - 1:
-                    loss = self._micro_loss(y, m)
+        if self.split and s == 0:
+            # The model's first cell sends no input gradient: none of its backward is on the
+            # critical path, so B only takes the gradient (in its channel's order) and W runs the
+            # whole split backward (the same passes, later: the same bits).
+            with rec.span("backward", m, c):
+                held.grads = self.transfers.gradients(c, m) if s < self.S - 1 else None
+            return
+        outs, grads = self._roots(c, m, held, rec.span("recompute", m, c))
         ddp = self.ddps[c]
-        if s == self.S - 1:
-            # "sum" with replicas: DDP averages the replicas' gradients, the shares must add up.
-            scale = topo.replicas if self.loss_reduction == "sum" and ddp is not None else 1
-            outs: list[torch.Tensor] = [loss * scale if scale != 1 else loss]
-            grads: list[torch.Tensor] | None = None
-        else:
-            assert y is not None
-            g = self.transfers.gradients(c, m)
-            crossing = wire(as_tuple(y), self.transfers.out_meta[c])
-            pairs = [
-                (o, gi)
-                for o, gi in zip([t for t in crossing if t.is_floating_point()], g)
-                if o.requires_grad
-            ]
-            outs, grads = [p[0] for p in pairs], [p[1] for p in pairs]
         inputs = (
             [t for t in wire(as_tuple(x), self.transfers.in_meta[c][0]) if t.is_floating_point()]
             if s > 0
@@ -473,15 +458,13 @@ class Pipeline:
         if self.split:
             assert held.tape is not None
             with rec.span("backward", m, c):
-                got = backward_input(
-                    held.tape, grads if grads is not None else [None], outs, self._params[c]
-                )
+                got = backward_input(held.tape, grads or [None], outs, self._params[c])
             by_id = {id(t): gi for t, gi in zip(_distinct(as_tuple(x)), got)}
             gx = [by_id.get(id(t)) for t in inputs]
             held.x = held.y = held.loss = None
             if meter is not None:  # the boundary tensors go; the graph and the kept gradients stay
                 meter.release(key)
-                meter.hold(saved, held.tape.kept())
+                meter.hold(_graph_key(key), held.tape.kept())
         else:
             if arm and ddp is not None:
                 # All forwards ran under no_sync; arm DDP's reducer for exactly this backward, so
@@ -498,17 +481,61 @@ class Pipeline:
         if meter is not None and not self.split:
             meter.release(key)
 
+    def _roots(
+        self, c: int, m: int, held: _Held, span: Any
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """The backward's roots and their gradients: the loss on the model's last cell, else the
+        crossing float outputs with the gradients received (taken now, or at B: ``held.grads``);
+        under remat the cell recomputed first, inside ``span`` (before the gradient arrives, §2.3,
+        replaying the same draws)."""
+        s = virtual_stage(self.K, self.topo.stage, c)
+        y, loss, meter = held.y, held.loss, self.meter
+        if held.remat:
+            key = self._key(c, m)
+            saved = _graph_key(key) if self.split else key
+            record = meter.record(saved) if meter is not None else contextlib.nullcontext()
+            replay = restored_rng(held.rng) if held.rng is not None else contextlib.nullcontext()
+            held.tape = Tape() if self.split else None
+            assert held.x is not None
+            with span, replay, recomputing(), record:
+                y = self._run(c, m, held.x, held.tape)
+                if s == self.S - 1:
+                    loss = self._micro_loss(y, m)
+        if s == self.S - 1:
+            # "sum" with replicas: DDP averages the replicas' gradients, the shares must add up.
+            ddp = self.ddps[c]
+            scale = self.topo.replicas if self.loss_reduction == "sum" and ddp is not None else 1
+            return [loss * scale if scale != 1 else loss], None
+        assert y is not None
+        g = held.grads if held.grads is not None else self.transfers.gradients(c, m)
+        crossing = wire(as_tuple(y), self.transfers.out_meta[c])
+        pairs = [
+            (o, gi)
+            for o, gi in zip([t for t in crossing if t.is_floating_point()], g)
+            if o.requires_grad
+        ]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
     def _weight(self, c: int, m: int, arm: bool) -> None:
-        """W: the weight gradient of chunk c's micro-batch m, from what its B kept (``split``)."""
+        """W: the weight gradient of chunk c's micro-batch m, from what its B kept (``split``); on
+        the model's first cell the whole split backward (its B took only the gradient)."""
         held = self._state.pop((c, m))
-        assert held.tape is not None
         ddp = self.ddps[c]
-        if arm and ddp is not None:
-            ddp.reducer.prepare_for_backward([])  # the all-reduce overlaps this cell's last W
+        first = virtual_stage(self.K, self.topo.stage, c) == 0
+        key = self._key(c, m)
         with self.recorder.span("weight", m, c):
+            if first:
+                outs, grads = self._roots(c, m, held, contextlib.nullcontext())
+                assert held.tape is not None
+                backward_input(held.tape, grads or [None], outs, self._params[c])
+            assert held.tape is not None
+            if arm and ddp is not None:
+                ddp.reducer.prepare_for_backward([])  # the all-reduce overlaps this cell's last W
             backward_weight(held.tape)
         if self.meter is not None:
-            self.meter.release(_graph_key(self._key(c, m)))
+            self.meter.release(_graph_key(key))
+            if first:
+                self.meter.release(key)
 
 
 def _graph_key(key: int) -> int:

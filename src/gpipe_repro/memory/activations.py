@@ -347,7 +347,8 @@ def peak_activation_bytes(
     ``a``: one micro-batch's bytes, or with ``virtual_stages`` v > 1 one per cell of the stage
     (its model stages stage, stage + K, ...): each action counts its own cell's. Where the
     schedule splits the backward (``zb-h1``) a micro-batch keeps its graph from B until its W,
-    and the gradients B kept for W (``kept``), its input and output going at B (``engine.split``).
+    and the gradients B kept for W (``kept``), its input and output going at B (``engine.split``);
+    on the model's first cell, whose B only takes the gradient, all of it until W.
 
     The transfers hold more. A rematerialised micro-batch's output, sent whole (``sent``), until
     its gradient arrives: after its recompute (the engine recomputes first), before its backward;
@@ -409,9 +410,22 @@ def peak_activation_bytes(
                 extra += c.sent
             peak = max(peak, held + extra + work)
             continue
+        if act.kind == "W" and s == 0:  # the model's first cell: its whole backward is here
+            recomputed = c.graph + (c.output if working else 0)
+            kept = c.kept if working else 0  # B's kept gradients, until its W right after
+            if remat:
+                peak = max(peak, held + recomputed + kept + extra + work)
+                held -= c.input
+            else:
+                peak = max(peak, held + kept + extra + work)
+                held -= whole
+            continue
         if act.kind == "W":
             peak = max(peak, held + extra + work)
             held -= c.graph + c.kept
+            continue
+        if split and s == 0:  # its B only takes the gradient (``engine.pipeline``)
+            peak = max(peak, held + extra)
             continue
         recomputed = c.graph + (c.output if working else 0)
         # a split B makes the gradients it keeps for W while the micro-batch is whole (the

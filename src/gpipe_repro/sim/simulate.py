@@ -353,7 +353,10 @@ def simulate(
         elif a.kind == "W":
             starts[k].append(s.free)
             s.free += rp.before.get((k, s.pos), 0.0)
-            dur = compute("weight", g, a.mb, cost.split[1] + overhead_s)
+            # the model's first cell runs its whole split backward here (its B only took the
+            # gradient: ``engine.pipeline``), its recompute first
+            whole = cost.backward_s + (cost.recompute + recompute_overhead_s if remat else 0.0)
+            dur = compute("weight", g, a.mb, (whole if g == 0 else cost.split[1]) + overhead_s)
             ev("weight", a.mb, s.free, s.free + dur, k, c)
             s.free += dur
             s.last_backward_end = s.free
@@ -363,13 +366,14 @@ def simulate(
                 return False  # the recompute's timing does not depend on when we get here
             starts[k].append(s.free)
             s.free += rp.before.get((k, s.pos), 0.0)
-            if remat:  # recompute before the gradient arrives (§2.3)
+            first_split = split and g == 0  # nothing of it on the critical path: all in W
+            if remat and not first_split:  # recompute before the gradient arrives (§2.3)
                 dur = compute("recompute", g, a.mb, cost.recompute + recompute_overhead_s)
                 ev("recompute", a.mb, s.free, s.free + dur, k, c)
                 s.free += dur
             if g < S - 1:
                 wait(s, a.mb, key, c)
-            backward = cost.split[0] if split else cost.backward_s
+            backward = 0.0 if first_split else cost.split[0] if split else cost.backward_s
             dur = compute("backward", g, a.mb, backward + overhead_s)
             ev("backward", a.mb, s.free, s.free + dur, k, c)
             s.free += dur
