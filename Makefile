@@ -7,21 +7,56 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
+.PHONY: help setup gpu-check-dry-run demo demo-publish test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.txt pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-deps -e .
-	touch $(STAMP)
+# make setup's switches (README, "GPU cluster, offline"; tools/setup_venv.py):
+#   TORCH=pinned (default): requirements-torch.txt's torch (CI; the CPU build on this project's
+#     machines); TORCH=given: $(PY)'s own torch and packages, never a second torch (a cluster node, a
+#     container); TORCH=auto: given where $(PY) has a torch. Below the supported floor: refused.
+#   OFFLINE=1: every package from $(WHEELHOUSE) alone (pip --no-index); OFFLINE=auto: where the torch
+#     is given and a wheelhouse is there.
+TORCH ?= pinned
+OFFLINE ?= 0
+WHEELHOUSE ?= .wheelhouse
+SETUP_VENV = $(PY) tools/setup_venv.py --venv $(VENV) --wheelhouse $(WHEELHOUSE)
+SETUP_INPUTS := pyproject.toml requirements.txt requirements-torch.txt requirements-lint.txt requirements-build.txt
 
-setup: $(STAMP) ## create .venv with the pinned CPU torch and the project (editable)
+$(STAMP): $(SETUP_INPUTS)
+	$(SETUP_VENV) --torch $(TORCH) --offline $(OFFLINE)
 
-demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table
+setup: ## create .venv and install the project (editable): TORCH=pinned|given|auto, OFFLINE=0|1|auto (README)
+	@$(SETUP_VENV) --torch $(TORCH) --offline $(OFFLINE)
+
+# make wheelhouse: every dependency but torch and torchvision, as wheels for a host with no index
+# (tools/wheelhouse.py); WHEEL_PY / WHEEL_PLATFORM: the target's (default: $(PY)'s and this host's);
+# WHEEL_HOST_BRINGS: packages the target has, left out with what only they need.
+WHEEL_PY ?=
+WHEEL_PLATFORM ?=
+WHEEL_HOST_BRINGS ?=
+# The lent GPU host (shared/reference/ENVIRONMENT.md, "The GPU host"): Python 3.12, torch 2.11 (a
+# manylinux_2_28 wheel, so glibc >= 2.28), and its own scientific stack.
+GPU_WHEEL_PY := 3.12
+GPU_WHEEL_PLATFORM := manylinux_2_28_x86_64
+GPU_HOST_BRINGS := numpy scipy pandas matplotlib pillow jinja2 tabulate pytest pytest-timeout \
+	pytest-xdist sacrebleu sentencepiece psutil pyyaml
+
+.PHONY: wheelhouse wheelhouse-gpu check-offline-setup gpu-check-device
+wheelhouse: ## every dependency except torch/torchvision as wheels -> $(WHEELHOUSE)/ (+ lock.txt); WHEEL_PY=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64
+	$(PY) tools/wheelhouse.py --out $(WHEELHOUSE) --python "$(WHEEL_PY)" --platform "$(WHEEL_PLATFORM)" --host-brings "$(WHEEL_HOST_BRINGS)"
+
+wheelhouse-gpu: ## the wheelhouse for the lent GPU host (Python 3.12, manylinux x86-64; its own numpy/scipy/... left out)
+	$(MAKE) wheelhouse WHEEL_PY=$(GPU_WHEEL_PY) WHEEL_PLATFORM=$(GPU_WHEEL_PLATFORM) WHEEL_HOST_BRINGS="$(GPU_HOST_BRINGS)"
+
+check-offline-setup: ## from a fresh clone: make wheelhouse, then make setup TORCH=given OFFLINE=1 over another venv's torch, no network; gpipe-run (~90 s on 2 cores)
+	$(PY) tools/check_offline_setup.py
+
+demo: $(STAMP) ## the main job: a small GPipe sweep (K x M) on real digits, with a table (in its sweep folder; reports/ untouched)
+	$(BIN)/gpipe-run -m experiment=demo sweep.publish=false
+
+demo-publish: $(STAMP) ## the demo's sweep, published to reports/demo/ (from a clean commit)
 	$(BIN)/gpipe-run -m experiment=demo
 
 # Two pytest workers (one test file each at a time, so a file's module fixtures are built once), then
@@ -55,13 +90,13 @@ test-fast: $(STAMP) ## the tests not marked slow (the same two phases as make te
 	exit $$rc
 
 lint: $(STAMP) ## ruff (check + format) and mypy (strict on the engine)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 	$(BIN)/mypy
 
 format: $(STAMP) ## apply ruff's formatting and import order
-	$(BIN)/ruff check --fix -q src tests bench
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix -q src tests bench tools
+	$(BIN)/ruff format src tests bench tools
 
 docs: $(STAMP) ## regenerate docs/ (options, metrics.json contract) from the code
 	$(BIN)/python -m gpipe_repro.config.docs --out docs
@@ -79,8 +114,17 @@ bench-plan: $(STAMP) ## gpipe-plan's search speed on one core (Transformer-48, 4
 bench-hostmem: $(STAMP) ## page faults and peak memory, host_memory=system vs retain -> reports/engine/hostmem.md
 	$(BIN)/python bench/hostmem.py --out reports/engine
 
-gpu-check: $(STAMP) ## on a CUDA host: each gpu test (<= 120 s) + engine benchmark -> reports/gpu/ (no GPU: one line, exit 0; GPUs torch cannot see: exit 1)
-	$(BIN)/python bench/gpu_check.py --out reports/gpu
+# make gpu-check sets up over $(PY)'s own torch where it has one, from $(WHEELHOUSE) alone where
+# that is there: on a GPU host with no index it never asks one.
+GPU_CHECK_OUT ?= reports/gpu
+GPU_TORCH ?= auto
+GPU_OFFLINE ?= auto
+gpu-check: ## on a CUDA host: set-up (GPU_TORCH=auto GPU_OFFLINE=auto), gpu tests, measurements -> reports/gpu/ (<= 8 min; no GPU: one line, exit 0; GPUs torch cannot see: exit 1)
+	@start=$$(date +%s); $(SETUP_VENV) --torch $(GPU_TORCH) --offline $(GPU_OFFLINE) && \
+	$(BIN)/python bench/gpu_check.py --out $(GPU_CHECK_OUT) --setup-s $$(( $$(date +%s) - start ))
+
+gpu-check-dry-run: $(STAMP) ## every gpu-check step on the CPU at tiny sizes -> outputs/gpu-dry-run/ (what CI exercises)
+	$(BIN)/python bench/gpu_check.py --dry-run --out outputs/gpu-dry-run
 
 bench-save: $(STAMP) ## save/load time and size of pipelined saves at K=1,2 -> reports/save/
 	$(BIN)/python bench/save.py --out reports/save
@@ -151,12 +195,12 @@ setup-gpu: ## .venv afresh with a CUDA torch and the matching torchvision from o
 	rm -rf $(VENV)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	@# torch and torchvision at requirements.txt's versions, both from the CUDA index (and their deps)
-	$(BIN)/pip install -q --index-url $(TORCH_INDEX) $$(grep -E '^(torch|torchvision)==' requirements.txt)
-	$(BIN)/pip install -q -r requirements.txt
+	@# torch and torchvision at requirements-torch.txt's versions, both from the CUDA index (and their deps)
+	$(BIN)/pip install -q --index-url $(TORCH_INDEX) -r requirements-torch.txt
+	$(BIN)/pip install -q -r requirements.txt -r requirements-lint.txt
 	$(BIN)/pip install -q --no-deps -e .
 	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'setup-gpu: error: torch ' + torch.__version__ + ' from $(TORCH_INDEX) is not a CUDA build')"
-	touch $(STAMP)
+	echo "torch=pinned offline=0" > $(STAMP)
 
 soak: $(STAMP) ## a >= 20 min run hit by 10 faults (SIGINT, SIGTERM, SIGKILL of a rank, in a save), resumed each time -> reports/soak/ (~45 min; not in CI)
 	$(BIN)/python -m gpipe_repro.runner.soak --minutes 20 --faults 10 --out reports/soak

@@ -34,7 +34,7 @@ import torch
 
 from gpipe_repro.engine import Pipeline, single_process
 from gpipe_repro.engine.hostmem import apply_host_memory
-from gpipe_repro.paper.validate_sim.models import N, model
+from gpipe_repro.measure.models import N, model
 from gpipe_repro.sim.measured.stream import fresh_input, time_stream
 
 

@@ -16,12 +16,16 @@ group for everything, as the engine had before its channels; one group per link 
 keyed random draws (``Pipeline(seed=...)``, issue #18) against none. Beside them, what keying costs
 by itself: one cell call's seeding, timed in one process over many calls, times the calls of a step.
 (The other candidate for NCCL's order, each receive batched with the sends of the action before it
-in one ``batch_isend_irecv``, was measured this way at commit 056296e and removed: 1-9% slower than
-the channels at K = 2, most at M = 8, where receives posted ahead matter most.)
+in one ``batch_isend_irecv``, was measured this way — ``--ab-only`` at commit 056296e — and removed:
+slower than the channels at K = 2, most at the largest M, where receives posted ahead matter most.)
 
 ``--device cuda`` (``make gpu-check``): one rank per GPU over nccl, the model widened to 256 channels
 on 32x32 inputs and a batch of 256 (the CPU size is launch-bound on a GPU), every step timed after a
-``torch.cuda.synchronize``; the variants that need two GPUs are skipped, and say so, on one.
+``torch.cuda.synchronize``; the variants that need two GPUs are skipped, and say so, on one. Every
+variant copies its batch to the device once, before its first step.
+
+A variant that fails (out of memory, a rank's error) is recorded in ``results.json`` (``failed``: one
+line per variant and M) and shown on the page; the others still run.
 """
 
 from __future__ import annotations
@@ -201,6 +205,29 @@ def theirs(
         opt.zero_grad()
 
     return _timed(step, steps, warmup)
+
+
+def attempt(failed: dict[str, str], name: str, fn, *args):  # noqa: ANN001, ANN201
+    """``fn(*args)``; None where it raises, its first line recorded under ``name`` in ``failed``."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001 - a failing variant is a result, not the end
+        text = str(err).strip().splitlines()
+        failed.setdefault(name, f"{type(err).__name__}: {text[0] if text else ''}"[:300])
+        print(f"failed: {name}: {failed[name]}", flush=True)
+        return None
+
+
+def launch_one_thread(fn, world: int, args: tuple):  # noqa: ANN001, ANN201
+    return launch(fn, world, args, threads=1)
+
+
+def _ratio(row: dict, x: str, y: str) -> float | None:
+    return row[x] / row[y] if row.get(x) and row.get(y) else None
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
 
 
 def rank_times(fn, K: int, *args) -> tuple[float, float]:
@@ -457,6 +484,9 @@ def main() -> None:
         action="store_true",
         help="only ours vs torch's Interleaved1F1B and InterleavedZeroBubble (K=2, M=2,4,8)",
     )
+    ap.add_argument(
+        "--max-k", type=int, default=2, help="leave out the variants of more stages (1: K = 1 only)"
+    )
     a = ap.parse_args()
     if a.device != DEVICE:  # the ranks and this process read the device from the environment
         os.environ["GPIPE_BENCH_DEVICE"] = a.device
@@ -500,7 +530,8 @@ def main() -> None:
         print("\n".join(_ab_lines(res)))
         return
     gpus = torch.cuda.device_count() if DEVICE == "cuda" else 0
-    variants = {k: v for k, v in VARIANTS.items() if DEVICE == "cpu" or v[1] <= gpus}
+    room = min(a.max_k, gpus) if DEVICE == "cuda" else a.max_k  # stages this run may use
+    variants = {k: v for k, v in VARIANTS.items() if v[1] <= room}
     res: dict = {
         "machine": {
             "cpu": _cpu(),
@@ -512,7 +543,11 @@ def main() -> None:
             "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
         },
         "skipped": {
-            k: f"needs {v[1]} GPUs, found {gpus}" for k, v in VARIANTS.items() if k not in variants
+            k: f"needs {v[1]} GPUs, found {gpus}"
+            if v[1] > gpus and DEVICE == "cuda"
+            else f"K = {v[1]} left out (--max-k {a.max_k})"
+            for k, v in VARIANTS.items()
+            if k not in variants
         },
         "model": f"{DEPTH + 1} conv3x3 layers, {CH} channels, {HW}x{HW}, batch {N}, balance {BALANCE}",
         "batch": N,
@@ -520,60 +555,78 @@ def main() -> None:
         "warmup": W,
         "repeats": a.repeats,
         "rows": [],
+        "failed": {},
     }
+    collect(res, variants, Ms, S, W, a.repeats)
+    if room >= 2:
+        res["ab"] = attempt(res["failed"], "paired A/B", ab, Ms, a)
+    if DEVICE == "cpu" and room >= 2:  # the schedules since GPipe, against torch's (#39)
+        res["schedules"] = attempt(
+            res["failed"], "schedules", schedule_cells, sched_Ms, a.repeats, S, W
+        )
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    write_markdown(res, out / "engine.md")
+    plot(res, out / "engine.png")
+    print(f"report: {out / 'engine.md'}")
+
+
+def collect(res: dict, variants: dict, Ms: list[int], S: int, W: int, repeats: int) -> None:
+    """Every variant at every M, ``repeats`` times, into ``res``: medians per row, the overhead
+    pairs, and what failed (``res["failed"]``; a failed variant's cells are None)."""
+    failed = res["failed"]
     # Interleave everything within each repetition so that machine noise hits all variants alike.
-    samples: dict[tuple[int, str], list[float]] = {}
-    faults: dict[tuple[int, str], list[float]] = {}
+    samples: dict[tuple[int, str], list[float]] = {(M, n): [] for M in Ms for n in variants}
+    faults: dict[tuple[int, str], list[float]] = {(M, n): [] for M in Ms for n in variants}
     base: dict[str, list[float]] = {"plain": [], "plain_retain": [], "k1m1": []}
     base_faults: dict[str, list[float]] = {k: [] for k in base}
-    for rep in range(a.repeats):
-        t, f = rank_times(plain, 1, S, W)
-        base["plain"].append(t)
-        base_faults["plain"].append(f)
-        for tp, te, fp, fe in launch(overhead_pairs, 1, (1, 2 * S, W), threads=1)[0]:
+    for rep in range(repeats):
+        if (got := attempt(failed, "plain", rank_times, plain, 1, S, W)) is not None:
+            base["plain"].append(got[0])
+            base_faults["plain"].append(got[1])
+        pairs = attempt(
+            failed, "overhead pairs", launch_one_thread, overhead_pairs, 1, (1, 2 * S, W)
+        )
+        for tp, te, fp, fe in pairs[0] if pairs else []:
             base["plain_retain"].append(tp)
             base["k1m1"].append(te)
             base_faults["plain_retain"].append(fp)
             base_faults["k1m1"].append(fe)
         for M in Ms:
             for name, (fn, K, extra) in variants.items():
-                t, f = rank_times(fn, K, M, *extra, S, W)
-                samples.setdefault((M, name), []).append(t)
-                faults.setdefault((M, name), []).append(f)
-        print(f"repetition {rep + 1}/{a.repeats} done", flush=True)
+                if f"{name} M={M}" in failed:  # failed once: not again
+                    continue
+                got = attempt(failed, f"{name} M={M}", rank_times, fn, K, M, *extra, S, W)
+                if got is not None:
+                    samples[(M, name)].append(got[0])
+                    faults[(M, name)].append(got[1])
+        print(f"repetition {rep + 1}/{repeats} done", flush=True)
     # Overhead: medians of all alternating pairs of all repetitions.
-    t_plain, t_k1m1 = statistics.median(base["plain"]), statistics.median(base["k1m1"])
-    t_plain_retain = statistics.median(base["plain_retain"])
+    t_plain, t_k1m1 = _median(base["plain"]), _median(base["k1m1"])
+    t_plain_retain = _median(base["plain_retain"])
     res["plain_step_s"], res["plain_retain_step_s"], res["ours_K1_M1_step_s"] = (
         t_plain,
         t_plain_retain,
         t_k1m1,
     )
-    res["overhead_K1_M1"] = t_k1m1 / t_plain_retain - 1
-    res["overhead_K1_M1_vs_system"] = t_k1m1 / t_plain - 1
+    ok = t_plain and t_k1m1 and t_plain_retain
+    res["overhead_K1_M1"] = t_k1m1 / t_plain_retain - 1 if ok else None
+    res["overhead_K1_M1_vs_system"] = t_k1m1 / t_plain - 1 if ok else None
     res["samples"] = {**base, **{f"M{M}_{name}": v for (M, name), v in samples.items()}}
-    res["faults"] = {k: statistics.median(v) for k, v in base_faults.items()}
+    res["faults"] = {k: _median(v) for k, v in base_faults.items()}
     for M in Ms:
-        row: dict = {"M": M, **{name: statistics.median(samples[(M, name)]) for name in variants}}
-        row["faults"] = {name: statistics.median(faults[(M, name)]) for name in variants}
+        row: dict = {"M": M, **{name: _median(samples[(M, name)]) for name in variants}}
+        row["faults"] = {name: _median(faults[(M, name)]) for name in variants}
         row["ideal_speedup"] = 2 * M / (M + 1)
-        if "ours_s" in row:  # the K = 2 variants ran
-            row["ratio"] = row["theirs_s"] / row["ours_s"]
-            row["ratio_retain"] = row["theirs_retain_s"] / row["ours_s"]
-            row["ratio_remat"] = row["theirs_remat_s"] / row["ours_remat_s"]
-            row["speedup_vs_K1_sameM"] = row["ours_K1_s"] / row["ours_s"]
-            row["speedup_vs_K1_M1"] = t_k1m1 / row["ours_s"]
-            row["share_of_ideal"] = row["speedup_vs_K1_sameM"] / row["ideal_speedup"]
+        if "ours_s" in row:  # the K = 2 variants ran (None where one failed)
+            row["ratio"] = _ratio(row, "theirs_s", "ours_s")
+            row["ratio_retain"] = _ratio(row, "theirs_retain_s", "ours_s")
+            row["ratio_remat"] = _ratio(row, "theirs_remat_s", "ours_remat_s")
+            row["speedup_vs_K1_sameM"] = _ratio(row, "ours_K1_s", "ours_s")
+            row["speedup_vs_K1_M1"] = t_k1m1 / row["ours_s"] if t_k1m1 and row["ours_s"] else None
+            share = row["speedup_vs_K1_sameM"]
+            row["share_of_ideal"] = share / row["ideal_speedup"] if share else None
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
-    if gpus >= 2 or DEVICE == "cpu":
-        res["ab"] = ab(Ms, a)
-    if DEVICE == "cpu":  # the schedules since GPipe, against torch's (#39)
-        res["schedules"] = schedule_cells(sched_Ms, a.repeats, S, W)
-    (out / "results.json").write_text(json.dumps(res, indent=2))
-    write_markdown(res, out / "engine.md")
-    plot(res, out / "engine.png")
-    print(f"report: {out / 'engine.md'}")
 
 
 def ab(Ms: list[int], a: argparse.Namespace) -> dict:
@@ -594,7 +647,7 @@ def ab(Ms: list[int], a: argparse.Namespace) -> dict:
 
 
 def _ab_lines(res: dict) -> list[str]:
-    ab = res.get("ab")
+    ab = res.get("ab")  # None where it failed (``failed``)
     if not ab:
         return []
     names = list(ab["variants"])
@@ -676,6 +729,25 @@ def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
+def _ms(v: float | None, digits: int = 1) -> str:
+    """Seconds as milliseconds; "failed" where the variant failed (``results.json``: ``failed``)."""
+    return "failed" if v is None else f"{v * 1e3:.{digits}f}"
+
+
+def _x(v: float | None, goal: float | None = None) -> str:
+    """A ratio, with its mark against ``goal``; "–" where a side failed."""
+    if v is None:
+        return "–"
+    return f"{v:.3f}" + (f" {_mark(v >= goal)}" if goal is not None else "")
+
+
+def _failed_lines(res: dict) -> list[str]:
+    failed = res.get("failed") or {}
+    if not failed:
+        return []
+    return ["", "## What failed", ""] + [f"- {k}: {v}" for k, v in failed.items()]
+
+
 def write_markdown(res: dict, path: Path) -> None:
     m = res["machine"]
     rows = res["rows"]
@@ -708,6 +780,7 @@ def write_markdown(res: dict, path: Path) -> None:
             "",
         ]
     lines += [f"- skipped: {k} ({why})" for k, why in res.get("skipped", {}).items()]
+    lines += _failed_lines(res)
     if "ours_s" not in rows[0]:  # one GPU: the K = 1 numbers only
         lines += [
             "",
@@ -717,7 +790,9 @@ def write_markdown(res: dict, path: Path) -> None:
             "|---|---|---|",
         ]
         lines += [
-            f"| {r['M']} | {r['ours_K1_s'] * 1e3:.2f} | {res.get('batch', N) / r['ours_K1_s']:.1f} |"
+            f"| {r['M']} | {_ms(r['ours_K1_s'], 2)} | "
+            + (f"{res.get('batch', N) / r['ours_K1_s']:.1f}" if r["ours_K1_s"] else "–")
+            + " |"
             for r in rows
         ]
         lines += _overhead(res)
@@ -732,9 +807,9 @@ def write_markdown(res: dict, path: Path) -> None:
     ]
     for r in rows:
         lines.append(
-            f"| {r['M']} | {r['ours_s'] * 1e3:.1f} | {r['theirs_s'] * 1e3:.1f} | {r['ratio']:.3f} "
-            f"{_mark(r['ratio'] >= 1)} | {r['theirs_retain_s'] * 1e3:.1f} | {r['ratio_retain']:.3f} | {r['ours_remat_s'] * 1e3:.1f} | "
-            f"{r['theirs_remat_s'] * 1e3:.1f} | {r['ratio_remat']:.3f} {_mark(r['ratio_remat'] >= 1)} |"
+            f"| {r['M']} | {_ms(r['ours_s'])} | {_ms(r['theirs_s'])} | {_x(r['ratio'], 1)} "
+            f"| {_ms(r['theirs_retain_s'])} | {_x(r['ratio_retain'])} | {_ms(r['ours_remat_s'])} | "
+            f"{_ms(r['theirs_remat_s'])} | {_x(r['ratio_remat'], 1)} |"
         )
     lines += [
         "",
@@ -744,9 +819,10 @@ def write_markdown(res: dict, path: Path) -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        share = "–" if r["share_of_ideal"] is None else f"{r['share_of_ideal'] * 100:.1f}%"
         lines.append(
-            f"| {r['M']} | {r['ours_K1_s'] * 1e3:.1f} | {r['ours_s'] * 1e3:.1f} | {r['speedup_vs_K1_sameM']:.3f} | "
-            f"{r['ideal_speedup']:.3f} | {r['share_of_ideal'] * 100:.1f}% | {r['speedup_vs_K1_M1']:.3f} |"
+            f"| {r['M']} | {_ms(r['ours_K1_s'])} | {_ms(r['ours_s'])} | {_x(r['speedup_vs_K1_sameM'])} | "
+            f"{r['ideal_speedup']:.3f} | {share} | {_x(r['speedup_vs_K1_M1'])} |"
         )
     names = list(rows[0]["faults"])
     lines += [
@@ -755,22 +831,34 @@ def write_markdown(res: dict, path: Path) -> None:
         "",
         "What `host_memory=retain` removes: a fault is a page of freed memory handed back to the OS and "
         "touched again. At K = 1, M = 1: "
-        + "; ".join(f"{LABELS[k]} {v:.0f}" for k, v in res["faults"].items())
+        + "; ".join(f"{LABELS[k]} {_n(v)}" for k, v in res["faults"].items())
         + ".",
         "",
         "| M | " + " | ".join(LABELS[n] for n in names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for r in rows:
-        lines.append(f"| {r['M']} | " + " | ".join(f"{r['faults'][n]:.0f}" for n in names) + " |")
+        lines.append(f"| {r['M']} | " + " | ".join(_n(r["faults"][n]) for n in names) + " |")
     lines += _overhead(res)
     lines += _ab_lines(res)
     lines += _schedule_lines(res)
     path.write_text("\n".join(lines))
 
 
+def _n(v: float | None) -> str:
+    return "–" if v is None else f"{v:.0f}"
+
+
 def _overhead(res: dict) -> list[str]:
     ov = res["overhead_K1_M1"]
+    if ov is None:
+        return [
+            "",
+            "## K = 1, M = 1 overhead against a plain PyTorch step",
+            "",
+            "Not measured: see What failed.",
+            "",
+        ]
     return [
         "",
         "## K = 1, M = 1 overhead against a plain PyTorch step",
@@ -784,6 +872,10 @@ def _overhead(res: dict) -> list[str]:
     ]
 
 
+def _per_s(n: int, step_s: float | None) -> float:
+    return n / step_s if step_s else float("nan")  # a failed variant: no point
+
+
 def plot(res: dict, path: Path) -> None:
     import matplotlib
 
@@ -795,7 +887,7 @@ def plot(res: dict, path: Path) -> None:
     nb = res.get("batch", N)
     if "ours_s" not in rows[0]:  # one GPU: K = 1 only
         fig, ax0 = plt.subplots(figsize=(5, 3.6))
-        ax0.plot(Ms, [nb / r["ours_K1_s"] for r in rows], "o-", label="ours, K = 1")
+        ax0.plot(Ms, [_per_s(nb, r["ours_K1_s"]) for r in rows], "o-", label="ours, K = 1")
         ax0.set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 1 throughput")
         ax0.set_xticks(Ms, [str(m) for m in Ms])
         ax0.legend(fontsize=7)
@@ -803,20 +895,23 @@ def plot(res: dict, path: Path) -> None:
         fig.savefig(path, dpi=110)
         return
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax[0].plot(Ms, [nb / r["ours_s"] for r in rows], "o-", label="ours")
-    ax[0].plot(Ms, [nb / r["theirs_s"] for r in rows], "s--", label="torch pipelining")
+    ax[0].plot(Ms, [_per_s(nb, r["ours_s"]) for r in rows], "o-", label="ours")
+    ax[0].plot(Ms, [_per_s(nb, r["theirs_s"]) for r in rows], "s--", label="torch pipelining")
     ax[0].plot(
         Ms,
-        [nb / r["theirs_retain_s"] for r in rows],
+        [_per_s(nb, r["theirs_retain_s"]) for r in rows],
         "x:",
         label="torch pipelining, our malloc settings",
     )
-    ax[0].plot(Ms, [nb / r["ours_remat_s"] for r in rows], "o-", label="ours, remat")
+    ax[0].plot(Ms, [_per_s(nb, r["ours_remat_s"]) for r in rows], "o-", label="ours, remat")
     ax[0].plot(
-        Ms, [nb / r["theirs_remat_s"] for r in rows], "s--", label="torch pipelining + checkpoint"
+        Ms,
+        [_per_s(nb, r["theirs_remat_s"]) for r in rows],
+        "s--",
+        label="torch pipelining + checkpoint",
     )
     ax[0].set(xscale="log", xlabel="M", ylabel="samples/s", title="K = 2 throughput")
-    ax[1].plot(Ms, [r["speedup_vs_K1_sameM"] for r in rows], "o-", label="measured")
+    ax[1].plot(Ms, [r["speedup_vs_K1_sameM"] or float("nan") for r in rows], "o-", label="measured")
     ax[1].plot(Ms, [r["ideal_speedup"] for r in rows], "k:", label="ideal 2M/(M+1)")
     ax[1].set(xscale="log", xlabel="M", ylabel="speed-up", title="K = 2 over K = 1")
     for a in ax:

@@ -1,29 +1,37 @@
-"""``make gpu-check``: everything that needs a GPU, in one command -> reports/gpu/.
+"""``make gpu-check``: what one GPU can tell in one prepared command of at most 8 minutes -> reports/gpu/.
 
-    python bench/gpu_check.py --out reports/gpu
+    python bench/gpu_check.py --out reports/gpu [--setup-s S]     # on a CUDA host (make gpu-check)
+    python bench/gpu_check.py --dry-run --out /tmp/gpu-dry        # every step on the CPU, tiny sizes
 
 On a host without a GPU it prints one line and exits 0, running nothing. On a host whose driver sees
 GPUs (``nvidia-smi -L``) but whose torch does not (a CPU build, or a CUDA build that does not match
-the driver) it prints one line and exits 1: that is a broken install, not a host without GPUs
-(``make setup-gpu`` builds the right one). On a CUDA host it runs
+the driver) it prints one line and exits 1: a broken install, not a host without GPUs. A torch below
+the supported floor (``gpipe_repro.supported``) is one line and exit 1 too. On a CUDA host it runs the
+steps of ``bench/gpucheck`` in order, each in a process of its own with its own time budget (a case
+that does not fit the budget left is skipped and recorded, not run late):
 
-1. each ``gpu``-marked test in a process of its own with its own time limit (``--test-timeout-s``,
-   at most 120 s), so that a test that hangs (an NCCL deadlock waits for the 300 s watchdog) is
-   reported as timed out and the others still run: the CUDA path over nccl (both schedules,
-   replicas, saves and resume, evaluation), the planner's per-stage prediction against
-   ``torch.cuda.max_memory_allocated`` in fp32 and bf16, bf16 and fp32 losses identical across K;
-   each test appends what it measured to ``records.jsonl``;
-2. the engine benchmark on the GPUs present (``bench/engine.py --device cuda``);
+1. ``tests``: the ``gpu`` tests this host can run, each within 100 s;
+2. ``tf32``: CUDA losses against the CPU's for a small K = 1 model, TF32 off and on;
+3. ``cells``: AmoebaNet-D(18, 256) at batch 128 (M = 1, 4, 32; remat never / always where it fits)
+   and a Transformer-L in fp32 and bf16 — the memory planner against ``max_memory_allocated`` (the
+   CUDA context, cuBLAS's workspace and the allocator's fragmentation named), CUDA-event busy time
+   against wall time per step, the measured step against ``backend=sim hardware=h100`` and ``h200``;
+4. ``profiles``: the per-layer costs of Table 2's (then Table 3's) models on this GPU, written as
+   ``profiles/<experiment>.json`` — committed, Tables 2 and 3 gain a series simulated from them;
+5. ``engine``: the engine benchmark's K = 1 variants (``bench/engine.py --device cuda``).
 
-and always writes ``reports/gpu/`` — ``gpu.md`` (device names, every test's outcome, every number,
-what failed and why), ``results.json`` (the same as data), ``pytest-<n>.xml``, ``records.jsonl``,
-``engine/``. Exit status 1 when anything failed, so a CI job can tell.
+Budgets: ``TOTAL_S`` (480 s) less the set-up's seconds (``--setup-s``, measured by ``make gpu-check``)
+and a reserve for the report, shared by the steps in order with ``CAPS`` each; what a step leaves
+unused goes to the next. It always writes the folder: ``gpu.md`` (the page), ``results.csv``,
+``results.json``, ``provenance.json``, ``steps/*.json``, the logs, ``profiles/``, ``engine/``. Exit
+status 1 when a gpu test failed or a step crashed or overran; cases left out for time are not
+failures (the page lists them).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import os
 import platform
 import shutil
@@ -31,14 +39,24 @@ import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 
-
-TEST_TIMEOUT_S = 120  # the most one gpu test may take (issue #22: every test bounded)
+TOTAL_S = 480  # what a lent GPU host gives one prepared command, set-up included
+REPORT_S = 15  # kept for the report
+# (step, title, cap in seconds on an H100): the order they run in
+CAPS: list[tuple[str, str, float]] = [
+    ("tests", "The gpu tests one GPU can run", 120),
+    ("tf32", "CUDA losses against the CPU's, TF32 off and on", 30),
+    ("cells", "Memory planner, busy time and roofline against one GPU", 130),
+    ("profiles", "Per-layer costs of the paper's models on this GPU", 100),
+    ("engine", "Engine benchmark (K = 1)", 40),
+]
+STEP_GRACE_S = 20  # past its budget a step's process is killed (a case in flight may overrun)
 
 
 def driver_gpus() -> int:
@@ -58,14 +76,18 @@ def no_cuda_reason() -> tuple[str, int] | None:
     """Why this host cannot run the check, in one line, and the exit status; None when it can."""
     import torch
 
+    from gpipe_repro.supported import check_torch
+
     if torch.cuda.is_available():
-        return None
+        too_old = check_torch(torch.__version__)
+        return (f"gpu-check: error: {too_old}", 1) if too_old else None
     seen = driver_gpus()
     if seen:
         build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
         return (
             f"gpu-check: error: nvidia-smi sees {seen} GPU(s) but torch {torch.__version__} "
-            f"({build}) does not; install the CUDA torch with make setup-gpu",
+            f"({build}) does not; set up with the host's CUDA torch (make setup TORCH=given) or "
+            "make setup-gpu",
             1,
         )
     return (
@@ -75,9 +97,13 @@ def no_cuda_reason() -> tuple[str, int] | None:
     )
 
 
-def devices() -> list[dict[str, Any]]:
+def devices(dry: bool) -> list[dict[str, Any]]:
     import torch
 
+    if dry:
+        from gpipe_repro.config.device import cpu_name
+
+        return [{"index": 0, "name": f"{cpu_name()} (dry run: the CPU)"}]
     out = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -85,7 +111,7 @@ def devices() -> list[dict[str, Any]]:
             {
                 "index": i,
                 "name": p.name,
-                "memory_bytes": p.total_memory,
+                "memory_gib": round(p.total_memory / 2**30, 1),
                 "capability": f"{p.major}.{p.minor}",
                 "multiprocessors": p.multi_processor_count,
             }
@@ -93,224 +119,157 @@ def devices() -> list[dict[str, Any]]:
     return out
 
 
-def _run(cmd: list[str], log: Path, timeout_s: int, env: dict[str, str]) -> dict[str, Any]:
-    """Run one step in its own process group (its ranks included); its output goes to ``log``.
-    Never raises and never hangs: past ``timeout_s`` the whole group is killed; the outcome is data."""
-    t0 = time.perf_counter()
-    with log.open("w") as f:
+def run_step(
+    name: str, out: Path, budget_s: float, dry: bool, env: dict[str, str]
+) -> dict[str, Any]:
+    """One step in a process (group) of its own, killed ``STEP_GRACE_S`` past its budget."""
+    t0 = time.monotonic()
+    cmd = [
+        sys.executable,
+        __file__,
+        "--step",
+        name,
+        "--out",
+        str(out),
+        "--step-budget-s",
+        f"{budget_s:.0f}",
+    ]
+    if dry:
+        cmd.append("--dry-run")
+    with (out / f"{name}.log").open("w") as log:
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         try:
-            rc = proc.wait(timeout=timeout_s)
-            status = "ok" if rc == 0 else f"failed (exit {rc})"
+            rc = proc.wait(timeout=budget_s + STEP_GRACE_S)
+            status = "ok" if rc == 0 else f"failed (exit {rc}; {name}.log)"
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            status = f"timed out after {timeout_s} s"
+            status = f"killed {STEP_GRACE_S} s past its budget ({name}.log)"
     return {
-        "command": " ".join(cmd),
         "status": status,
-        "seconds": round(time.perf_counter() - t0, 1),
-        "log": log.name,
+        "seconds": round(time.monotonic() - t0, 1),
+        "budget_s": round(budget_s),
     }
 
 
-def gpu_tests(env: dict[str, str]) -> list[str]:
-    """The ids of the ``gpu``-marked tests."""
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "tests"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    return [line for line in r.stdout.splitlines() if "::" in line and " " not in line]
+def one_step(name: str, out: Path, budget_s: float, dry: bool) -> int:
+    """``--step NAME``: run that step here and save its output (``steps/NAME.json``)."""
+    from gpucheck.common import Ctx
 
-
-def run_tests(out: Path, env: dict[str, str], timeout_s: int) -> tuple[dict[str, Any], list]:
-    """Each gpu test in its own process group with its own time limit; (step summary, outcomes)."""
-    t0 = time.perf_counter()
-    outcomes: list[dict[str, str]] = []
-    for n, test in enumerate(gpu_tests(env)):
-        xml = out / f"pytest-{n}.xml"
-        step = _run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-v",
-                "-p",
-                "no:cacheprovider",
-                f"--junitxml={xml}",
-                test,
-            ],
-            out / f"pytest-{n}.log",
-            timeout_s,
-            env,
-        )
-        got = junit(xml)
-        if step["status"].startswith("timed out") or not got:
-            got = [
-                {"test": test, "outcome": "failed", "message": f"{step['status']} ({step['log']})"}
-            ]
-        outcomes += got
-    failed = sum(t["outcome"] == "failed" for t in outcomes)
-    summary = {
-        "command": f"pytest -m gpu, each test alone within {timeout_s} s",
-        "status": "ok" if not failed else f"failed ({failed} test(s))",
-        "seconds": round(time.perf_counter() - t0, 1),
-        "log": "pytest-<n>.log",
-    }
-    return summary, outcomes
-
-
-def junit(path: Path) -> list[dict[str, str]]:
-    """Each test's outcome from pytest's junit xml: passed, failed (with its message) or skipped."""
-    if not path.exists():
-        return []
-    out = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            el = case.find(tag)
-            if el is not None:
-                outcome = "skipped" if tag == "skipped" else "failed"
-                message = (
-                    (el.get("message") or "").splitlines()[0][:300] if el.get("message") else ""
-                )
-        out.append({"test": name, "outcome": outcome, "message": message})
-    return out
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def markdown(res: dict[str, Any]) -> str:
-    devs = res["devices"]
-    lines = [
-        "# GPU check",
-        "",
-        f"Generated by `make gpu-check` (`bench/gpu_check.py`) on {res['host']}, torch {res['torch']} "
-        f"(CUDA {res['cuda']}), {res['date']}. Every number is measured on these devices.",
-        "",
-        "## Devices",
-        "",
-        "| # | name | memory (GiB) | capability | SMs |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {d['index']} | {d['name']} | {d['memory_bytes'] / 2**30:.1f} | {d['capability']} | "
-        f"{d['multiprocessors']} |"
-        for d in devs
-    ]
-    failed = [t for t in res["tests"] if t["outcome"] == "failed"]
-    bad_steps = [s for s in res["steps"].values() if s["status"] != "ok"]
-    lines += ["", "## What failed", ""]
-    lines += [f"- `{t['test']}`: {t['message'] or 'see pytest.log'}" for t in failed]
-    lines += [f"- step `{s['command']}`: {s['status']} (see `{s['log']}`)" for s in bad_steps]
-    if not failed and not bad_steps:
-        lines.append("Nothing.")
-    lines += ["", "## Steps", "", "| step | status | seconds |", "|---|---|---|"]
-    lines += [
-        f"| `{s['command']}` | {s['status']} | {s['seconds']} |" for s in res["steps"].values()
-    ]
-    lines += ["", "## Tests (`pytest -m gpu`)", "", "| test | outcome | message |", "|---|---|---|"]
-    lines += [f"| `{t['test']}` | {t['outcome']} | {t['message']} |" for t in res["tests"]]
-    lines += ["", "## Numbers the tests measured (`records.jsonl`)", ""]
-    for r in res["records"]:
-        rest = {k: v for k, v in r.items() if k != "test"}
-        lines.append(
-            f"- **{r['test']}**: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in rest.items())
-        )
-    lines += [
-        "",
-        "## Engine benchmark",
-        "",
-        "See [`engine/engine.md`](engine/engine.md) (raw numbers in `engine/results.json`)."
-        if (Path(res["out"]) / "engine" / "engine.md").exists()
-        else "Not produced: see the steps above.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) + "}"
-    return str(v)
+    mod = importlib.import_module(f"gpucheck.{name}")
+    step_file = out / "steps" / f"{name}.json"
+    ctx = Ctx(out, dry, time.monotonic() + budget_s, step_file)
+    mod.run(ctx).save(step_file)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/gpu_check.py")
+    ap = argparse.ArgumentParser(prog="bench/gpu_check.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/gpu")
-    ap.add_argument("--test-timeout-s", type=int, default=TEST_TIMEOUT_S)
-    ap.add_argument("--bench-timeout-s", type=int, default=1800)
+    ap.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes")
+    ap.add_argument(
+        "--setup-s", type=float, default=0.0, help="seconds the set-up took (make gpu-check)"
+    )
+    ap.add_argument("--step", choices=[c[0] for c in CAPS], help=argparse.SUPPRESS)
+    ap.add_argument("--step-budget-s", type=float, default=60.0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if not 1 <= a.test_timeout_s <= TEST_TIMEOUT_S:
+    out = Path(a.out).resolve()
+    if a.step:
+        return one_step(a.step, out, a.step_budget_s, a.dry_run)
+    if not 0 <= a.setup_s < TOTAL_S:
         print(
-            f"gpu-check: error: --test-timeout-s={a.test_timeout_s}; allowed: 1..{TEST_TIMEOUT_S}"
+            f"gpu-check: error: --setup-s={a.setup_s}; allowed: 0..{TOTAL_S - 1}", file=sys.stderr
         )
         return 2
-    reason = no_cuda_reason()
-    if reason is not None:
+    if not a.dry_run and (reason := no_cuda_reason()) is not None:
         line, code = reason
         print(line, file=sys.stderr if code else sys.stdout)
         return code
     import torch
 
-    out = Path(a.out).resolve()
+    from gpipe_repro.paper.provenance import Provenance
+
+    t_start = time.monotonic()
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    (out / "steps").mkdir(parents=True)
     env = {
         **os.environ,
-        "GPIPE_GPU_RECORD": str(out / "records.jsonl"),
         "WANDB_MODE": "disabled",
         "GPIPE_PROGRESS": "0",
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
         ),
     }
-    res: dict[str, Any] = {
+    devs = devices(a.dry_run)
+    print(
+        f"gpu-check: {', '.join(d['name'] for d in devs)}; steps: {', '.join(c[0] for c in CAPS)}",
+        flush=True,
+    )
+    deadline = t_start + TOTAL_S - a.setup_s - REPORT_S
+    steps: dict[str, Any] = {}
+    leftover = 0.0
+    for name, _, cap in CAPS:
+        left = deadline - time.monotonic()
+        budget = min(cap + leftover, left)
+        if budget < 10:
+            steps[name] = {"status": f"not run: {left:.0f} s left", "seconds": 0.0, "budget_s": 0}
+            continue
+        steps[name] = run_step(name, out, budget, a.dry_run, env)
+        leftover = max(0.0, budget - steps[name]["seconds"])
+        print(
+            f"gpu-check: {name} {steps[name]['status']} in {steps[name]['seconds']} s", flush=True
+        )
+    outputs = {}
+    for name, *_ in CAPS:
+        f = out / "steps" / f"{name}.json"
+        if f.exists():
+            import json
+
+            outputs[name] = json.loads(f.read_text())
+    failed_tests = [r for r in outputs.get("tests", {}).get("rows", []) if r["outcome"] == "failed"]
+    bad = [
+        k for k, s in steps.items() if s["status"] != "ok" and not s["status"].startswith("not run")
+    ]
+    broke = {k: len(o.get("failed", [])) for k, o in outputs.items() if o.get("failed")}
+    problems = (
+        [f"{len(failed_tests)} gpu test(s) failed"] * bool(failed_tests)
+        + [f"step {k}: {steps[k]['status']}" for k in bad]
+        + [f"{k}: {n} case(s) failed" for k, n in broke.items()]
+    )
+    verdict = "; ".join(problems) or "ok"
+    steps_s = time.monotonic() - t_start
+    res = {
         "host": platform.node(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "dry_run": a.dry_run,
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "devices": devices(),
-        "out": str(out),
-        "steps": {},
+        "devices": devs,
+        "setup_s": a.setup_s,
+        "steps_s": round(steps_s, 1),
+        "total_s": round(steps_s + a.setup_s, 1),
+        "target_s": TOTAL_S,
+        "verdict": verdict,
+        "steps": steps,
+        "outputs": outputs,
     }
+    from gpucheck import report
+
+    command = "bench/gpu_check.py --dry-run" if a.dry_run else "make gpu-check"
+    prov = replace(Provenance.here(devs[0]["name"] if devs else ""), command=command)
+    prov.save(out)
+    titles = {}
+    for name, title, _ in CAPS:
+        doc = (importlib.import_module(f"gpucheck.{name}").__doc__ or "").strip()
+        titles[name] = (title, " ".join(doc.split("\n\n")[0].split()))
+    report.write(out, res, titles, prov.page("GPU check"))
     print(
-        f"gpu-check: {len(res['devices'])} GPU(s): {', '.join(d['name'] for d in res['devices'])}",
-        flush=True,
+        f"gpu-check: {'ok' if verdict == 'ok' else 'FAILED: ' + verdict}; report: {out / 'gpu.md'}"
     )
-    res["steps"]["tests"], res["tests"] = run_tests(out, env, a.test_timeout_s)
-    print(f"gpu-check: tests {res['steps']['tests']['status']}", flush=True)
-    res["steps"]["bench"] = _run(
-        [sys.executable, "bench/engine.py", "--device", "cuda", "--out", str(out / "engine")],
-        out / "bench.log",
-        a.bench_timeout_s,
-        env,
-    )
-    print(f"gpu-check: engine benchmark {res['steps']['bench']['status']}", flush=True)
-    res["records"] = records(out / "records.jsonl")
-    (out / "results.json").write_text(json.dumps(res, indent=2, default=str))
-    (out / "gpu.md").write_text(markdown(res))
-    failed = [t for t in res["tests"] if t["outcome"] == "failed"] or [
-        s for s in res["steps"].values() if s["status"] != "ok"
-    ]
-    print(f"gpu-check: {'FAILED' if failed else 'ok'}; report: {out / 'gpu.md'}")
-    return 1 if failed else 0
+    return 0 if verdict == "ok" else 1
 
 
 if __name__ == "__main__":

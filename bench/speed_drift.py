@@ -40,7 +40,7 @@ def _p(xs: list[float], q: float) -> float:
 
 def main() -> None:
     from gpipe_repro.engine.hostmem import apply_host_memory
-    from gpipe_repro.paper.validate_sim.models import MODELS, N
+    from gpipe_repro.measure.models import MODELS, N
     from gpipe_repro.sim.measured.speed import normalized, probe_s, reference_s
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

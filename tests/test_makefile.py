@@ -45,3 +45,31 @@ def test_the_timed_phase_collects_every_timed_tests_file_and_only_those(target, 
     wanted = {entry.split("::")[0] for entry in _timed_list(pytestconfig)}
     assert files == wanted, (sorted(files ^ wanted), words)
     assert all((ROOT / f).is_file() for f in files)
+
+
+def _command(target: str) -> str:
+    out = subprocess.run(
+        ["make", "-n", "-s", target, "STAMP="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    (line,) = [ln for ln in out.splitlines() if "gpipe-run" in ln]
+    return line.strip()
+
+
+def test_make_demo_writes_its_sweep_folder_and_only_demo_publish_writes_reports():
+    """Issue #36 finding 8: `make demo` rewrote the committed reports/demo/ files. The Makefile,
+    the experiment's README and the config's header say the same commands."""
+    demo, publish = _command("demo"), _command("demo-publish")
+    assert demo == ".venv/bin/gpipe-run -m experiment=demo sweep.publish=false"
+    assert publish == ".venv/bin/gpipe-run -m experiment=demo"  # the canonical, publishing one
+    readme = (ROOT / "experiments" / "demo" / "README.md").read_text()
+    assert f"`make demo` (= `{demo}`" in " ".join(readme.split())
+    assert f"`make demo-publish` (= `{publish}`)" in readme
+    header = (ROOT / "conf" / "experiment" / "demo.yaml").read_text()
+    assert f"# make demo  ==  {demo.removeprefix('.venv/bin/')}" in header
+    words = " ".join((ROOT / "README.md").read_text().split())
+    assert "`make demo` never touches the committed `reports/demo/` (`make demo-publish`" in words

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from gpipe_repro.models import class_planning_loss, token_planning_loss
-from gpipe_repro.paper.validate_sim.models import model
+from gpipe_repro.measure.models import model
 from gpipe_repro.memory import allocator, stages
 from gpipe_repro.memory.activations import StageActivation
+from gpipe_repro.models import class_planning_loss, token_planning_loss
 
 MIB = 2**20
 

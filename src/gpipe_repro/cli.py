@@ -5,7 +5,9 @@
     gpipe-run -m experiment=demo                          # an experiment declares its own sweep
 
 Before Hydra starts, the command line is checked (``config.compose.preflight``): a mistake there is one
-line on stderr and exit code 2, nothing written. Values are checked inside the job
+line on stderr and exit code 2, nothing written. Before Hydra writes into the run's (or the sweep's)
+folder, the folder is claimed (``ClaimCallback``, ``runner.lock``): a second run into it is refused
+in one line. Values are checked inside the job
 (``config.validate``): a bad one gives one line, exit code 1 and a ``failed`` metrics.json; in a sweep
 the other jobs still run and are gathered.
 """
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from .config.compose import CONF_DIR, preflight, sweep_world_size, to_spec
@@ -25,11 +29,11 @@ from .config.store import register
 from .errors import UserError
 from .metrics.contract import ModelInfo, PipelineInfo, RunMetrics
 from .metrics.writer import OutputError, write_metrics
-from .runner import STOP, FolderInUse, run
+from .runner import STOP, FolderInUse, folder, lock, run
 from .runner.cluster import task_env
 from .wandb_logger import wandb_group
 
-__all__ = ["main", "app"]
+__all__ = ["main", "app", "ClaimCallback"]
 
 register()
 _failures: list[str] = []
@@ -70,9 +74,10 @@ def app(cfg: DictConfig) -> None:
         return
     sweep = Path(hc.sweep.dir) if multirun else None
     group = wandb_group(spec.logger, spec.experiment_name, sweep)
+    t0 = time.monotonic()
     try:
         m = run(spec, out, launcher="submitit" if tenv else "local", group=group)
-    except FolderInUse as err:  # another run's results: nothing run, nothing written
+    except (FolderInUse, lock.FolderUnusable) as err:  # nothing run, nothing written
         _failures.append(str(err))
         print(f"gpipe-run: error: {err}", file=sys.stderr, flush=True)
         return
@@ -85,7 +90,7 @@ def app(cfg: DictConfig) -> None:
         )
         return
     if m is not None:  # None: a rank other than 0 of a SLURM job (rank 0 writes and logs)
-        _record(m, out)
+        _record(m, out, time.monotonic() - t0)
 
 
 def _done(out: Path) -> bool:
@@ -116,7 +121,8 @@ def _asked(cfg: DictConfig, error: str) -> RunMetrics:
     return m
 
 
-def _record(m: RunMetrics, out: Path) -> None:
+def _record(m: RunMetrics, out: Path, wall_s: float | None = None) -> None:
+    """The job's one summary line (its progress lines came before it: ``metrics.progress``)."""
     if m.status == "interrupted":
         print(f"gpipe-run: {m.error}  [{out / 'metrics.json'}]", file=sys.stderr, flush=True)
         return
@@ -136,10 +142,58 @@ def _record(m: RunMetrics, out: Path) -> None:
     src = "" if m.source == "measured" else f" [{m.source}]"
     speed = f"{m.throughput:.1f} samples/s" if m.throughput is not None else "no step run"
     bubble = f", bubble {m.bubble_fraction:.3f}" if m.bubble_fraction is not None else ""
+    took = f" in {wall_s:.1f} s" if wall_s is not None else ""
+    final = m.losses[-1] if m.losses else None
+    loss = f", final loss {final:.4f}" if final is not None else ""
     print(
-        f"K={p.K if p else '?'} M={p.M if p else '?'}: {speed}{pred}{src}{bubble}{acc}  -> {out}",
+        f"K={p.K if p else '?'} M={p.M if p else '?'}: {len(m.losses)} steps{took}{loss}, "
+        f"{speed}{pred}{src}{bubble}{acc}  -> {out}",
         flush=True,
     )
+
+
+class ClaimCallback(Callback):
+    """Claims the run's (or the sweep's) folder before Hydra writes anything into it (``.hydra/``,
+    the job's log): Hydra calls ``on_run_start`` / ``on_multirun_start`` with the composed config
+    before it creates the folder, and resolves the folder's name from the same config (its
+    ``${now:}`` cached), so the folder claimed is the one Hydra then uses. A refusal is one line
+    and the exit code: 2 for a folder that cannot be made or written, 1 for a folder in use by
+    another run or holding a run's results. The claim is released when gpipe-run ends (``main``)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: object) -> None:
+        out = _claim(config, "hydra.run.dir", lock.RUN_LOCK)
+        try:  # a folder holding a run's results: refused before Hydra rewrites its .hydra/
+            folder.check(config, out)  # type: ignore[arg-type]  # it reads train.* alone
+        except FolderInUse as err:
+            _refuse(str(err), 1)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
+        _claim(config, "hydra.sweep.dir", lock.SWEEP_LOCK)
+
+
+def _claim(config: DictConfig, key: str, name: str) -> Path:
+    try:
+        value = str(OmegaConf.select(config, key))
+    except Exception as err:  # noqa: BLE001 - an interpolation in the folder's name
+        parent, _, leaf = key.rpartition(".")
+        raw = OmegaConf.select(config, parent)._get_node(leaf)._value()
+        why = " ".join(str(err).split("\n")[0].split())
+        _refuse(f"{key}={raw}: cannot be resolved ({why}); give a folder ({key}=...)", 2)
+    if not value.strip():
+        _refuse(f"{key} is empty; give a folder, e.g. {key}=outputs/my-run", 2)
+    out = Path(value).absolute()
+    try:
+        lock.acquire(out, name=name, key=key)
+    except lock.FolderUnusable as err:
+        _refuse(f"{key}={value}: {err}; choose a folder you can write ({key}=...)", 2)
+    except FolderInUse as err:
+        _refuse(str(err), 1)
+    return out
+
+
+def _refuse(line: str, code: int) -> None:
+    print(f"gpipe-run: error: {line}", file=sys.stderr, flush=True)
+    raise SystemExit(code)  # past Hydra's callback guard, which turns exceptions into warnings
 
 
 def main() -> None:
@@ -152,6 +206,8 @@ def main() -> None:
         app()
     except KeyboardInterrupt:  # outside a run (Hydra's set-up, the gather): nothing to save
         STOP.requested = True
+    finally:
+        lock.release_all()  # the run's or the sweep's folder (ClaimCallback)
     if STOP.requested:
         sys.exit(130)
     if _failures:

@@ -29,9 +29,11 @@ def opt(
     allowed: str | None = None,
 ) -> Any:
     """A dataclass field with its doc and constraints. ``allowed`` describes a constraint that a
-    cross-field check enforces (shown in messages and docs)."""
+    cross-field check enforces (shown in messages and docs). The doc and the choices are also kept
+    under pydantic's own keys, so a JSON Schema generated from the dataclass (``typed``) has them."""
     meta = {
-        "doc": doc,
+        "description": doc,
+        "json_schema_extra": {"enum": list(choices)} if choices is not None else None,
         "choices": tuple(choices) if choices is not None else None,
         "min": min,
         "max": max,

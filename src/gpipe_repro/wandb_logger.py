@@ -12,15 +12,17 @@ would log into it.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
-from .config import LoggerConfig
+from .config import LoggerConfig, RunConfig
 from .metrics.contract import RunMetrics
 from .metrics.progress import StepRecord
 
-__all__ = ["WandbRun", "log_sweep_table", "wandb_group"]
+__all__ = ["WandbRun", "start_run", "finish_run", "log_sweep_table", "wandb_group"]
 
 
 def _mode(spec: LoggerConfig) -> Literal["online", "offline", "disabled"]:
@@ -112,6 +114,27 @@ class WandbRun:
                 self.run.log_artifact(art)
         finally:
             self.run.finish()
+
+
+def start_run(spec: RunConfig, out: Path, group: str | None) -> WandbRun | None:
+    """The job's run, named from its pipeline options; None when logging is off, or when wandb fails
+    to start (one line on stderr: logging never loses the run)."""
+    try:
+        names = {**asdict(spec.pipeline), "model": spec.model.name}
+        return WandbRun.start(spec.logger, out, asdict(spec), group, names)
+    except Exception as err:  # noqa: BLE001 - logging must never lose the run
+        print(f"gpipe-run: wandb failed to start: {str(err).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
+def finish_run(wb: WandbRun | None, m: RunMetrics, files: Sequence[Path]) -> None:
+    """Finish the job's run (if any) with its metrics and files; a failure is one line on stderr."""
+    if wb is None:
+        return
+    try:
+        wb.finish(m, files)
+    except Exception as err:  # noqa: BLE001
+        print(f"gpipe-run: wandb failed: {str(err).splitlines()[0]}", file=sys.stderr)
 
 
 def log_sweep_table(

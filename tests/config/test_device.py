@@ -145,3 +145,39 @@ def test_nccl_p2p_off_is_set_for_the_run_and_recorded(tmp_path):
 @pytest.mark.parametrize("experiment", ["table3_amoebanet", "table3_transformer"])
 def test_table3_runs_without_nvlink(experiment):
     assert compose([f"experiment={experiment}"], cuda_available=False).pipeline.nccl_p2p is False
+
+
+def test_a_gpus_free_memory_is_read_after_this_process_releases_its_cached_blocks(monkeypatch):
+    """A K = 1 job runs in the process that launched it: its blocks stay cached, and nvidia-smi
+    counts them as used, so the next job of a sweep would be planned against less than is free."""
+    seen: list[str] = []
+
+    class Props:
+        total_memory = 80 * GiB
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "a fake GPU")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: seen.append("empty_cache"))
+    monkeypatch.setattr(
+        "gpipe_repro.config.device._smi_free_bytes", lambda i: seen.append("free") or 60 * GiB
+    )
+    assert CudaDevice(0).memory().free == 60 * GiB
+    assert seen == ["empty_cache", "free"]
+
+
+def test_nothing_is_released_in_a_process_that_never_used_cuda(monkeypatch):
+    from gpipe_repro.config.device import release_cached
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: pytest.fail("would create a context"))
+    release_cached("cuda")
+    release_cached("cpu")
+
+
+def test_an_in_process_job_releases_its_devices_cached_blocks(monkeypatch, tmp_path):
+    released: list[str] = []
+    monkeypatch.setattr("gpipe_repro.runner.local.release_cached", released.append)
+    spec = compose([*MLP, "train.steps=2", "train.eval=false"], cuda_available=False)
+    assert run(spec, tmp_path).status == "ok"
+    assert released == ["cpu"]  # the run's device, once, after the job

@@ -54,6 +54,33 @@ COMMAND_LINE = [
     (["pipeline.K=4", "plan=auto"], "pipeline.K=4 conflicts with plan=auto, which chooses it"),
     (["plan=auto", "pipeline=1f1b"], "pipeline=1f1b conflicts with plan=auto, which chooses it"),
     (["plan=sometimes"], "plan=sometimes is not a plan config; allowed: auto, manual"),
+    # output paths (issue #36 finding 3): the key, the value and what to do
+    (["hydra.run.dir="], "hydra.run.dir is empty: the run would write into the current folder"),
+    (["-m", "hydra.sweep.dir="], "hydra.sweep.dir is empty: the run would write into the current"),
+    (
+        ["train.save_dir="],
+        "train.save_dir is empty: the run would write into the current folder; give a folder",
+    ),
+    (
+        ["hydra.run.dir=/tmp/é"],
+        "hydra.run.dir=/tmp/é: Hydra cannot read 'é' in a value unless it is quoted; quote the "
+        "value: 'hydra.run.dir=\"/tmp/é\"'",
+    ),
+    (["hydra.run.dir=/tmp/a(1)"], "Hydra cannot read '(' in a value unless it is quoted"),
+    (
+        ["hydra.run.dir=/tmp/my", "run"],
+        "'run' is not an override (key=value); if it is the rest of hydra.run.dir=/tmp/my (a "
+        "value with a space), quote the whole: 'hydra.run.dir=/tmp/my run'",
+    ),
+    (["hydra.run.dir=/tmp/a,b"], "hydra.run.dir=/tmp/a,b: the comma makes a sweep of folders"),
+    (["hydra.run.dir=/etc/hostname"], "/etc/hostname is a file, not a folder; choose a folder"),
+    (["pipeline.K=1,2"], "pipeline.K=1,2 is a sweep of 2 values: add -m to run each"),
+    # conflicting options (issue #36 finding 7)
+    (
+        ["pipeline.K=2", "pipeline.balance=[2,3]", "pipeline.balance_by=flops"],
+        "pipeline.balance=[2,3] and pipeline.balance_by=flops exclude each other: balance gives "
+        "the cells, balance_by chooses them; allowed: one of them",
+    ),
 ]
 
 VALUES = [
@@ -186,6 +213,18 @@ VALUES = [
 ]
 
 
+def test_balance_by_is_recorded_as_not_used_when_balance_gives_the_cells():
+    """Issue #36 finding 7: metrics.json recorded a balance_by that pipeline.balance had overruled
+    (a config file's or the default; on the command line the two are refused above)."""
+    from gpipe_repro.metrics.summary import base_metrics
+
+    by = ["model.depth=3", "pipeline.K=2", "pipeline.balance_by=flops"]
+    given = ["model.depth=3", "pipeline.K=2", "pipeline.balance=[2,3]"]
+    assert base_metrics(compose(by, cuda_available=False)).pipeline.balance_by == "flops"
+    m = base_metrics(compose(given, cuda_available=False))
+    assert m.pipeline.balance == [2, 3] and m.pipeline.balance_by is None
+
+
 def _check(overrides: list[str]) -> str:
     """What gpipe-run says about well-formed ``overrides`` before any rank starts (its one line)."""
     if not any(o.startswith("model=") for o in overrides):
@@ -253,6 +292,7 @@ PLAN = [
     ([*PLAN_BASE, "plan.batch_size=some"], "plan.batch_size='some' is invalid"),
     ([*PLAN_BASE, "plan.device=2"], "plan.device is not a config key"),
     ([*PLAN_BASE, "plan.devices=0"], "plan.devices=0 is invalid; allowed: an integer >= 1"),
+    (["--bogus"], "--bogus is not an option; allowed: -h/--help and key=value overrides"),
 ]
 
 
@@ -266,6 +306,55 @@ def test_gpipe_plan_mistakes_are_one_line_and_exit_2(tmp_path, capsys, args, mes
     if "fits" in message:  # the smallest need, per stage
         assert "MiB per stage" in err[0] and err[0].count(",") >= 1
     assert not (tmp_path / "plan.csv").exists()
+
+
+def test_gpipe_plan_help_prints_its_usage(capsys):
+    """Issue #36 finding 3: ``gpipe-plan --help`` ended in Hydra's LexerNoViableAltException."""
+    from gpipe_repro.search.__main__ import main
+
+    assert main(["--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("``gpipe-plan``") and "plan.devices=1" in out and not err
+
+
+def test_compose_refuses_a_flag_in_one_line():
+    with pytest.raises(UserError, match="'--help' is not an override; allowed: key=value"):
+        compose(["--help"])
+
+
+# Output-path problems through gpipe-run itself (issue #36 finding 3): one line naming the key and
+# the value, exit 2, nothing written — also what only trying to create the folder tells (/sys).
+# ({} is the test's folder)
+PATHS = [
+    (["hydra.run.dir="], "hydra.run.dir is empty"),
+    (["hydra.run.dir=/sys/probe_run"], "hydra.run.dir=/sys/probe_run: "),
+    (["hydra.run.dir={}/é"], "Hydra cannot read 'é' in a value unless it is quoted"),
+    (["hydra.run.dir={}/my", "run"], "'run' is not an override (key=value)"),
+    (["hydra.run.dir={}/file/run"], "is a file, not a folder"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", PATHS, ids=[" ".join(a) for a, _ in PATHS])
+def test_output_path_problems_through_gpipe_run_are_one_line_exit_2(tmp_path, args, message):
+    (tmp_path / "file").write_text("a file")
+    bindir = Path(sys.executable).parent
+    args = [a.replace("{}", str(tmp_path)) for a in args]
+    r = _entry([str(bindir / "gpipe-run"), *args, *SMALL], tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr[-1500:]
+    assert "Traceback" not in r.stderr and "HYDRA_FULL_ERROR" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written
+    assert not Path("/sys/probe_run").exists()
+
+
+@pytest.mark.slow
+def test_a_quoted_folder_with_a_space_and_non_ascii_is_where_the_run_writes(tmp_path):
+    """What the one line says to do works."""
+    bindir = Path(sys.executable).parent
+    r = _entry([str(bindir / "gpipe-run"), f'hydra.run.dir="{tmp_path}/mé run"', *SMALL], tmp_path)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert json.loads((tmp_path / "mé run" / "metrics.json").read_text())["status"] == "ok"
 
 
 def _entry(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess:

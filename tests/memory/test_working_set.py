@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from gpipe_repro.measure.models import model
 from gpipe_repro.memory.activations import measure_stage
 from gpipe_repro.memory.allocator import check_stages
 from gpipe_repro.memory.working import LiveBytes
 from gpipe_repro.models import class_planning_loss, token_planning_loss
-from gpipe_repro.paper.validate_sim.models import model
 
 # planned within this fraction of the measured peak, either way
 TOLERANCE = 0.15

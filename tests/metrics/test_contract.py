@@ -60,3 +60,24 @@ def test_reading_back_rejects_unknown_keys(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({"status": "ok", "surprise": 1}))
     with pytest.raises(ValueError, match="unknown RunMetrics keys: surprise"):
         load_metrics(tmp_path / "metrics.json")
+
+
+def test_reading_back_checks_every_value_against_its_type(tmp_path):
+    """Nested types come from the type hints (no list of classes): a wrong value deep inside is
+    named by its path, in one line, and so is an unknown key of a nested object."""
+    doc = json.loads(to_json(RunMetrics(stages=[StageMetrics(stage=0, layers=3)])))
+    doc["stages"][0]["layers"] = "many"
+    doc["env"]["shell"] = "bash"
+    (tmp_path / "metrics.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as err:
+        load_metrics(tmp_path / "metrics.json")
+    msg = str(err.value)
+    assert "unknown RunMetrics.env keys: shell" in msg and "RunMetrics.stages.0.layers" in msg, msg
+    assert "\n" not in msg
+
+
+def test_a_value_that_is_not_finite_is_written_as_null_wherever_it_is():
+    m = RunMetrics(losses=[1.0, float("inf")], bubble_fraction=float("nan"))
+    doc = json.loads(to_json(m))
+    assert doc["losses"] == [1.0, None] and doc["bubble_fraction"] is None
+    Draft202012Validator(json_schema()).validate(doc)

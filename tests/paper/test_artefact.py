@@ -3,6 +3,7 @@
 import argparse
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from _runs import ENV, pipeline, write_run
@@ -13,6 +14,8 @@ from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.provenance import Provenance
 from gpipe_repro.paper.registry import ARTEFACTS
 from gpipe_repro.paper.sweep import Sweep
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_one_commit_is_publishable_anything_else_says_why_in_the_first_line():
@@ -186,3 +189,49 @@ def test_another_tables_csv_is_one_line_naming_the_columns_it_lacks_and_writes_n
     assert "lacks the column(s) name, label, domain, seed" in msg and "accuracy_mean, seeds" in msg
     assert "the runs.csv that table4 writes" in msg
     assert not (tmp_path / "out" / "runs.csv").exists()
+
+
+def _sweep_csv(tmp_path, command):
+    """A sweep's table made by ``command`` (its provenance.json says so)."""
+    write_run(tmp_path / "s" / "0_K1-M1", pipeline=pipeline(), throughput=1.0)
+    make(ARTEFACTS["sweep"], tmp_path / "s", tmp_path / "t", argparse.Namespace(), command)
+    return tmp_path / "t" / "results.csv"
+
+
+def test_from_another_artefacts_csv_is_one_line_naming_the_artefact_it_belongs_to(tmp_path, capsys):
+    """Issue #36 finding 7: demo --from any sweep's CSV rendered it as the demo; table1 --from the
+    demo's CSV listed ~20 internal column names and a class name."""
+    other = _sweep_csv(tmp_path, "gpipe-run -m model=mlp pipeline.M=1,2")
+    assert main(["demo", "--from", str(other), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"demo: error: --from {other} is a sweep's table (made by `gpipe-run -m model=mlp "
+        f"pipeline.M=1,2`), not demo's; re-render it with `python -m gpipe_repro.paper sweep "
+        f"--from {other}`"
+    )
+    demo = ROOT / "reports" / "demo" / "results.csv"
+    assert main(["table1", "--from", str(demo), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"table1: error: --from {demo} is demo's table (made by `gpipe-run -m")
+    assert err.endswith(f"re-render it with `python -m gpipe_repro.paper demo --from {demo}`")
+    assert "\n" not in err and "SweepRow" not in err and not (tmp_path / "o").exists()
+    # what belongs: the demo's CSV to the demo, any sweep's CSV to sweep
+    assert main(["demo", "--from", str(demo), "--out", str(tmp_path / "d")]) == 0
+    assert main(["sweep", "--from", str(other), "--out", str(tmp_path / "e")]) == 0
+
+
+def test_sweep_from_a_single_runs_folder_is_one_line_and_never_cites_a_make_target(
+    tmp_path, capsys
+):
+    """Issue #36 finding 7: an empty table citing `make sweep`, which does not exist."""
+    write_run(tmp_path / "run", pipeline=pipeline(), throughput=1.0)
+    assert main(["sweep", "--from", str(tmp_path / "run"), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"sweep: error: --from {tmp_path / 'run'} is one run's folder "
+        f"({tmp_path / 'run' / 'metrics.json'}), not a sweep's: a sweep folder (gpipe-run -m ...) "
+        "holds a folder per job; give that folder"
+    )
+    assert main(["sweep", "--from", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "make sweep" not in out and "a sweep's table is never published" in out

@@ -75,3 +75,30 @@ def test_a_sweep_of_two_commits_is_not_published_even_by_the_make_target(tmp_pat
     assert md.startswith(
         "**Not a publishable report: built from jobs of 2 commits (abc1234, def5678).**"
     )
+
+
+def test_sweep_publish_false_leaves_reports_as_they_are_even_for_the_make_target(tmp_path, capsys):
+    """Issue #36 finding 8: `make demo` rewrote the committed reports/demo/; it now passes
+    sweep.publish=false (make demo-publish publishes)."""
+    from _runs import pipeline, write_run
+
+    sweep = tmp_path / "multirun" / "s"
+    for K in (1, 2):
+        write_run(sweep / f"{K}", pipeline=pipeline(K, 2), throughput=100.0 * K, losses=[0.5])
+    cfg = {
+        "experiment_name": "demo",
+        "logger": {"name": "none"},
+        "sweep": {"publish": False},
+        "hydra": {
+            "sweep": {"dir": str(sweep)},
+            "runtime": {"cwd": str(tmp_path)},
+            "overrides": {"task": ["experiment=demo", "sweep.publish=false"]},
+        },
+    }
+    GatherCallback().on_multirun_end(OmegaConf.create(cfg))
+    assert (sweep / "results.md").exists() and not (tmp_path / "reports").exists()
+    assert "reports/demo/ left as it is (sweep.publish=false)" in capsys.readouterr().out
+    cfg["sweep"]["publish"] = True
+    cfg["hydra"]["overrides"]["task"] = ["experiment=demo"]
+    GatherCallback().on_multirun_end(OmegaConf.create(cfg))  # make demo-publish
+    assert (tmp_path / "reports" / "demo" / "results.md").exists()

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+import pytest
+
 from gpipe_repro.paper.rows import columns, read_csv, write_csv
 
 
@@ -39,3 +41,48 @@ def test_a_column_the_file_lacks_reads_as_none(tmp_path):
     (tmp_path / "old.csv").write_text("name,K\nz,3\n")
     (row,) = read_csv(tmp_path / "old.csv", Row)
     assert (row.name, row.K, row.ratio, row.fits, row.note) == ("z", 3, None, None, None)
+
+
+def _row_types() -> dict[tuple[str, ...], list[type]]:
+    """Every dataclass of the package, by its columns (a report's row type is found by its header)."""
+    import importlib
+    import pkgutil
+    from dataclasses import is_dataclass
+
+    import gpipe_repro
+
+    found: dict[tuple[str, ...], list[type]] = {}
+    for info in pkgutil.walk_packages(gpipe_repro.__path__, "gpipe_repro."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":  # runs a command when imported
+            continue
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if is_dataclass(value) and isinstance(value, type) and value.__module__ == info.name:
+                found.setdefault(tuple(columns(value)), []).append(value)
+    return found
+
+
+def test_every_committed_report_csv_reads_back_and_writes_the_same_bytes(tmp_path):
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    types = _row_types()
+    checked = []
+    for path in sorted(root.glob("reports/*/*.csv")):
+        with path.open(newline="") as f:
+            header = tuple(next(csv.reader(f)))
+        assert header in types, f"{path.relative_to(root)} has no row type with its columns"
+        for row_type in types[header]:
+            out = tmp_path / f"{len(checked)}.csv"
+            write_csv(out, row_type, read_csv(path, row_type))
+            assert out.read_bytes() == path.read_bytes(), (path, row_type)
+            checked.append(path)
+    assert checked
+
+
+def test_a_cell_that_breaks_its_type_is_refused_in_one_line(tmp_path):
+    (tmp_path / "bad.csv").write_text("name,note,K,size,ratio,fits,pass\nb,,1,7,5,maybe,forward\n")
+    with pytest.raises(ValueError) as err:
+        read_csv(tmp_path / "bad.csv", Row)
+    assert "Row.fits" in str(err.value) and "'maybe'" in str(err.value), err.value

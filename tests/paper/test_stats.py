@@ -1,5 +1,5 @@
 """The one noise rule: Welch's test against a textbook example, the detectable effect against a
-simulation, and the verdict words."""
+simulation, and the verdict words; Spearman's rank correlation."""
 
 import random
 
@@ -14,6 +14,7 @@ from gpipe_repro.paper.stats import (
     compare,
     detectable_effect,
     sample,
+    spearman,
     trend,
 )
 
@@ -89,3 +90,11 @@ def test_a_trend_is_judged_step_by_step():
         "BLEU: one setting only; no trend to judge.",
         None,
     )
+
+
+def test_spearman_is_one_for_the_same_order_and_minus_one_reversed():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)  # 1 - 6*4/(5*24)
+    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.8660254)  # tied ranks averaged
+    assert spearman([1.0], [2.0]) is None

@@ -101,3 +101,75 @@ def test_the_prediction_error_is_the_predicted_step_against_the_measured_one(tmp
     )
     (row,) = sweep_rows(tmp_path)[0]
     assert row.prediction_error == pytest.approx(0.25)
+
+
+def _bad_sweep(sweep):
+    """A sweep whose M = 0 job failed validation: its metrics.json keeps what was asked (M = 0)."""
+    write_run(sweep / "0_K1-M1", pipeline=pipeline(1, 1), throughput=100.0, batch_size=64)
+    write_run(
+        sweep / "1_K1-M0",
+        status="failed",
+        error="pipeline.M=0 is invalid; allowed: an integer >= 1",
+        pipeline=pipeline(1, 0, replicas=0),
+        batch_size=64,
+    )
+    write_run(
+        sweep / "2_K1-M3", status="failed", error="pipeline.M=3 does not divide", batch_size=64
+    )
+    return sweep
+
+
+def test_a_failed_job_is_a_failed_row_and_its_values_never_enter_arithmetic(tmp_path, capsys):
+    """Issue #36 finding 1: the M = 0 job's values divided the gather (ZeroDivisionError) and no
+    table, page or plot was written — for the jobs that succeeded too; ``paper sweep --from``
+    re-renders such a folder."""
+    from omegaconf import OmegaConf
+
+    from gpipe_repro.paper.__main__ import main
+    from gpipe_repro.paper.callback import GatherCallback
+
+    sweep = _bad_sweep(tmp_path / "sw")
+    cfg = {"experiment_name": None, "logger": {"name": "none"}}
+    cfg["hydra"] = {"sweep": {"dir": str(sweep)}, "runtime": {"cwd": str(tmp_path)}}
+    cfg["hydra"]["overrides"] = {"task": ["model=mlp", "pipeline.M=1,0,3"]}
+    GatherCallback().on_multirun_end(OmegaConf.create(cfg))
+    for name in ("results.csv", "results.md", "results.png"):
+        assert (sweep / name).exists(), name
+    rows = {r["job"]: r for r in csv.DictReader((sweep / "results.csv").open())}
+    assert rows["0_K1-M1"]["status"] == "ok" and rows["0_K1-M1"]["micro_batch"] == "64"
+    assert rows["1_K1-M0"]["status"] == "failed" and "M=0 is invalid" in rows["1_K1-M0"]["error"]
+    assert rows["1_K1-M0"]["micro_batch"] == ""  # no arithmetic on a failed job's values
+    assert "M=0 is invalid" in (sweep / "results.md").read_text()
+    capsys.readouterr()
+    assert main(["sweep", "--from", str(sweep)]) == 0
+    assert "M=0 is invalid" in (sweep / "report" / "results.md").read_text()
+
+
+def test_the_console_table_fits_100_columns_and_the_files_keep_every_column(tmp_path):
+    """Issue #36 finding 8: the demo's console table was 17 columns, ~200 characters wide."""
+    from gpipe_repro.paper.sweep import console_table, markdown_table
+
+    long_error = "pipeline.M=3 does not divide train.batch_size=256; allowed: a divisor of 256"
+    for K in (1, 2):
+        for M in (1, 2, 4, 8):
+            write_run(
+                tmp_path / f"{K}{M}",
+                pipeline=pipeline(K, M),
+                throughput=1234.5 * K,
+                bubble_fraction=0.123,
+                bubble_ideal=(K - 1) / (M + K - 1),
+                step_time_s=0.2,
+                predicted_step_time_s=0.21,
+                predicted_throughput=1200.0,
+                losses=[2.302585],
+                eval={"accuracy": 0.9123, "loss": 0.3},
+            )
+    write_run(tmp_path / "x", status="failed", error=long_error, pipeline=pipeline(2, 3))
+    rows = sweep_rows(tmp_path)[0]
+    lines = console_table(rows).splitlines()
+    assert len(lines) == len(rows) + 1 and max(map(len, lines)) <= 100, lines
+    head = lines[0].split()
+    assert head[:4] == ["K", "M", "status", "samples/s"] and "error" in head
+    (failed,) = [ln for ln in lines if " failed " in ln]
+    assert "pipeline.M=3 does not divide" in failed  # the error, cut to what is left
+    assert long_error in markdown_table(rows)  # the file's table keeps it whole

@@ -17,7 +17,7 @@ from _runs import ENV
 from gpipe_repro.metrics.contract import EvalMetrics, RunMetrics, to_json
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.numbers import quote, rows
-from gpipe_repro.paper.table4.artefact import ARTEFACT
+from gpipe_repro.paper.table4 import ARTEFACT
 from gpipe_repro.paper.table4.results import NEEDS_ROOT
 
 PAPER = rows(4)

@@ -201,7 +201,7 @@ def test_a_cell_whose_batch_does_not_fit_is_never_the_normaliser_and_is_flagged(
     assert built[0].why.startswith("its batch does not fit the device")
     assert built[1].paper_normalized == 1.0 and built[0].paper_normalized == pytest.approx(1 / 1.13)
     from gpipe_repro.paper.provenance import Provenance
-    from gpipe_repro.paper.throughput_text import markdown
+    from gpipe_repro.paper.throughput_findings import markdown
 
     md = markdown(built, Provenance(3), 2, "T", {"amoebanet_d": "A"}, "K = 2, M = 1")
     assert "| 1 | 2 | 1 | 0.50 (no fit) |" in md and "normalised to K=4, M=1" in md
@@ -223,7 +223,7 @@ def test_a_cell_on_an_unanchored_profile_carries_validate_hws_mark_and_one_on_an
     tmp_path, monkeypatch
 ):
     from gpipe_repro.paper.validate_hw.flags import MARK
-    from gpipe_repro.paper.validate_hw.rows import CpuRow, DeviceSummary
+    from gpipe_repro.paper.validate_hw.profiles import CpuRow, DeviceSummary
 
     hw = (
         tmp_path / "hw"

@@ -11,9 +11,11 @@ import pytest
 from gpipe_repro.engine import balance_by_cost
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.numbers import throughput
+from gpipe_repro.paper.provenance import Provenance
 from gpipe_repro.paper.rows import read_csv, write_csv
 from gpipe_repro.paper.sweep import SweepRow
 from gpipe_repro.paper.throughput import TABLE3, Throughput, ThroughputRow, build_rows
+from gpipe_repro.paper.throughput_findings import LINK_OK, markdown
 from gpipe_repro.paper.throughput_sim import (
     SimRow,
     efficiency,
@@ -23,7 +25,6 @@ from gpipe_repro.paper.throughput_sim import (
     model,
     studies,
 )
-from gpipe_repro.paper.throughput_text import LINK_OK, section
 from gpipe_repro.runplan.costing import simulate_plan
 from gpipe_repro.search.choose import search_space
 from gpipe_repro.search.space import search
@@ -42,6 +43,13 @@ HW = "p100_pcie"
 def small() -> dict:
     rows, cells = studies(3, [SMALL], HW, ("partition", "link", "planner"))
     return {"rows": rows, "cells": cells, "model": model(SMALL, HW)}
+
+
+def _studies(sims, main) -> str:
+    """The page of ``main``'s rows with the simulator's studies ``sims`` on the profile ``HW``."""
+    return markdown(
+        main, Provenance(0), 3, "T", {"amoebanet_d": "A"}, "K = 2", sims=sims, profile=HW
+    )
 
 
 def test_the_partition_study_cuts_by_time_by_parameters_and_into_equal_layers(small):
@@ -109,7 +117,7 @@ def test_the_link_sentences_are_read_from_the_rows():
                       f"K={4}, M=32", n, p, n / p)
         for K, n, p in ((4, 1.0, 1.0), (8, 1.2, 2.7 / 1.7))
     ]  # fmt: skip
-    text = "\n".join(section(rows, main, {"amoebanet_d": "A"}, HW))
+    text = _studies(rows, main)
     assert "holds under: a — and not under: b (worst: b at K = 8, 50%)" in text
     assert f"At K = 8 our {HW} result (1.20) contradicts the paper's 1.59 (ratio 0.76)" in text
     assert "with a free link it would be 5.00" in text and "At K = 4 our" not in text  # its ref
@@ -185,7 +193,7 @@ def test_the_efficiency_study_measures_the_curve_and_sets_the_old_assumption_bes
                 assert meas.step_s == pytest.approx(old.step_s)
         assert meas.paper_normalized == throughput(3, "amoebanet_d")[(K, 32)]
     assert all(r.normalized == pytest.approx(1.0) for r in cells if (r.K, r.M) == (2, 32))
-    text = "\n".join(section([*rows, *cells], [], {"amoebanet_d": "A"}, HW))
+    text = _studies([*rows, *cells], [])
     assert "### A: per-sample compute over the micro-batch" in text
     assert f"{mine[2].variant} {mine[2].normalized:.2f} → 1.00" in text
     assert "### A: on this CPU, per-sample cost measured or kept constant" in text

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpipe_repro.measure.roofline_check import CPU_MODELS, CPU_SIZES, RooflineRow
 from gpipe_repro.paper.__main__ import main
 from gpipe_repro.paper.rows import read_csv
-from gpipe_repro.paper.validate_hw.rows import (
+from gpipe_repro.paper.validate_hw.profiles import (
     AnchorRow,
     CpuRow,
     DeviceSummary,
@@ -18,7 +19,6 @@ from gpipe_repro.paper.validate_hw.rows import (
 )
 from gpipe_repro.paper.validate_hw.uses import UseRow, uses
 from gpipe_repro.sim.anchors import AnchorResult, check
-from gpipe_repro.sim.anchors.cpu import CPU_MODELS, CPU_SIZES, LayerPair
 from gpipe_repro.sim.hardware import load_profile, published_names
 from gpipe_repro.sim.interface import Anchor
 
@@ -107,13 +107,18 @@ def test_a_cell_rests_on_its_roofline_unless_the_profile_and_the_layers_are_anch
 
 
 def test_cpu_rows_sum_each_layer_kind_per_micro_batch():
+    def pair(layer: int, kind: str, n: int, p: str, measured: float, roofline: float):
+        return RooflineRow("tuplenet", layer, kind, n, p, measured, roofline, None)
+
     pairs = [
-        LayerPair("tuplenet", 0, "Stem", 2, 1.0, 0.5),
-        LayerPair("tuplenet", 1, "PairCell", 2, 1.0, 0.9),
-        LayerPair("tuplenet", 2, "PairCell", 2, 3.0, 3.1),
-        LayerPair("tuplenet", 1, "PairCell", 8, 2.0, 1.0),
+        pair(0, "Stem", 2, "forward", 0.6, 0.3),
+        pair(0, "Stem", 2, "backward", 0.4, 0.2),  # a layer's passes are summed
+        pair(1, "PairCell", 2, "forward", 1.0, 0.9),
+        pair(2, "PairCell", 2, "forward", 3.0, 3.1),
+        pair(1, "PairCell", 8, "forward", 2.0, 1.0),
     ]
     rows = {(r.kind, r.micro_batch): r for r in cpu_rows(pairs)}
+    assert rows[("Stem", 2)].layers == 1 and rows[("Stem", 2)].measured_s == pytest.approx(1.0)
     cell = rows[("PairCell", 2)]
     assert (cell.layers, cell.measured_s, cell.roofline_s) == (2, 4.0, pytest.approx(4.0))
     assert cell.within and cell.input == "image"

@@ -91,3 +91,40 @@ def test_the_planned_memory_leaves_the_headroom_free(tmp_path):
     record("plan_vs_peak", planned=m.plan.planned_stage_bytes, peak=peaks, plan=m.plan)
     assert m.status == "ok", m.error
     assert all(p <= m.plan.memory_budget_bytes for p in peaks)
+
+
+# One GPU is a real case (issue #34): everything a K = 1 run can do on CUDA.
+K1 = [a for a in BASE if not a.startswith("pipeline.M")] + ["pipeline.K=1", "pipeline.M=2"]
+
+
+def test_hardware_measured_costs_k1_on_the_gpu(tmp_path):
+    """The layers profiled on the GPU; the link only where K >= 2 needs it (two GPUs)."""
+    needs(1)
+    m = run(
+        compose([*K1, "backend=sim", "hardware=measured", "sim.profile_max_micro_batch=8"]),
+        tmp_path,
+    )
+    record("measured_k1", status=m.status, step_s=m.step_time_s, hardware=m.hardware)
+    assert m.status == "ok", m.error
+    assert m.hardware["device"] == torch.cuda.get_device_name(0)
+    assert (m.hardware["link_latency_s"] is None) == (GPUS < 2)
+
+
+def test_train_predict_and_balance_by_time_at_k1_on_the_gpu(tmp_path):
+    needs(1)
+    m = run(compose([*K1, "train.predict=true", "pipeline.balance_by=time"]), tmp_path)
+    record(
+        "predict_k1", status=m.status, measured_s=m.step_time_s, predicted_s=m.predicted_step_time_s
+    )
+    assert m.status == "ok", m.error
+    assert m.predicted_step_time_s is not None and m.predicted_step_time_s > 0
+
+
+def test_k2_on_fewer_gpus_is_refused_before_any_rank_starts():
+    needs(1)
+    if GPUS >= 2:
+        pytest.skip("this host has a GPU per stage")
+    from gpipe_repro.errors import UserError
+
+    with pytest.raises(UserError, match="nccl cannot put two ranks on one device"):
+        compose([*BASE, "pipeline.K=2"])

@@ -12,9 +12,9 @@ import torch
 from gpipe_repro.config.compose import compose
 from gpipe_repro.config.device import GPU_HEADROOM_BYTES, GPU_HEADROOM_SHARE, PROCESS_BYTES
 from gpipe_repro.errors import UserError
-from gpipe_repro.runner import _engine_memory, plan, run
+from gpipe_repro.runner import plan, run
 from gpipe_repro.runner.guard import check_memory
-from gpipe_repro.runplan.plan import RunPlan, plan_model, plan_run
+from gpipe_repro.runplan.plan import RunPlan, engine_memory, plan_model, plan_run
 
 GiB = 2**30
 SMALL = [
@@ -78,7 +78,7 @@ def _gpus(monkeypatch: pytest.MonkeyPatch, free: list[int], total: int = 8 * GiB
 
 
 def test_the_gpu_check_holds_the_worst_stage_against_the_fullest_gpu(monkeypatch):
-    # The GPU memory the harness picks (``_engine_memory``), with the stages planned on this CPU's
+    # The GPU memory the harness picks (``runplan.plan.engine_memory``), with the stages planned on this CPU's
     # kernels (planning with CUDA's needs a real device).
     args = [*SMALL, "pipeline.K=2", "pipeline.M=2"]
     gpu_spec = compose([*args, "device=cuda"], cuda_available=True)
@@ -90,7 +90,7 @@ def test_the_gpu_check_holds_the_worst_stage_against_the_fullest_gpu(monkeypatch
 
     def gpu_plan(free: list[int]) -> RunPlan:
         _gpus(monkeypatch, free)
-        return plan_run(spec, model, _engine_memory(gpu_spec))
+        return plan_run(spec, model, engine_memory(gpu_spec))
 
     p = gpu_plan([8 * GiB, headroom + worst])  # GPU 1 has just enough
     assert p.memory.where == "a GPU here (fake GPU 1)" and not p.memory.shared

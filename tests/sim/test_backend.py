@@ -289,11 +289,11 @@ def test_batch_mode_fit_says_when_not_one_sample_fits(tmp_path):
 
 
 def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monkeypatch):
-    import gpipe_repro.runner as runner
+    import gpipe_repro.runner.planning as planning
     from gpipe_repro.config.device import DeviceMemory
 
     small = DeviceMemory("a small device", 24 * 2**20, 24 * 2**20, 0, shared=True)
-    monkeypatch.setattr(runner, "_engine_memory", lambda spec: small)  # the host's would be huge
+    monkeypatch.setattr(planning, "engine_memory", lambda spec, ranks=None: small)  # not the host's
     spec = compose(
         [
             *MLP,
@@ -308,6 +308,8 @@ def test_an_engine_run_with_batch_mode_fit_runs_the_fitted_batch(tmp_path, monke
     from gpipe_repro.runplan.plan import plan_model, plan_run
 
     planned = plan_run(spec, plan_model(spec), small)
+    from gpipe_repro import runner
+
     m = runner.run(spec, tmp_path)
     assert m.status == "ok" and m.batch_size == planned.spec.train.batch_size != 64
     assert m.plan.micro_batch * spec.pipeline.M == m.batch_size
@@ -353,3 +355,24 @@ def test_a_simulated_run_records_its_threads_per_rank_and_its_sweep_provenance_s
     assert m.env.threads_per_rank == 2
     _, prov = sweep_rows(tmp_path)
     assert prov.threads == (2,) and "threads per rank 2;" in "\n".join(prov.page("t"))
+
+
+@pytest.mark.parametrize("auto", [[], ["plan=auto", "plan.devices=2", "plan.memory_gib=0.007"]])
+def test_a_simulated_run_resolves_its_hardware_profile_once_and_its_plan_carries_it(tmp_path, auto):
+    """Decisions are made once: the profile the plan (and plan=auto's search) costs with is the one
+    the step is simulated on, resolved once per run (it was resolved two or three times)."""
+    resolved, real = [], costing.resolve_hardware
+
+    def resolve(*args):
+        resolved.append(real(*args))
+        return resolved[-1]
+
+    args = [a for a in SIM if not a.startswith("pipeline.")] + (auto or ["pipeline.K=2"])
+    spec = compose(args, cuda_available=False)
+    with patch.object(costing, "resolve_hardware", resolve):
+        m = run(spec, tmp_path)
+        planned = plan(spec, plan_model(spec))
+    assert m is not None and m.status == "ok", m.error
+    assert len(resolved) == 2  # once for the run, once for the plan made here
+    assert planned.hardware is resolved[-1] and planned.costs is not None
+    assert m.hardware is not None and m.hardware["name"] == "tpu_v3"

@@ -17,7 +17,7 @@ from gpipe_repro.sim.hardware import (
 from gpipe_repro.sim.roofline import RooflineCosts, pass_time
 from gpipe_repro.sim.simulate import simulate
 
-NAMES = ("tpu_v3", "p100_pcie", "v100_nvlink", "a100", "h100")
+NAMES = ("tpu_v3", "p100_pcie", "v100_nvlink", "a100", "h100", "h200")
 
 
 def profile(**over):

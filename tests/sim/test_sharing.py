@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpipe_repro.paper.validate_sim.run import simulate_cell
+from gpipe_repro.measure.calibration import simulate_cell
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured import DeviceModel
 from gpipe_repro.sim.measured.sharing import fit_per_message, measure_sharing

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
@@ -26,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..errors import UserError
 from ..options import allowed_text
-from .schema import RunConfig
+from .schema import RESUME_ALLOW, RunConfig
 from .store import GROUPS, group_options, register
 from .validate import auto_conflict, validate
 
@@ -132,12 +133,106 @@ def _exists(cfg: DictConfig, key: str) -> bool:
     return True
 
 
+# Hydra's own flags that take the next argument as their value (``gpipe-run --cfg job``).
+VALUE_FLAGS = frozenset(
+    "-cn --config-name -cp --config-path -cd --config-dir -c --cfg -p --package "
+    "--experimental-rerun -sc --shell-completion".split()
+)
+# The options that name a folder the run writes: an empty or unusable one is refused here.
+PATH_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "train.save_dir")
+
+
+def _arguments(argv: list[str]) -> tuple[list[str], str | None]:
+    """The overrides of a command line (its flags and their values left out), or the one line on
+    an argument that is neither — most often a value the shell split at a space."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip or a.startswith("-"):
+            skip = not skip and a in VALUE_FLAGS
+            continue
+        if "=" not in a and not a.startswith("~"):
+            if out:
+                whole = shlex.quote(f"{out[-1]} {a}")
+                return out, (
+                    f"{a!r} is not an override (key=value); if it is the rest of {out[-1]} (a "
+                    f"value with a space), quote the whole: {whole}"
+                )
+            return out, f"{a!r} is not an override; allowed: key=value"
+        out.append(a)
+    return out, None
+
+
+def _quoted(key: str, value: str) -> str:
+    """``key="value"`` that Hydra reads back as ``value``, ready to paste into a shell (quotes in
+    the value escaped; a backslash needs escaping only before a quote or at the end)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for q in "\"'":
+        inner = re.sub(
+            r"(\\*)(" + q + r"|$)",
+            lambda m: m.group(1) * 2 + "\\" * bool(m.group(2)) + m.group(2),
+            value,
+        )
+        line = f"{key}={q}{inner}{q}"
+        try:
+            if OverridesParser.create().parse_override(line).value() == value:
+                return shlex.quote(line)
+        except Exception:  # noqa: BLE001 - not this way: try the other quote
+            continue
+    return shlex.quote(f'{key}="{value}"')
+
+
+def _syntax(arg: str, multirun: bool) -> str | None:
+    """One line on an override Hydra cannot read as meant — naming the key, the value and what to
+    do (most often: quote it) — or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    key, _, value = arg.partition("=")
+    bare = key.lstrip("+~")
+    try:
+        ov = OverridesParser.create().parse_override(arg)
+    except HydraException as err:
+        said = " ".join(str(err).split("See https")[0].split())
+        if value.lstrip().startswith(("[", "{")):  # a list or a dict: its syntax, not quotes
+            return f"{bare}={value}: {said}; a list is written [a,b], a dict {{k:v}}"
+        bad = next((c for c in value if not c.isascii() or c in "()[]{}'\"=<>!#&;^~`"), None)
+        why = f"Hydra cannot read {bad!r} in a value unless it is quoted" if bad else said
+        return f"{bare}={value}: {why}; quote the value: {_quoted(bare, value)}"
+    if bare in PATH_KEYS:
+        if ov.is_sweep_override():
+            return (
+                f"{bare}={value}: the comma makes a sweep of folders; a folder whose name has a "
+                f"comma needs quotes: {_quoted(bare, value)}"
+            )
+        if not value.strip() and not ov.is_delete():
+            return (
+                f"{bare} is empty: the run would write into the current folder; give a folder, "
+                f"e.g. {bare}=outputs/my-run"
+                + (" (or null: <the run's folder>/saves)" if bare == "train.save_dir" else "")
+            )
+    elif ov.is_sweep_override() and not multirun:
+        return (
+            f"{bare}={value} is a sweep of {len(list(ov.sweep_string_iterator()))} values: add -m "
+            f"to run each (gpipe-run -m ...); a value with a comma in it needs quotes"
+        )
+    return None
+
+
 def preflight(argv: list[str]) -> str | None:
     """One line describing what is wrong with the command line, or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    args = [a for a in argv if not a.startswith("-") and "=" in a]
+    args, problem = _arguments(argv)
+    if problem:
+        return problem
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    for a in args:
+        problem = _syntax(a, multirun)
+        if problem:
+            return problem
     try:
         parsed = OverridesParser.create().parse_overrides(args)
     except HydraException as err:
@@ -159,7 +254,7 @@ def preflight(argv: list[str]) -> str | None:
         line = f"{ov.get_key_element()}={values[0]}" if values else str(ov.input_line)
         variants.append([f"{ov.get_key_element()}={v}" for v in values[1:]])
         firsts.append(line)
-    conflict = auto_conflict(firsts)
+    conflict = auto_conflict(firsts) or _balance_conflict(firsts)
     if conflict:
         return conflict
     jobs = [firsts] + [
@@ -171,6 +266,21 @@ def preflight(argv: list[str]) -> str | None:
             if problem:
                 return problem
     return None
+
+
+def _balance_conflict(overrides: list[str]) -> str | None:
+    """One line when a command line gives both the cells (``pipeline.balance``) and the cost that
+    would choose them (``pipeline.balance_by``): only one of them can happen. (A ``balance_by`` that
+    only a config file or the default sets is recorded as not used: ``metrics.json``'s
+    ``pipeline.balance_by`` is null when ``pipeline.balance`` gave the cells.)"""
+    given = {o.partition("=")[0].lstrip("+"): o for o in overrides}
+    balance, by = given.get("pipeline.balance"), given.get("pipeline.balance_by")
+    if balance is None or by is None or balance.partition("=")[2] in ("null", ""):
+        return None
+    return (
+        f"{balance} and {by} exclude each other: balance gives the cells, balance_by chooses "
+        "them; allowed: one of them"
+    )
 
 
 def _check_job(overrides: list[str]) -> str | None:
@@ -232,15 +342,19 @@ def _check_job(overrides: list[str]) -> str | None:
 
 
 def _folder_problem(key: str, value: str) -> str | None:
-    """Why the run's folder could not be made, or None (checked before Hydra tries and fails loudly)."""
+    """Why the run's folder could not be made, or None (checked before Hydra tries and fails loudly;
+    what only trying tells — a read-only file system, /sys — gpipe-run's claim of the folder says,
+    in one line too: ``cli.ClaimCallback``)."""
+    if "${" in value:  # an interpolation: resolved, and checked, when the folder is claimed
+        return None
     path = Path(value).expanduser().absolute()
     probe = path
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        return f"{key}={value}: {probe} is a file, not a folder"
+        return f"{key}={value}: {probe} is a file, not a folder; choose a folder ({key}=...)"
     if not os.access(probe, os.W_OK):
-        return f"{key}={value}: {probe} is not writable"
+        return f"{key}={value}: {probe} is not writable; choose a folder you can write ({key}=...)"
     return None
 
 
@@ -267,6 +381,12 @@ def to_spec(
     plain = OmegaConf.to_object(cfg)
     if not isinstance(plain, RunConfig):  # pragma: no cover - the root schema guarantees it
         raise UserError(f"the composed config is a {type(plain).__name__}, not a RunConfig")
+    bad = [v for v in plain.train.resume_allow if v not in RESUME_ALLOW]
+    if bad:
+        raise UserError(
+            f"train.resume_allow={list(plain.train.resume_allow)} has {bad[0]!r}; allowed: a "
+            f"list of {', '.join(RESUME_ALLOW)}"
+        )
     return validate(plain, cuda_available, sweep_world)
 
 
@@ -304,6 +424,9 @@ def compose(
 ) -> RunConfig:
     """Compose ``conf/config.yaml`` with ``overrides`` and validate it (raises UserError)."""
     ovs = list(overrides)
+    flags = [o for o in ovs if o.startswith("-")]
+    if flags:
+        raise UserError(f"{flags[0]!r} is not an override; allowed: key=value overrides")
     if check:
         err = preflight(ovs)
         if err:

@@ -9,10 +9,17 @@ device of its own (a fake GPU count, a small memory) without monkeypatching torc
 Memory left for the plan is the free memory less a headroom for what the plan does not hold: on a GPU
 the CUDA context, NCCL's buffers, cuBLAS workspaces and the allocator's rounding; on a CPU each rank
 process's own footprint (Python, torch, gloo buffers).
+
+A K = 1 job runs in the process that launched it (a sweep's jobs one after another): its tensors are
+freed at its end, but the CUDA allocator keeps their blocks cached, and ``nvidia-smi`` counts them as
+used — the next job would be planned against less than is free. ``release_cached`` hands them back;
+the launcher calls it after an in-process job, and ``CudaDevice.memory`` before it reads the free
+memory.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import shutil
@@ -32,6 +39,7 @@ __all__ = [
     "local_ranks",
     "available_host_bytes",
     "cpu_name",
+    "release_cached",
     "GPU_HEADROOM_BYTES",
     "GPU_HEADROOM_SHARE",
     "PROCESS_BYTES",
@@ -166,6 +174,7 @@ class CudaDevice:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
     def memory(self) -> DeviceMemory:
+        release_cached(self.type)  # this process's cached blocks are free for the plan too
         total = int(torch.cuda.get_device_properties(self.index).total_memory)
         free = _smi_free_bytes(self.index)
         if free is None:
@@ -184,6 +193,14 @@ class CudaDevice:
 
     def name(self) -> str:
         return torch.cuda.get_device_name(self.index)
+
+
+def release_cached(kind: str) -> None:
+    """Give this process's cached CUDA blocks back to the driver (tensors still alive keep theirs);
+    nothing on a CPU, nor in a process that never initialised CUDA (no context is created)."""
+    if kind == "cuda" and torch.cuda.is_initialized():
+        gc.collect()  # tensors held only by reference cycles (a finished job's graph)
+        torch.cuda.empty_cache()
 
 
 def _smi_free_bytes(index: int) -> int | None:

@@ -14,18 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..options import allowed_text
+from ..typed import type_text
 from .schema import RunConfig
 
 __all__ = ["markdown", "main"]
-
-
-def _type(t: Any) -> str:
-    args = typing.get_args(t)
-    if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        return " \\| ".join(_type(a) for a in args)
-    if typing.get_origin(t) is list:
-        return f"list[{_type(args[0])}]"
-    return "null" if t is type(None) else getattr(t, "__name__", str(t))
 
 
 def _default(f: Any) -> str:
@@ -47,8 +39,8 @@ def _table(cls: type, prefix: str) -> list[str]:
         if is_dataclass(v) or f.name in ("model", "data", "optim"):
             continue
         rows.append(
-            f"| `{prefix}{f.name}` | {_type(hints[f.name])} | `{_default(f)}` | "
-            f"{allowed_text(f) or ''} | {f.metadata.get('doc', '')} |"
+            f"| `{prefix}{f.name}` | {type_text(hints[f.name])} | `{_default(f)}` | "
+            f"{allowed_text(f) or ''} | {f.metadata.get('description', '')} |"
         )
     return rows
 

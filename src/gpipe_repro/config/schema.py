@@ -38,6 +38,7 @@ __all__ = [
     "DEVICES",
     "LOGGERS",
     "WANDB_MODES",
+    "RESUME_ALLOW",
 ]
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -45,6 +46,7 @@ BACKENDS = ("engine", "sim", "auto")
 BATCH_MODES = ("fixed", "fit")
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
+RESUME_ALLOW = ("batch_size", "data", "model")  # what train.resume_allow may list
 
 
 @dataclass
@@ -152,7 +154,14 @@ class TrainConfig:
         "NLL and BLEU; null = all",
         min=1,
     )
-    progress: bool = opt(True, "a progress bar on the last stage")
+    progress: bool = opt(
+        True,
+        "show the run's progress on stderr (step / steps, loss, samples/s, ETA): a bar on a "
+        "terminal, else a line every progress_every_s; env GPIPE_PROGRESS=0 turns it off too",
+    )
+    progress_every_s: float = opt(
+        5.0, "seconds between progress lines when stderr is not a terminal (a log)", min=0
+    )
     trace_steps: int = opt(2, "steps kept in trace.json", min=1)
     lr_schedule: str = opt(
         "constant",
@@ -174,6 +183,13 @@ class TrainConfig:
         None,
         "continue from a save: a save folder, a folder of saves, or auto (this run's "
         "newest in save_dir; a fresh start when there is none; a finished run stays as it is)",
+    )
+    resume_allow: list[str] = opt(
+        [],
+        "what a resume may change from the save's run (else refused: the losses would mix two "
+        "runs): batch_size (train.batch_size), data (seed and the data options: the data order), "
+        "model (the model's options); what differed is recorded in metrics.json's resume",
+        allowed=f"a list of {', '.join(RESUME_ALLOW)}",
     )
     overwrite: bool = opt(
         False,
@@ -235,6 +251,12 @@ class SweepConfig:
         False,
         "re-run a sweep into its folder: jobs with an ok metrics.json are skipped; the others "
         "follow train.resume / train.overwrite (a job folder holding results is refused without)",
+    )
+    publish: bool = opt(
+        True,
+        "an experiment's make target (gpipe-run -m experiment=NAME, nothing else) copies its report "
+        "to reports/NAME/; false: the report stays in the sweep's folder (make demo; make "
+        "demo-publish publishes)",
     )
 
 

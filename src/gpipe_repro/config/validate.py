@@ -144,18 +144,24 @@ def validate(
     device = resolve_device(cfg.device, count > 0, here, count)
     backend = resolve_backend(cfg.backend, device, here, count)
     if backend == "sim":
-        from ..sim.hardware import HardwareError
+        from ..sim.hardware import MEASURED, HardwareError
+        from ..sim.measured.link import link_pairs
 
         try:
             cfg.hardware.check()  # one line when the profile is invalid
         except HardwareError as err:
             raise UserError(str(err)) from None
+        unpaired = link_pairs(device) if cfg.hardware.name == MEASURED else None
+        if unpaired and cfg.world_size > 1 and cuda_available is None:
+            raise UserError(
+                f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks on device=cuda: {unpaired}"
+            )
     elif device == "cuda" and cuda_available is None and local_ranks(cfg.world_size) > count:
         raise UserError(
             f"pipeline.K*pipeline.replicas = {cfg.world_size} ranks, "
             f"{local_ranks(cfg.world_size)} of them on this host, but it has {count} CUDA "
-            "device(s); one rank per device: lower pipeline.K, or simulate with backend=sim "
-            "(or backend=auto)"
+            "device(s); one rank per device (nccl cannot put two ranks on one device): lower "
+            "pipeline.K, or simulate with backend=sim (or backend=auto)"
         )
     if cfg.plan.mode == "auto" and backend == "sim" and cfg.plan.devices is None:
         raise UserError(

@@ -41,8 +41,8 @@ def apply_seeded(transform: Any, image: Any, seed: int) -> torch.Tensor:
     torchvision's random transforms draw from the global CPU generator; seeding it for the call makes
     the draws a pure function of ``seed``, and restoring it leaves the caller's (or the worker's) RNG
     stream untouched (dropout in the training process must not depend on the data pipeline). Done by
-    hand on the CPU generator: ``torch.random.fork_rng`` costs ~0.25 ms per call, more than the
-    transforms of a 28x28 image.
+    hand on the CPU generator alone: ``torch.random.fork_rng`` saves and restores every device's
+    generator on every call, work out of proportion to a small image's transforms.
     """
     gen = torch.default_generator
     state = gen.get_state()

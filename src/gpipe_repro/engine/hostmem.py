@@ -2,9 +2,9 @@
 collector (CPU ranks).
 
 Every training step frees and re-allocates the same activations. With glibc's default settings,
-large freed blocks go back to the operating system — blocks above the (dynamic, at most 32 MiB)
-mmap threshold are unmapped on free, and the heap top is trimmed once enough of it is free — so
-the next step takes a page fault on every page of its activations again. How much a program suffers
+large freed blocks go back to the operating system — blocks above the (dynamic) mmap threshold are
+unmapped on free, and the heap top is trimmed once enough of it is free (``mallopt(3)``) — so the
+next step takes a page fault on every page of its activations again. How much a program suffers
 depends on its heap layout, which is why two engines running the same convolutions differed by it.
 ``make bench-hostmem`` (reports/engine/hostmem.md) measures faults per step and peak memory with
 each mode; ``make bench-engine`` (reports/engine/engine.md) the step times.
@@ -14,20 +14,17 @@ each mode; ``make bench-engine`` (reports/engine/engine.md) the step times.
 - ``retain``: tell glibc's malloc (``mallopt``) never to trim the heap and never to serve requests
   with ``mmap``, so freed blocks stay mapped and are reused by the next step — the host-side
   counterpart of CUDA's caching allocator. Resident memory stays at its peak rather than dropping
-  between steps, and heap fragmentation can raise that peak — little on the engine benchmark's model,
-  most with few, very large blocks (40 MiB activations at M = 1: see reports/engine/hostmem.md).
-  Process-wide and permanent for the process; applied once. Where the C library is not glibc (macOS,
-  musl) it does nothing and says so.
+  between steps, and heap fragmentation can raise that peak, most with few, very large blocks
+  (reports/engine/hostmem.md has both cases). Process-wide and permanent for the process; applied
+  once. Where the C library is not glibc (macOS, musl) it does nothing and says so.
 
   It also moves every Python object alive at that moment (torch's own modules and whatever the process
   built before) into the collector's permanent generation (``gc.collect()``, then ``gc.freeze()``):
   a step builds and drops many objects, so Python's cyclic collector runs full collections during
-  steps (one or two every three steps of the validation's AmoebaNet at M = 32), and unfrozen each
-  scans all of those long-lived objects, a pause no layer profile sees. ``python bench/collector.py``
-  measures it: in a process that profiles and trains by turns the engine's forwards took 8.2 ms a
-  micro-batch in one round of four against ~5 ms in the others when the objects were unfrozen
-  again, 5.0-5.8 ms frozen; in a process that only trains its collections cost too little to see
-  (5.4-6.6 ms either way on the AMD EPYC host). Objects made later are collected as usual; only
+  steps, and unfrozen each scans all of those long-lived objects, a pause no layer profile sees.
+  ``python bench/collector.py`` measures it (the full collections during the engine's steps, and the
+  forward per micro-batch with the objects frozen and unfrozen, in a process that profiles and
+  trains by turns and in one that only trains). Objects made later are collected as usual; only
   cycles among the frozen ones are never freed (once per process, so nothing made after is kept by
   it).
 - ``system``: leave the C library's allocator and Python's collector alone.

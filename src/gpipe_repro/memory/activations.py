@@ -65,7 +65,7 @@ from ..engine.schedule import (
     virtual_stage,
 )
 from ..engine.split import Tape, backward_input
-from .working import working_set
+from .working import split_working_set
 
 __all__ = [
     "Saved",
@@ -256,7 +256,7 @@ def measure_stage(
             h.remove()
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
     weights = sum(seen[k] for k in copies)
-    work, fixed = _split_work(layers, x, loss, precision, device_type) if working else (0, 0)
+    work, fixed = split_working_set(cell, x, loss, precision, device_type) if working else (0, 0)
     kept = _kept_bytes(layers, x, loss, precision, device_type) if working else 0
     act = StageActivation(
         sum(_nbytes(t) for t in xs),
@@ -305,26 +305,6 @@ def _kept_bytes(
         params = [t for t in state.values() if t.requires_grad]
         backward_input(tape, grads, outs, params)
         return tape.nbytes_kept()
-
-
-def _split_work(
-    layers: Sequence[nn.Module],
-    x: Batch,
-    loss: Callable[[Any], torch.Tensor] | None,
-    precision: str,
-    device_type: str,
-) -> tuple[int, int]:
-    """The working set at ``x``'s batch b as (part that scales, part that does not), from the
-    working sets at b and 2b: w(b) = fixed + scaling, w(2b) = fixed + 2 scaling. Where the two
-    are not linear, the split that is exact at 2b and above the measurement at b is kept."""
-    one = working_set(layers, x, loss, precision, device_type)
-    two = working_set(layers, x, loss, precision, device_type, batch=2)
-    scaling = two - one
-    if scaling < 0:
-        return 0, one
-    if one - scaling < 0:
-        return (two + 1) // 2, 0
-    return scaling, one - scaling
 
 
 def peak_activation_bytes(

@@ -183,6 +183,11 @@ def plan_stages(
     out = []
     for k in range(K):
         cells = [(starts[s], starts[s] + balance[s]) for s in range(k, K * v, K)]
+        params = sum(_params(layers[a:b]) for a, b in cells)
+        # its state (its parameters', and the optimiser step's temporaries), then its activations
+        # under its schedule and mode, walked with each of its cells' bytes
+        state = state_bytes(params, opt)
+        step = step_temporary_bytes(params, opt, weight_decay, device_type)
         acts = [meas.stage(a, b) for a, b in cells]
         units = [replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0) for a in acts]
         mode = modes[k]
@@ -198,16 +203,7 @@ def plan_stages(
             k,
             virtual_stages=v,
         )
-        params = sum(_params(layers[a:b]) for a, b in cells)
-        out.append(
-            StagePlan(
-                state_bytes(params, opt),
-                round(per * micro_batch) + fixed,
-                float(per),
-                fixed,
-                step_temporary_bytes(params, opt, weight_decay, device_type),
-            )
-        )
+        out.append(StagePlan(state, round(per * micro_batch) + fixed, float(per), fixed, step))
     return out
 
 

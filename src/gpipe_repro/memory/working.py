@@ -21,11 +21,10 @@ added from its operands' sizes (``scratch_bytes``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -34,9 +33,9 @@ from torch.utils._pytree import tree_leaves
 
 from ..engine.microbatch import Batch, as_tuple, from_tuple
 from ..engine.pipeline import Cell
-from ..engine.precision import autocast, compute_dtype, fp32_loss
+from ..engine.precision import autocast, fp32_loss
 
-__all__ = ["LiveBytes", "scratch_bytes", "working_set"]
+__all__ = ["LiveBytes", "scratch_bytes", "working_set", "split_working_set"]
 
 
 class LiveBytes(TorchDispatchMode):
@@ -120,19 +119,19 @@ def _fake(t: torch.Tensor, mode: FakeTensorMode, device_type: str, batch: int = 
 
 
 def working_set(
-    layers: Sequence[nn.Module],
+    cell: Cell,
     x: Batch,
     loss: Callable[[Any], torch.Tensor] | None,
     precision: str,
     device_type: str,
     batch: int = 1,
 ) -> int:
-    """The working set of one micro-batch of ``batch`` times ``x``'s samples (module doc): its
-    forward as ``memory.activations.measure_stage`` runs it, then its backward, from the loss or from
-    a received gradient per float output (held until the backward returns, as the engine holds
-    it). The parameters' gradients exist beforehand (a step's backward adds into them in place)."""
+    """The working set of one micro-batch of ``batch`` times ``x``'s samples (module doc) through
+    the stage's ``cell``: its forward as ``memory.activations.measure_stage`` runs it, then its
+    backward, from the loss or from a received gradient per float output (held until the backward
+    returns, as the engine holds it). The parameters' gradients exist beforehand (a step's backward
+    adds into them in place)."""
     mode = FakeTensorMode()
-    cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
     state = {
         n: _fake(p, mode, device_type).requires_grad_(p.requires_grad)
         for n, p in cell.named_parameters()
@@ -160,3 +159,23 @@ def working_set(
             torch.autograd.backward(ys, received)
             del received
     return max(0, live.peak - kept)
+
+
+def split_working_set(
+    cell: Cell,
+    x: Batch,
+    loss: Callable[[Any], torch.Tensor] | None,
+    precision: str,
+    device_type: str,
+) -> tuple[int, int]:
+    """The working set at ``x``'s batch b as (part that scales, part that does not), from the
+    working sets at b and 2b: w(b) = fixed + scaling, w(2b) = fixed + 2 scaling. Where the two
+    are not linear, the split that is exact at 2b and above the measurement at b is kept."""
+    one = working_set(cell, x, loss, precision, device_type)
+    two = working_set(cell, x, loss, precision, device_type, batch=2)
+    scaling = two - one
+    if scaling < 0:
+        return 0, one
+    if one - scaling < 0:
+        return (two + 1) // 2, 0
+    return scaling, one - scaling

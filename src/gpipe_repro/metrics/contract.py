@@ -3,20 +3,23 @@
 Every run writes one ``RunMetrics`` (``metrics.writer``), whichever launcher started it and whichever
 backend produced its numbers (``source``: measured by the engine, or simulated). Sweeps, reports and
 wandb read these keys and nothing else. ``docs/metrics.md`` and ``docs/metrics.schema.json`` are
-generated from these classes (``python -m gpipe_repro.metrics.docs``); a test keeps them in step.
+generated from these classes (``python -m gpipe_repro.metrics.schema``); a test keeps them in step.
+Reading back and the schema both come from the types through ``typed`` (pydantic).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ConfigDict, with_config
 
 from ..engine.precision import PRECISIONS
 from ..options import opt
 from ..runplan.plan import AutoPlanInfo
+from ..typed import dump, load
 
 __all__ = [
     "STATUSES",
@@ -29,6 +32,7 @@ __all__ = [
     "PipelineInfo",
     "PlanInfo",
     "AutoPlanInfo",
+    "ResumeInfo",
     "RunMetrics",
     "load_metrics",
     "to_json",
@@ -132,6 +136,8 @@ class EnvInfo:
 
 @dataclass
 class ModelInfo:
+    """The model as run: its option and its size."""
+
     name: str = opt("", "the model option (model=...)")
     param_count: int | None = opt(None, "parameters of the whole model")
     config: dict[str, Any] = opt({}, "the model's options")
@@ -150,7 +156,9 @@ class PipelineInfo:
         doc="layers per model cell as run, K*virtual_stages of them (null when the run failed "
         "before partitioning)"
     )
-    balance_by: str = opt(doc="the per-layer cost the partition balanced")
+    balance_by: str | None = opt(
+        doc="the per-layer cost the partition balanced; null when pipeline.balance gave the cells"
+    )
     replicas: int = opt(doc="data-parallel replicas")
     virtual_stages: int = opt(1, "model cells per rank (v; the model is cut into K*v cells)")
 
@@ -184,6 +192,21 @@ class PlanInfo:
     auto: AutoPlanInfo | None = opt(None, "plan=auto: the planner's pick and prediction; else null")
 
 
+@dataclass
+class ResumeInfo:
+    """``train.resume``: what the run resumed from (``runner.resume``)."""
+
+    save: str | None = opt(None, "the save resumed from; null: none was found, a fresh start")
+    step: int = opt(0, "the save's step: the first step this run ran")
+    corrupt: list[str] = opt(
+        [], "newer saves passed over as corrupt, each why and where it is kept"
+    )
+    allowed: dict[str, list[Any]] = opt(
+        {}, "options that differ from the save's, allowed by train.resume_allow: [save's, run's]"
+    )
+
+
+@with_config(ConfigDict(extra="forbid"))  # a key the contract lacks is refused, at every level
 @dataclass
 class RunMetrics:
     """One run (one Hydra job). Written also when the run fails or is interrupted."""
@@ -249,55 +272,18 @@ class RunMetrics:
     )
     hardware: dict[str, Any] | None = opt(None, "the hardware profile of a simulated run")
     plan: PlanInfo | None = opt(None, "the run's plan (null when the run failed before it)")
+    resume: ResumeInfo | None = opt(None, "train.resume: what the run resumed from; else null")
     env: EnvInfo = opt(EnvInfo(), "the environment")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["losses"] = [x if x is not None and math.isfinite(x) else None for x in self.losses]
-        return d
+        """The run as JSON values (a loss that was not finite is null)."""
+        return dump(self)
 
 
 def to_json(m: RunMetrics) -> str:
     return json.dumps(m.to_dict(), indent=2, allow_nan=False, default=str)
 
 
-def _build(cls: Any, d: Any) -> Any:
-    from dataclasses import fields
-
-    if d is None:
-        return None
-    kw = {}
-    for f in fields(cls):
-        if f.name not in d:
-            continue
-        v = d[f.name]
-        t = str(f.type)
-        sub = {
-            "StageMetrics": StageMetrics,
-            "EvalMetrics": EvalMetrics,
-            "CurvePoint": CurvePoint,
-            "EnvInfo": EnvInfo,
-            "ModelInfo": ModelInfo,
-            "PipelineInfo": PipelineInfo,
-            "PlanInfo": PlanInfo,
-            "AutoPlanInfo": AutoPlanInfo,
-        }
-        for name, c in sub.items():
-            if t.startswith(name):
-                v = _build(c, v)
-            elif t == f"list[{name}]":
-                v = [_build(c, x) for x in v]
-        kw[f.name] = v
-    name = getattr(cls, "__name__", cls)
-    unknown = set(d) - {f.name for f in fields(cls)}
-    if unknown:
-        raise ValueError(f"unknown {name} keys: {', '.join(sorted(unknown))}")
-    try:
-        return cls(**kw)
-    except TypeError as err:  # a required key is missing
-        raise ValueError(f"{name}: {err}") from None
-
-
 def load_metrics(path: Path) -> RunMetrics:
     """Read a metrics.json back into its type (raises ValueError for a file that breaks the contract)."""
-    return _build(RunMetrics, json.loads(Path(path).read_text()))
+    return load(RunMetrics, json.loads(Path(path).read_text()))

@@ -25,6 +25,7 @@ from .contract import (
     RunMetrics,
     StageMetrics,
 )
+from .progress import StepRecord, read_progress
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -38,6 +39,7 @@ __all__ = [
     "env_info",
     "git_commit",
     "timed_from",
+    "stopped_metrics",
 ]
 
 
@@ -149,7 +151,8 @@ def base_metrics(
             schedule=p.schedule,
             virtual_stages=p.virtual_stages,
             balance=list(p.balance) if p.balance else None,
-            balance_by=p.balance_by,
+            # not used when pipeline.balance gave the cells (plan=auto: the planner's, by time)
+            balance_by=p.balance_by if p.balance is None or spec.plan.mode == "auto" else None,
             replicas=p.replicas,
         ),
         optim={"name": spec.optim.name, **_options(spec.optim)},
@@ -188,6 +191,7 @@ def summarize(
 ) -> tuple[RunMetrics, list[Event]]:
     """metrics.json content and the events of the steps kept for trace.json."""
     spec = plan.spec
+    m = base_metrics(spec, launcher=launcher)  # the run as configured; below, as it ran
     K = spec.pipeline.K
     results = sorted(results, key=lambda r: r.rank)
     W = timed_from(spec, results[0].first_step)
@@ -243,7 +247,6 @@ def summarize(
             )
         )
     ev = next((r.eval for r in lasts if r.replica == 0), None)
-    m = base_metrics(spec, launcher=launcher)
     assert m.model is not None and m.pipeline is not None
     m.plan = plan_info(plan)
     m.plan.balance_cost = results[0].balance_cost  # balance_by=time: as the ranks measured it
@@ -276,3 +279,19 @@ def summarize(
     m.env = env_info(results, launcher)
     keep = set(steps[-spec.train.trace_steps :])
     return m, [e for r in results for e in (Event(**d) for d in r.events) if e.step in keep]
+
+
+def stopped_metrics(
+    spec: RunConfig, progress: Path, launcher: str, status: str, error: str
+) -> RunMetrics:
+    """Metrics of a run that did not finish: its config and the steps the last stage reported in
+    ``progress`` (a resumed run's record holds its earlier attempts' steps too; a step run again
+    replaces its earlier record)."""
+    m = base_metrics(spec, status, error, launcher)
+    by_step = {r.step: r for r in read_progress(progress)}
+    recs: list[StepRecord] = []
+    while len(recs) in by_step:
+        recs.append(by_step[len(recs)])
+    m.losses = [r.loss for r in recs]
+    m.step_times_s = [r.step_time_s for r in recs]
+    return m

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from ..errors import UserError
 from .contract import RunMetrics, to_json
 from .timeline import plot_timeline
 
-__all__ = ["OutputError", "write_run", "write_metrics"]
+__all__ = ["OutputError", "write_run", "write_metrics", "report_unwritable"]
 
 
 class OutputError(UserError):
@@ -77,3 +78,15 @@ def write_run(out: Path, m: RunMetrics, events: Sequence[Event] = ()) -> list[Pa
         written.append(out / "timeline.png")
     written.insert(0, write_metrics(out, m))
     return written
+
+
+def report_unwritable(m: RunMetrics, msg: str) -> list[Path]:
+    """The folder cannot take the run's files: say so in one line, keep the numbers on stdout, and
+    mark an ok run failed (its files are missing). The files written: none."""
+    print(
+        f"gpipe-run: error: {msg}; the run's metrics follow on stdout", file=sys.stderr, flush=True
+    )
+    print(to_json(m), flush=True)
+    if m.status == "ok":
+        m.status, m.error = "failed", msg
+    return []

@@ -1,8 +1,8 @@
 """Build a model on the ``meta`` device, then give real memory only to the layers a rank runs.
 
 Each rank of a K-stage pipeline needs only its own cell. Building the whole model first and then
-slicing costs the whole model's memory on every rank (1.36 GiB peak against 0.88 GiB used at K = 4
-for one of our runs). So the runner builds the layer list on ``meta`` (shapes only, no memory, no
+slicing costs the whole model's memory on every rank: K times the weights the cells hold together,
+at the peak. So the runner builds the layer list on ``meta`` (shapes only, no memory, no
 random draws), cuts it, and materialises its slice here: ``to_empty`` allocates, then every
 submodule's ``reset_parameters`` draws its initial values — children before parents, so a parent that
 rescales its children's weights (the Transformer's feed-forward ``ffn_init_scale``) acts last.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .artefact import REPORTS, make, publish
+from .origin import mismatch
 from .registry import ARTEFACTS
 
 
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if src is not None and not src.exists():
         print(f"{art.name}: error: --from {src} does not exist", file=sys.stderr)
         return 2
+    wrong = mismatch(art.name, src, ARTEFACTS) if src is not None and src.suffix == ".csv" else None
+    if wrong:  # another artefact's CSV: say whose
+        print(f"{art.name}: error: {wrong}", file=sys.stderr)
+        return 2
     out = opts.out or (src / "report" if src is not None and src.is_dir() else art.work(opts))
     try:
         _, written = make(art, src, out, opts, " ".join(["python -m gpipe_repro.paper", *args]))
@@ -93,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         line = publish(art, written)
         print(line)
         return 0 if line.startswith("report:") else 1
-    print(
-        f"{REPORTS}/{art.folder}/ left as it is (only `make {art.name}` writes it): the report is in {out}/"
-    )
+    publisher = getattr(art, "publisher", f"make {art.name}")  # paper.sweep.Sweep names its own
+    why = f"only `{publisher}` writes it" if publisher else "a sweep's table is never published"
+    print(f"{REPORTS}/{art.folder}/ left as it is ({why}): the report is in {out}/")
     return 0
 
 

@@ -82,13 +82,16 @@ class Artefact(ABC, Generic[R]):
         runs, written under ``out``)."""
 
     def render(self, report: Report[R], out: Path) -> list[Path]:
-        """The page and the plots, from the rows and provenance alone; returns the files written."""
+        """The page and the plots, from the rows, the provenance and the files beside the CSV in
+        ``out`` alone; returns the files written."""
         md, png = out / f"{self.page}.md", out / f"{self.page}.png"
-        md.write_text(self.markdown(report))
+        md.write_text(self.markdown(report, out))
         self.plot(report, png)
         return [md, png]
 
-    def markdown(self, report: Report[R]) -> str:
+    def markdown(self, report: Report[R], out: Path) -> str:
+        """The page: its template filled from the summary of ``report`` (and of the files beside
+        its CSV in ``out``)."""
         raise NotImplementedError(f"{self.name} renders its own page")
 
     def plot(self, report: Report[R], path: Path) -> None:
@@ -126,7 +129,7 @@ class SweepArtefact(Artefact[R]):
         assert source is not None  # make() asks for --from SWEEP first
         return self._collect(source)
 
-    def markdown(self, report: Report[R]) -> str:
+    def markdown(self, report: Report[R], out: Path) -> str:
         return self._markdown(report.rows, report.provenance)
 
     def plot(self, report: Report[R], path: Path) -> None:
@@ -134,11 +137,7 @@ class SweepArtefact(Artefact[R]):
 
 
 def make(
-    art: Artefact[Any],
-    source: Path | None,
-    out: Path,
-    opts: argparse.Namespace,
-    command: str,
+    art: Artefact[Any], source: Path | None, out: Path, opts: argparse.Namespace, command: str
 ) -> tuple[Report[Any], list[Path]]:
     """Collect (or read the artefact's CSV back when ``source`` is one), write the CSV, the provenance
     and the render into ``out``; returns the report and every file written."""

@@ -4,8 +4,10 @@ Every sweep gets its table beside it (``paper.sweep``: ``results.csv``, ``result
 ``results.png``); an experiment with an artefact of its own (``paper.registry``: Table 5, Fig. 3) also
 gets that one, in ``<sweep>/report/``, and it is the one published. Only the experiment's make target
 (``gpipe-run -m experiment=NAME``, no other override) publishes, to ``reports/NAME/``, through the
-one publish rule (``artefact.publish``); any other sweep leaves the committed report as it is and
-says why.
+one publish rule (``artefact.publish``) — and not with ``sweep.publish=false`` (``make demo`` writes
+its sweep folder only; ``make demo-publish`` publishes); any other sweep leaves the committed report
+as it is and says why. A job that failed is a failed row: the table, page and plot are written
+whatever the jobs did, and ``python -m gpipe_repro.paper sweep --from SWEEP`` writes them again.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from .sweep import Sweep, SweepRow, checks, console_table
 
 def canonical(task_overrides: list[str], experiment: str) -> bool:
     """Whether a sweep's command-line overrides are exactly the experiment's make target's."""
-    return [o for o in task_overrides if not o.startswith(("logger=", "hydra"))] == [
-        f"experiment={experiment}"
-    ]
+    return [
+        o for o in task_overrides if not o.startswith(("logger=", "hydra", "sweep.publish="))
+    ] == [f"experiment={experiment}"]
 
 
 class GatherCallback(Callback):
@@ -41,11 +43,18 @@ class GatherCallback(Callback):
         task = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task) or []]
         command = " ".join(["gpipe-run -m", *task])
         table = Sweep(str(experiment or "sweep"))
-        report, written = make(table, sweep, sweep, argparse.Namespace(), command)
-        rows: list[SweepRow] = report.rows
-        lines = [console_table(rows), *checks(rows), "", f"table: {sweep}/results.md (.csv, .png)"]
+        again = f"python -m gpipe_repro.paper sweep --from {sweep}"
+        rows: list[SweepRow] = []
+        written: list[Path] = []
+        try:  # whatever a job did, its row is in the table (``sweep._safe_row``)
+            report, written = make(table, sweep, sweep, argparse.Namespace(), command)
+            rows = report.rows
+            lines = [console_table(rows), *checks(rows), ""]
+            lines.append(f"table: {sweep}/results.md (.csv, .png)")
+        except Exception as err:  # noqa: BLE001 - reporting must not lose the sweep
+            lines = [f"the sweep's table failed: {_one_line(err)}; re-run it: {again}"]
         lines.append(f"runs:  {sweep}/<job>/ (metrics.json, trace.json, timeline.png)")
-        art: Artefact[Any] | None = table
+        art: Artefact[Any] | None = table if written else None
         own = ARTEFACTS.get(str(experiment))
         if own is not None and own.sweep and not isinstance(own, Sweep):
             art = None  # published only if it is written
@@ -55,18 +64,10 @@ class GatherCallback(Callback):
                 lines.append(f"{experiment} report: {sweep}/report/")
             except Exception as err:  # noqa: BLE001 - reporting must not lose the sweep
                 lines.append(
-                    f"{experiment} report failed: {err}; re-run it: "
+                    f"{experiment} report failed: {_one_line(err)}; re-run it: "
                     f"python -m gpipe_repro.paper {experiment} --from {sweep}"
                 )
-        if experiment and canonical(task, str(experiment)):
-            if art is not None:
-                lines.append(publish(art, written, Path(config.hydra.runtime.cwd)))
-        elif experiment:
-            extra = " ".join(o for o in task if o != f"experiment={experiment}")
-            lines.append(
-                f"reports/{experiment}/ left as it is: this sweep adds {extra} to "
-                f"`gpipe-run -m experiment={experiment}`; its report is the one above"
-            )
+        lines += _publish(config, task, experiment, art, written)
         lines += _wandb(config, sweep, rows, experiment)
         print("\n".join(lines), file=sys.stdout, flush=True)
         failed = sum(r.status in ("failed", "diverged") for r in rows)
@@ -82,6 +83,35 @@ class GatherCallback(Callback):
                 f"hydra.sweep.dir={sweep} sweep.skip_done=true train.resume=auto",
                 file=sys.stderr,
             )
+
+
+def _publish(
+    config: DictConfig,
+    task: list[str],
+    experiment: Any,
+    art: Artefact[Any] | None,
+    written: list[Path],
+) -> list[str]:
+    """The make target's sweep (``gpipe-run -m experiment=NAME``) publishes its report, unless
+    ``sweep.publish=false`` (``make demo``: the sweep's folder only; ``make demo-publish``
+    publishes); every other sweep leaves ``reports/`` as it is and says why."""
+    if not experiment:
+        return []
+    if not canonical(task, str(experiment)):
+        extra = " ".join(o for o in task if o != f"experiment={experiment}")
+        return [
+            f"reports/{experiment}/ left as it is: this sweep adds {extra} to "
+            f"`gpipe-run -m experiment={experiment}`; its report is the one above"
+        ]
+    if not OmegaConf.select(config, "sweep.publish", default=True):
+        return [f"reports/{experiment}/ left as it is (sweep.publish=false); the report is above"]
+    if art is None:
+        return []
+    return [publish(art, written, Path(config.hydra.runtime.cwd))]
+
+
+def _one_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _wandb(config: DictConfig, sweep: Path, rows: list[SweepRow], experiment: Any) -> list[str]:

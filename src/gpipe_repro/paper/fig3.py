@@ -24,7 +24,8 @@ from .artefact import Report, SweepArtefact
 from .plot import figure
 from .provenance import Provenance
 from .runs import failures, job_times, read_sweep, wall_time
-from .stats import RELATIVE_EFFECT, RULE, Comparison, Sample, compare, sample
+from .stats import RELATIVE_EFFECT, RULE, Sample, compare, sample
+from .template import render
 
 Model = tuple[int, int, int, bool]  # L, H, A, tricks
 SMALL: Model = (1, 512, 4, True)
@@ -148,46 +149,35 @@ def _low_minus_high(rows: Sequence[Fig3Row], m: Model) -> Sample:
     return sample([lo[s] - hi[s] for s in sorted(lo.keys() & hi.keys())])
 
 
-def _lead(c: Comparison, what: str) -> str:
-    return f"**{what}, beyond the noise**" if c.beyond else "**no difference beyond the noise**"
-
-
-def claims(rows: Sequence[Fig3Row]) -> list[str]:
-    """The paper's Fig. 3 claims on capacity, each judged from the numbers."""
+def claims(rows: Sequence[Fig3Row]) -> dict[str, Any]:
+    """The paper's Fig. 3 claims on capacity, each judged from the numbers: (1) per bigger model and
+    language, against T1 (None: the models did not all run); (2) per bigger model, the gain on low-
+    against high-resource languages (empty: not both kinds of language); (3) per resource group,
+    deep against wide (None: either did not run)."""
     ran = {_key(r) for r in _ends(rows)}
     picks = [str(r.language) for r in languages(rows)]
     both = all(any(r.resource == g for r in _ends(rows)) for g in GROUPS)
-    out = ["### 1. BLEU rises with capacity (each language; bigger model against T1)", ""]
     bigs = [m for m in (DEEP, WIDE) if m in ran]
+    out: dict[str, Any] = {"capacity": None, "resource": [], "deep_wide": None}
     if SMALL not in ran or not bigs:
-        return [*out, f"- {label(SMALL)} and {label(DEEP)} or {label(WIDE)} did not all run."]
-    for big in bigs:
-        for lang in picks:
-            c = compare(of(rows, SMALL, lang), of(rows, big, lang))
-            out.append(f"- {lang}: {label(big)} - {label(SMALL)} = {c.text()}.")
-    out += ["", "### 2. ... most for low-resource languages", ""]
+        return out
+    out["capacity"] = [
+        (label(big), lang, compare(of(rows, SMALL, lang), of(rows, big, lang)))
+        for big in bigs
+        for lang in picks
+    ]
     for big in bigs if both else []:
         gain = {g: of(rows, big, g).mean - of(rows, SMALL, g).mean for g in GROUPS}
         effect = RELATIVE_EFFECT * of(rows, SMALL, "all").mean
         c = compare(_low_minus_high(rows, SMALL), _low_minus_high(rows, big), effect)
-        more = "low" if c.delta > 0 else "high"
-        out.append(
-            f"- {label(SMALL)} -> {label(big)}: gain {gain['low']:+.2f} BLEU on low-resource vs "
-            f"{gain['high']:+.2f} on high-resource; the difference (low minus high, per seed) "
-            f"{c.text()}: {_lead(c, f'larger on {more}-resource')}."
-        )
-    if not both:
-        out.append("- needs both a high- and a low-resource language.")
-    out += ["", "### 3. Deep beats wide on low-resource languages (the same parameters)", ""]
-    if DEEP not in ran or WIDE not in ran:
-        return [*out, f"- {label(DEEP)} or {label(WIDE)} did not run."]
-    for g in [g for g in ("low", "high") if any(r.resource == g for r in _ends(rows))]:
-        d = compare(of(rows, WIDE, g), of(rows, DEEP, g))
-        out.append(
-            f"- {g}-resource: {label(DEEP)} {of(rows, DEEP, g).text()} vs {label(WIDE)} "
-            f"{of(rows, WIDE, g).text()}: deep - wide = {d.text()}; "
-            f"{_lead(d, 'deep ahead' if d.delta > 0 else 'wide ahead')}."
-        )
+        out["resource"].append((label(big), gain["low"], gain["high"], c))
+    if DEEP in ran and WIDE in ran:
+        groups = [g for g in ("low", "high") if any(r.resource == g for r in _ends(rows))]
+        out["deep_wide"] = [
+            (g, of(rows, DEEP, g).text(), of(rows, WIDE, g).text(),
+             compare(of(rows, WIDE, g), of(rows, DEEP, g)))
+            for g in groups
+        ]  # fmt: skip
     return out
 
 
@@ -195,49 +185,35 @@ def _models(rows: Sequence[Fig3Row]) -> list[Model]:
     return sorted({_key(r) for r in _ends(rows)}, key=lambda m: (not m[3], m[0] * m[1], m[0]))
 
 
-def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
+def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
+    """What the page says: BLEU per model and language, the claims judged, the failures."""
     langs = languages(rows)
-    cols = [
-        f"{r.language} ({r.resource}, {r.train_pairs or 0:,}{', synthetic' if r.synthetic else ''})"
-        for r in langs
-    ]
-    lines = [
-        *prov.page("Fig. 3 — many->English BLEU per language vs model capacity"),
-        "",
-        wall_time((r.started, r.ended) for r in rows) + ".",
-        "",
-        "Test BLEU (measured, greedy decoding) of each language, mean ± sd over seeds; `high` / `low` "
-        "average the group's languages within a seed first.",
-        "",
-        "| model | params | seeds | " + " | ".join(cols) + " | high | low |",
-        "|---|---|---|" + "---|" * (len(cols) + 2),
-    ]
+    cells = []
     for m in _models(rows):
         params = next(r.params for r in _ends(rows) if _key(r) == m)
-        cells = [of(rows, m, str(r.language)).text() for r in langs]
-        cells += [of(rows, m, g).text() if of(rows, m, g).n else "—" for g in GROUPS]
-        lines.append(
-            f"| {label(m)} | {params or 0:,} | {of(rows, m, 'all').n} | " + " | ".join(cells) + " |"
-        )
-    synth = [str(r.language) for r in langs if r.synthetic]
-    return "\n".join(
-        [
-            *lines,
-            "",
-            "## The paper's claims, judged from these numbers (`gpipe_repro.paper.stats`)",
-            "",
-            *claims(rows),
-            "",
-            RULE,
-            "",
-            *failures((r.job, r.status, r.error) for r in rows),
-            *(
-                [f"Synthetic sources (apertium from the English side): {', '.join(synth)}.", ""]
-                if synth
-                else []
-            ),
-        ]
-    )
+        groups = [of(rows, m, g).text() if of(rows, m, g).n else "—" for g in GROUPS]
+        cells.append(
+            [label(m), f"{params or 0:,}", of(rows, m, "all").n,
+             *(of(rows, m, str(r.language)).text() for r in langs), *groups]
+        )  # fmt: skip
+    return {
+        "wall": wall_time((r.started, r.ended) for r in rows),
+        "language_heads": [
+            f"{r.language} ({r.resource}, {r.train_pairs or 0:,}{', synthetic' if r.synthetic else ''})"
+            for r in langs
+        ],
+        "model_cells": cells,
+        **claims(rows),
+        "small": label(SMALL), "deep": label(DEEP), "wide": label(WIDE),
+        "rule": RULE,
+        "failed": failures((r.job, r.status, r.error) for r in rows),
+        "synthetic": [str(r.language) for r in langs if r.synthetic],
+    }  # fmt: skip
+
+
+def markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
+    title = "Fig. 3 — many->English BLEU per language vs model capacity"
+    return render("fig3", prov, title, **summary(rows))
 
 
 def _curve(

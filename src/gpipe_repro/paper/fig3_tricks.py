@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .artefact import SweepArtefact
 from .fig3 import SKIP, Fig3Row, _curve, _key, _models, collect, label, of
@@ -19,35 +20,29 @@ from .plot import figure
 from .provenance import Provenance
 from .runs import failures, wall_time
 from .stats import RULE, compare, sample
+from .template import render
 
 
-def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
-    """The tricks' page: with against without, on the loss spike, the test NLL and BLEU."""
+def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
+    """What the page says: with against without the tricks on the loss spike, the test NLL and
+    BLEU (``pair`` False: not one model with and without them)."""
     on = next((m for m in _models(rows) if m[3]), None)
     off = next((m for m in _models(rows) if not m[3]), None)
     jobs = {r.job: r for r in rows}.values()
-    wall = wall_time((r.started, r.ended) for r in rows)
-    lines = [*prov.page("The trainability tricks at depth (GPipe §5)"), "", f"{wall}.", ""]
+    out: dict[str, Any] = {"wall": wall_time((r.started, r.ended) for r in rows), "pair": False}
     if on is None or off is None or on[:3] != off[:3]:
-        return "\n".join([*lines, "Needs one model with and without the tricks.", ""])
-    lines += [
-        f"{label(on)} with both tricks (scaled feed-forward init, logits clipped) against without; "
-        "mean ± sd over seeds; NLL and BLEU of the test split averaged over the languages.",
-        "",
-        f"| | seeds | diverged | largest training loss after update {SKIP} | test NLL | test BLEU |",
-        "|---|---|---|---|---|---|",
-    ]
+        return out
     spikes = [
         sample([r.max_train_loss for r in jobs if _key(r) == m and r.status == "ok"])
         for m in (on, off)
     ]
+    cells = []
     for m, spike in zip((on, off), spikes):
         mine = [r for r in jobs if _key(r) == m]
-        lines.append(
-            f"| {'with' if m[3] else 'without'} | {len(mine)} | "
-            f"{sum(r.status == 'diverged' for r in mine)} | {spike.text()} | "
-            f"{of(rows, m, 'all', 'nll').text(3)} | {of(rows, m, 'all').text()} |"
-        )
+        cells.append(
+            ["with" if m[3] else "without", len(mine), sum(r.status == "diverged" for r in mine),
+             spike.text(), of(rows, m, "all", "nll").text(3), of(rows, m, "all").text()]
+        )  # fmt: skip
     judged = [
         (f"largest training loss after update {SKIP} (without - with)", spikes[0], spikes[1]),
         ("test NLL (without - with)", of(rows, on, "all", "nll"), of(rows, off, "all", "nll")),
@@ -57,25 +52,15 @@ def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
     needed = any(c.beyond and c.delta > 0 for _, c in results) or any(
         r.status == "diverged" and not r.tricks for r in jobs
     )
-    verdict = (
-        "needed here: without them training is worse beyond the noise (or diverged)"
-        if needed
-        else "not shown needed at this depth (no measure worse without them beyond the noise)"
-    )
-    return "\n".join(
-        [
-            *lines,
-            "",
-            "## Are the tricks needed at depth? (computed by `gpipe_repro.paper.stats`)",
-            "",
-            *(f"- {what}: {c.text(3)}." for what, c in results),
-            f"- **The tricks: {verdict}.**",
-            "",
-            RULE,
-            "",
-            *failures((r.job, r.status, r.error) for r in rows),
-        ]
-    )
+    failed = failures((r.job, r.status, r.error) for r in rows)
+    return {**out, "pair": True, "model": label(on), "skip": SKIP, "cells": cells,
+            "results": results, "needed": needed, "rule": RULE, "failed": failed}  # fmt: skip
+
+
+def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance) -> str:
+    """The tricks' page: with against without, on the loss spike, the test NLL and BLEU."""
+    title = "The trainability tricks at depth (GPipe §5)"
+    return render("fig3_tricks", prov, title, **summary(rows))
 
 
 def tricks_plot(rows: Sequence[Fig3Row], path: Path) -> None:

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fig3, fig3_tricks, table5, throughput
+from . import (
+    fig3,
+    fig3_tricks,
+    table1,
+    table4,
+    table5,
+    throughput,
+    validate_hw,
+    validate_plan,
+    validate_sim,
+)
 from .artefact import Artefact
 from .sweep import Sweep
-from .table1 import artefact as table1
-from .table4 import artefact as table4
-from .validate_hw import artefact as validate_hw
-from .validate_plan import artefact as validate_plan
-from .validate_sim import artefact as validate_sim
 
 ARTEFACTS: dict[str, Artefact[Any]] = {
     a.name: a

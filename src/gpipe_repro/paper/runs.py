@@ -59,11 +59,8 @@ def wall_time(times: Iterable[tuple[float | None, float | None]]) -> str:
     )
 
 
-def failures(jobs: Iterable[tuple[str, str, str | None]]) -> list[str]:
-    """A report's section on the jobs (name, status, error) that did not end ok; none if all did."""
+def failures(jobs: Iterable[tuple[str, str, str | None]]) -> str:
+    """The jobs (name, status, error) that did not end ok as a list, one line each, by name (a
+    page's section *Jobs that did not finish*); empty if all did."""
     bad = sorted({(j, s, (e or "").replace("|", "/")[:200]) for j, s, e in jobs if s != "ok"})
-    return (
-        ["## Jobs that did not finish", "", *(f"- {j}: {s}: {e}" for j, s, e in bad), ""]
-        if bad
-        else []
-    )
+    return "\n".join(f"- {j}: {s}: {e}" for j, s, e in bad)

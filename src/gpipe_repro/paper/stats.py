@@ -20,6 +20,7 @@ Table 5 —, else ``RELATIVE_EFFECT`` of the baseline mean, the observed scale):
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -157,3 +158,16 @@ def trend(
             f"{metric} does not {word.rstrip('s')} at every step; no wrong step is beyond the noise"
         )
     return f"{head} ({'; '.join(parts)}).", verdict
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (``scipy.stats.spearmanr``, ties averaged); None where it is
+    undefined (a constant side)."""
+    if len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return float(stats.spearmanr(a, b).statistic)
+
+
+def median(xs: Sequence[float]) -> float | None:
+    """The median of ``xs`` (``statistics.median``); None for none."""
+    return statistics.median(xs) if xs else None

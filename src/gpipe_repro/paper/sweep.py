@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.schedule import bubble_fraction
+from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Report, SweepArtefact
 from .plot import figure
@@ -69,9 +70,18 @@ AS_RUN += "predicted_step_time_s predicted_throughput bubble_fraction bubble_ide
 AS_RUN_PIPELINE = ("K", "M", "checkpoint", "schedule", "replicas")
 
 
+def _positive(*values: Any) -> bool:
+    """Whether every value is a positive number: only those enter a row's arithmetic."""
+    return all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
+
+
 def _row(job: str, m: RunMetrics) -> SweepRow:
+    """A job's row. What the job recorded is copied as it is; what is derived from it (the
+    micro-batch here, the ratios in ``sweep_rows``) only from an ok job's positive values — a failed
+    job keeps what it was asked (M = 0 included) and its error, and divides nothing."""
     p, stages, hw = m.pipeline, m.stages, m.hardware or {}
     mem = [s.peak_memory_bytes for s in stages]
+    sizes = (m.batch_size, p.M, p.replicas) if p else (None,)
     return SweepRow(
         job=job,
         **{k: getattr(m, k) for k in AS_RUN},
@@ -79,7 +89,9 @@ def _row(job: str, m: RunMetrics) -> SweepRow:
         hardware=hw.get("name") or next(iter(m.env.device_names), None),
         model=m.model.name if m.model else None,
         balance="-".join(map(str, p.balance or [])) or None if p else None,
-        micro_batch=m.batch_size // p.M // p.replicas if p and m.batch_size else None,
+        micro_batch=m.batch_size // p.M // p.replicas  # type: ignore[operator, union-attr]
+        if m.status == "ok" and _positive(*sizes)
+        else None,
         param_count=m.model.param_count if m.model else None,
         stage_busy_s=";".join(f"{s.busy_s:.6g}" for s in stages) or None,
         stage_recompute_s=";".join(f"{s.recompute_s:.6g}" for s in stages) or None,
@@ -92,6 +104,25 @@ def _row(job: str, m: RunMetrics) -> SweepRow:
     )
 
 
+def _safe_row(job: str, m: RunMetrics) -> SweepRow:
+    """``_row``, or a failed row saying why the job's metrics.json made none: one odd job never
+    costs the sweep its table."""
+    try:
+        return _row(job, m)
+    except Exception as err:  # noqa: BLE001 - any job's values, however odd, leave a row
+        why = f"{type(err).__name__}: {err}".splitlines()[0]
+        return SweepRow(job, "failed", error=f"its metrics.json makes no row ({why})")
+
+
+def _usable(r: SweepRow) -> bool:
+    """An ok row whose numbers may be divided: positive K, M and throughput."""
+    return r.status == "ok" and _positive(r.K, r.M, r.throughput)
+
+
+def _order(v: int | None) -> float:
+    return v if isinstance(v, int) else float("inf")
+
+
 def series(r: SweepRow) -> tuple[str, str, str]:
     """What a row's throughput is comparable with: its model, hardware and batch mode."""
     return str(r.model), str(r.hardware), str(r.batch_mode)
@@ -100,10 +131,10 @@ def series(r: SweepRow) -> tuple[str, str, str]:
 def sweep_rows(sweep: Path) -> tuple[list[SweepRow], Provenance]:
     jobs = read_sweep(sweep)
     rows = sorted(
-        (_row(j.name, j.metrics) for j in jobs),
-        key=lambda r: (r.K if r.K is not None else 10**9, r.M if r.M is not None else 10**9, r.job),
+        (_safe_row(j.name, j.metrics) for j in jobs),
+        key=lambda r: (_order(r.K), _order(r.M), r.job),
     )
-    ok = [r for r in rows if r.status == "ok" and r.throughput]
+    ok = [r for r in rows if _usable(r)]
     for key in {series(r) for r in ok}:
         group = [r for r in ok if series(r) == key]
         base = min(group, key=lambda r: (r.K, r.M)).throughput
@@ -207,7 +238,7 @@ def checks(rows: Sequence[SweepRow]) -> list[str]:
     pipeline at its largest M against the fastest K = 1 row of any M; whether its speed-up over K = 1
     at the same M rises with M; and whether the final losses are bit-equal across K at each M (the
     update is synchronous, §2.2)."""
-    ok = [r for r in rows if r.status == "ok" and r.throughput and r.K and r.M]
+    ok = [r for r in rows if _usable(r)]
     out: list[str] = []
     for key in sorted({series(r) for r in ok}):
         group = [r for r in ok if series(r) == key]
@@ -242,16 +273,64 @@ def checks(rows: Sequence[SweepRow]) -> list[str]:
     return out
 
 
-def console_table(rows: Sequence[SweepRow]) -> str:
-    cols = [c for c in _shown(rows) if c[0] not in ("checkpoint", "schedule")]
-    cells = [[h for _, h in cols]] + [[_fmt(getattr(r, c), c)[:60] for c, _ in cols] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+# The console's columns, most wanted first, with short headings: as many as fit the width; the error
+# last, cut to what is left (the files hold every column in full).
+CONSOLE = {
+    "K": "K",
+    "M": "M",
+    "status": "status",
+    "throughput": "samples/s",
+    "speedup_vs_k1": "vs K=1",
+    "speedup_ideal": "ideal",
+    "bubble_fraction": "bubble",
+    "eval_accuracy": "accuracy",
+    "final_loss": "final loss",
+    "prediction_error": "pred. err",
+    "source": "source",
+    "hardware": "hardware",
+    "batch_mode": "batch",
+    "bubble_ideal": "ideal bubble",
+    "speedup_vs_best_k1": "vs best K=1",
+    "normalized_throughput": "normalised",
+}
+CONSOLE_WIDTH = 100
+_GAP = 2
+_MIN_ERROR = 24  # an error column narrower than this says nothing
+
+
+def console_table(rows: Sequence[SweepRow], width: int = CONSOLE_WIDTH) -> str:
+    """The sweep on the console: the columns of ``CONSOLE`` that ``results.md`` shows, in its order,
+    as many as fit ``width`` characters, and the error column cut to the rest."""
+    shown = {c for c, _ in _shown(rows)}
+    cells = {c: [_fmt(getattr(r, c), c) for r in rows] for c in CONSOLE if c in shown}
+    need = {c: max(len(CONSOLE[c]), *map(len, v)) for c, v in cells.items()}
+    errors = [_fmt(r.error, "error") if r.error else "" for r in rows]
+    reserve = _MIN_ERROR + _GAP if any(errors) else 0
+    cols: list[str] = []
+    for c in cells:  # most wanted first
+        if sum(need[k] + _GAP for k in cols) + need[c] + reserve <= width:
+            cols.append(c)
+    order = [c for c, _ in TABLE_COLS if c in cols]
+    used = sum(need[c] + _GAP for c in order)
+    lines = []
+    for i in range(-1, len(rows)):
+        vals = [CONSOLE[c] if i < 0 else cells[c][i] for c in order]
+        line = "".join(v.ljust(need[c] + _GAP) for v, c in zip(vals, order))
+        if reserve:
+            text = "error" if i < 0 else errors[i]
+            room = width - used
+            line += text if len(text) <= room else text[: room - 1] + "…"
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
 
 
 def plot(rows: Sequence[SweepRow], path: Path, title: str) -> None:
     with figure(path, 1, 2, figsize=(10, 3.8)) as (fig, axes):
-        ok = [r for r in rows if r.status == "ok"]
+        ok = [r for r in rows if _usable(r)]
         keys = sorted({series(r) for r in ok})
         for key in keys:
             tag = "" if len(keys) == 1 else " " + "/".join(key[1:])
@@ -259,9 +338,10 @@ def plot(rows: Sequence[SweepRow], path: Path, title: str) -> None:
                 rs = sorted((r for r in ok if r.K == K and series(r) == key), key=lambda r: r.M)  # type: ignore[arg-type, return-value]
                 what = "simulated" if rs[0].source == "simulated" else "measured"
                 Ms = [r.M for r in rs]
-                axes[0].plot(Ms, [r.throughput for r in rs], "o-", label=f"K={K}{tag}")
-                axes[1].plot(Ms, [r.bubble_fraction for r in rs], "o-", label=f"K={K}{tag} {what}")
-                axes[1].plot(Ms, [r.bubble_ideal for r in rs], "k:", alpha=0.5)
+                axes[0].plot(Ms, [_nan(r.throughput) for r in rs], "o-", label=f"K={K}{tag}")
+                bubbles = [_nan(r.bubble_fraction) for r in rs]
+                axes[1].plot(Ms, bubbles, "o-", label=f"K={K}{tag} {what}")
+                axes[1].plot(Ms, [_nan(r.bubble_ideal) for r in rs], "k:", alpha=0.5)
         axes[0].set(
             xlabel="micro-batches M", ylabel="samples / s", title="throughput", xscale="log"
         )
@@ -290,16 +370,39 @@ def page(name: str, rows: Sequence[SweepRow], prov: Provenance) -> str:
     return f"{head}\n\n{markdown_table(rows)}\n{tail}\n"
 
 
+def _collect(sweep: Path) -> Report[SweepRow]:
+    """The report of a sweep folder (one folder per job); a single run's folder, or a folder with
+    no job, is one line saying what it is."""
+    if (sweep / "metrics.json").exists():
+        raise UserError(
+            f"--from {sweep} is one run's folder ({sweep / 'metrics.json'}), not a sweep's: a "
+            "sweep folder (gpipe-run -m ...) holds a folder per job; give that folder"
+        )
+    if not any(sweep.glob("*/metrics.json")):
+        raise UserError(
+            f"--from {sweep} holds no job (no <job>/metrics.json in it): give the folder of a "
+            "sweep (gpipe-run -m ...), or a table's results.csv"
+        )
+    return Report(*sweep_rows(sweep))
+
+
 class Sweep(SweepArtefact[SweepRow]):
-    """The table of one experiment's sweep, published to ``reports/<experiment>/``."""
+    """The table of one experiment's sweep, published to ``reports/<experiment>/`` by its make
+    target (``publisher``; the demo's: ``make demo-publish``). ``sweep``: any sweep's table, never
+    published."""
 
     def __init__(self, name: str, about: str = "") -> None:
         super().__init__(
             name,
             SweepRow,
             about or f"the sweep of experiment={name} as a table",
-            lambda sweep: Report(*sweep_rows(sweep)),
+            _collect,
             partial(page, name),
             partial(plot, title=name),
             page="results",
         )
+        self.publisher: str | None = {"demo": "make demo-publish", "sweep": None}.get(
+            name, f"make {name}"
+        )
+        if name == "sweep":
+            self.command = "gpipe-run -m ..."

@@ -30,6 +30,7 @@ from .plot import figure
 from .provenance import Provenance
 from .runs import Job, failures, job_times, read_sweep
 from .stats import RULE, Sample, sample, trend
+from .template import render
 
 PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
 END, DEV = "test", "dev"  # a row: a run's end (test split) or one of its curve points (dev split)
@@ -138,9 +139,11 @@ def paper_row(rank: int) -> str | None:
     return PAPER[rank] if rank < len(PAPER) else None
 
 
-def verdicts(points: Sequence[Point], judged: bool) -> list[str]:
+def trends(points: Sequence[Point]) -> list[tuple[str, str, bool | None]]:
+    """Per metric (BLEU, NLL): the trend over the batch sizes in one sentence and its verdict
+    (``stats.trend``), each step against the paper's relative step between the same rows."""
     labels = [f"{p.batch_tokens:,}" for p in points]
-    lines = []
+    out = []
     for metric, name, higher in (("bleu", "BLEU", True), ("nll", "NLL", False)):
         paper = [paper_row(i) for i in range(len(points))]
         effects = [  # the paper's relative step, on our scale
@@ -148,15 +151,8 @@ def verdicts(points: Sequence[Point], judged: bool) -> list[str]:
             for a, b, p in zip(paper, paper[1:], points)
         ]
         text, ok = trend([p.of(metric) for p in points], labels, name, higher, effects)
-        lines.append(f"- {text}")
-        if judged:
-            word = {
-                True: "reproduced, beyond the noise",
-                False: "not reproduced (the opposite, beyond the noise)",
-                None: "not shown beyond the noise",
-            }[ok]
-            lines.append(f"- **The paper's {name} claim (better with a bigger batch): {word}.**")
-    return lines
+        out.append((name, text, ok))
+    return out
 
 
 def _paper_step(a: str, b: str, column: str) -> float:
@@ -164,24 +160,18 @@ def _paper_step(a: str, b: str, column: str) -> float:
     return (pb - pa) / pa
 
 
-def _table(points: Sequence[Point], digits: tuple[int, int]) -> list[str]:
-    lines = [
-        "| batch (tokens) | M | updates | target tokens seen (mean) | seeds | BLEU | NLL / token | paper row "
-        "| paper BLEU | paper NLL |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def _cells(points: Sequence[Point], digits: tuple[int, int] = (2, 3)) -> list[list[Any]]:
+    out = []
     for i, p in enumerate(points):
         r, row = p.rows[0], paper_row(i)
         paper = (
             (row, quote(5, row, "BLEU").value, quote(5, row, "NLL").value) if row else ("—",) * 3
         )
-        lines.append(
-            f"| {p.batch_tokens:,} | {r.M} | {r.step} | {p.of('tokens').mean:,.0f} | {len(p.rows)} | "
-            f"{p.of('bleu').text(digits[0])} | {p.of('nll').text(digits[1])} | "
-            + " | ".join(map(str, paper))
-            + " |"
-        )
-    return lines
+        out.append(
+            [f"{p.batch_tokens:,}", r.M, r.step, f"{p.of('tokens').mean:,.0f}", len(p.rows),
+             p.of("bleu").text(digits[0]), p.of("nll").text(digits[1]), *paper]
+        )  # fmt: skip
+    return out
 
 
 def wall_time(rows: Sequence[Table5Row]) -> str:
@@ -192,55 +182,29 @@ def wall_time(rows: Sequence[Table5Row]) -> str:
     return f"{span}; its training steps alone: {steps / 60:.1f} min."
 
 
-def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
-    matched, same = series(rows, False), series(rows, True)
+def summary(rows: Sequence[Table5Row]) -> dict[str, Any]:
+    """What the page says: both series (their table and trends), the runs' settings, failures."""
     ok = [r for r in rows if r.status == "ok" and r.split == END]
-    same_cfg = ", ".join(
+    config = ", ".join(
         f"{c} {'/'.join(sorted({str(getattr(r, c)) for r in ok}))}"
         for c in ("model", "corpus", "lr")
     )
-    sigs = sorted({r.bleu_signature for r in ok if r.bleu_signature})
-    return "\n".join(
-        [
-            *prov.page("Table 5 — batch size (tokens) vs BLEU and NLL"),
-            "",
-            wall_time(rows),
-            "",
-            f"Every run: {same_cfg}; the same optimiser settings and schedule, M micro-batches of the "
-            "same size (so the batch grows with M). Mean ± sample standard deviation over seeds. The "
-            "paper's: German->English, Transformer-Big, batches 260K-4M tokens (`paper.numbers`).",
-            "",
-            "## Token-matched: every run at its end, the same tokens seen (test split)",
-            "",
-            *_table(matched, (2, 3)),
-            "",
-            "BLEU of the test split by greedy decoding; NLL per target token over the whole split. "
-            "Batch: the target-token budget of an update (sentences fill it up to that); tokens seen: "
-            "counted (metrics.json `curve`).",
-            "",
-            f"## Same updates (the paper's design): every run at update {updates(rows)} (dev split)",
-            "",
-            *_table(same, (2, 3)),
-            "",
-            "Read from the learning curves (`train.eval_every`): NLL over the dev split, BLEU of its "
-            "first `train.curve_limit` sentences. At equal updates a bigger batch has also seen more "
-            "tokens, so this series mixes the two effects: it is shown, not judged.",
-            "",
-            "## Did the paper's claim reproduce? (token-matched; computed by `gpipe_repro.paper.stats`)",
-            "",
-            *verdicts(matched, judged=True),
-            "",
-            "For comparison, the same-updates series (not judged: batch and data confounded):",
-            "",
-            *verdicts(same, judged=False),
-            "",
-            RULE,
-            "",
-            *failures((r.job, r.status, r.error) for r in rows),
-            f"sacrebleu signature: `{'`, `'.join(sigs) or '—'}`",
-            "",
-        ]
-    )
+    series_of = {k: series(rows, same) for k, same in (("matched", False), ("same", True))}
+    return {
+        "wall": wall_time(rows),
+        "same_config": config,
+        "updates": updates(rows),
+        **{k: {"cells": _cells(ps), "trends": trends(ps)} for k, ps in series_of.items()},
+        "rule": RULE,
+        "failed": failures((r.job, r.status, r.error) for r in rows),
+        "signatures": sorted({r.bleu_signature for r in ok if r.bleu_signature}),
+        "columns": ["batch (tokens)", "M", "updates", "target tokens seen (mean)", "seeds", "BLEU",
+                    "NLL / token", "paper row", "paper BLEU", "paper NLL"],
+    }  # fmt: skip
+
+
+def markdown(rows: Sequence[Table5Row], prov: Provenance) -> str:
+    return render("table5", prov, "Table 5 — batch size (tokens) vs BLEU and NLL", **summary(rows))
 
 
 def curves(rows: Sequence[Table5Row]) -> dict[int, list[tuple[int, float, float]]]:

@@ -47,9 +47,10 @@ from .numbers import throughput
 from .provenance import Provenance
 from .rows import read_csv, write_csv
 from .sweep import SweepRow
+from .throughput_findings import markdown, plot
+from .throughput_gpu import gpu_cells
 from .throughput_rows import Cell, ThroughputRow
 from .throughput_sim import SimRow, studies
-from .throughput_text import markdown, plot, section
 from .validate_hw.flags import anchoring
 
 SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
@@ -251,6 +252,7 @@ class Throughput(Artefact[ThroughputRow]):
         if getattr(opts, "studies", "on") == "on":
             sims, planned = studies(self.table, self.runs, self.profile, self.studies)
             cells += planned
+        cells += gpu_cells(self.table, self.runs)  # profiles make gpu-check committed (if any)
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / SENSITIVITY, SimRow, sims)
         rows = build_rows(cells, self.table, self.reference)
@@ -258,19 +260,18 @@ class Throughput(Artefact[ThroughputRow]):
         prov = Provenance.merge([Provenance.load(f) for f in found], ", ".join(map(str, found)))
         return Report(rows, prov)
 
-    def render(self, report: Report[ThroughputRow], out: Path) -> list[Path]:
-        """The page (with the simulator's studies read back from their CSV) and the plot."""
+    def markdown(self, report: Report[ThroughputRow], out: Path) -> str:
+        """The page, with the simulator's studies read back from their CSV and validate-hw's
+        judgement of the published profiles."""
         K, M = self.reference
         ref = f"K = {K}, M = {M}" if self.table == 2 else f"K = {K}"
         pairs = [(r.model, r.hardware) for r in report.rows if r.source == "simulated"]
-        anchors = anchoring([p for p in pairs if p[1] != "measured"], self.hw)
-        args = (report.rows, report.provenance, self.table, self.title, self.names, ref, anchors)
+        anchors = anchoring([p for p in pairs if not p[1].startswith("measured")], self.hw)
         sims = read_csv(out / SENSITIVITY, SimRow) if (out / SENSITIVITY).exists() else []
-        md, png = out / f"{self.page}.md", out / f"{self.page}.png"
-        extra = section(sims, report.rows, self.names, self.profile)
-        md.write_text("\n".join([markdown(*args), *extra]).rstrip("\n") + "\n")
-        self.plot(report, png)
-        return [md, png]
+        return markdown(
+            report.rows, report.provenance, self.table, self.title, self.names, ref, anchors, sims,
+            self.profile,
+        )  # fmt: skip
 
     def plot(self, report: Report[ThroughputRow], path: Path) -> None:
         plot(report.rows, self.table, self.names, self.reference[1], path)

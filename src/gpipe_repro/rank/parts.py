@@ -2,8 +2,8 @@
 
 - ``Saver``: where the run's saves go, restoring from one (resume) or starting from one's weights
   (transfer), and writing one when it is due — collectively, every rank after the same step.
-- ``Progress``: the live record (``progress.jsonl``, followed by the run's owner for wandb and kept for
-  an interrupted run) and the progress bar, on the rank that knows the loss.
+- ``Progress``: the live record (``progress.jsonl``, followed by the run's owner for wandb and the
+  console, and kept for an interrupted run), on the rank that knows the loss.
 - ``StopVote``: whether the run was told to stop (``STOP_FILE``), agreed by every rank for the same step.
 - ``DivergenceCheck``: a loss that is not finite, or has grown 10^4-fold, ends the run as diverged.
 - ``heartbeat``: a thread that shows the run's owner this rank is alive (``runner.guard.Watchdog``).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 import time
 from dataclasses import asdict
@@ -98,7 +97,10 @@ class Saver:
                 return 0, []
             if self.run is None:  # a folder from before runs had ids: continue the save's run
                 self.run = run_of(path)
-            rep = load(path, layers, indices, optimizer=opt, model=self.record, topology=self.topo)
+            # train.resume_allow=[model]: the model's options may differ (the owner recorded how,
+            # runner.resume); every tensor loaded must still match in key and shape
+            record = None if "model" in t.resume_allow else self.record
+            rep = load(path, layers, indices, optimizer=opt, model=record, topology=self.topo)
             return rep.step, list(rep.losses) if self.topo.is_last else []
         if t.init_from is not None:
             skip = t.init_skip if t.init_skip is not None else [n_layers - 1]
@@ -138,43 +140,23 @@ class Saver:
 
 
 class Progress:
-    """One record per step on the rank that reports the loss, and a bar when a terminal watches."""
+    """One record per step on the rank that reports the loss (``progress.jsonl``): the run's owner
+    follows it and shows it (``metrics.progress.ConsoleProgress``: a bar or a line on stderr)."""
 
     def __init__(self, spec: RunConfig, folder: Path | None, start: int) -> None:
         # a resumed run appends to the record of the steps before it (an interrupted run's metrics)
         self.writer = (
             ProgressWriter(folder / PROGRESS_FILE, start_fresh=start == 0) if folder else None
         )
-        self.bar = _bar(spec, start)
 
     def step(self, step: int, loss: float, dt: float, samples: int, tokens: int) -> None:
         if self.writer is not None:
             self.writer.write(
                 StepRecord(step, loss, dt, samples / dt, tokens / dt if tokens else None)
             )
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}")
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _bar(spec: RunConfig, start: int) -> Any:
-    """A bar is for a terminal; logs get the per-job summary line."""
-    t = spec.train
-    if (
-        not t.progress
-        or t.steps < 2
-        or os.environ.get("GPIPE_PROGRESS", "1") == "0"
-        or not sys.stderr.isatty()
-    ):
-        return None
-    from tqdm import tqdm
-
-    p = spec.pipeline
-    return tqdm(total=t.steps, initial=start, desc=f"K={p.K} M={p.M}", unit="step", leave=False)
+        pass
 
 
 class StopVote:

@@ -7,13 +7,14 @@ torchrun (``launcher="torchrun"``: this process *is* one rank) and a SLURM/submi
 ``trace.json`` and ``timeline.png`` through the one writer (``metrics.writer``) and owns the wandb run,
 fed live from the last stage's ``progress.jsonl``.
 
-The run's decisions are made once, first (``plan``: ``runplan.plan.RunPlan``), and handed to the
-guard, the simulator, the prediction and every rank. Its folder is claimed before that
-(``runner.folder``): a finished run is never replaced by something worse.
+The run's decisions are made once, first (``runner.planning.plan``: ``runplan.plan.RunPlan``), and
+handed to the guard, the simulator, the prediction and every rank. Its folder is claimed before that:
+by this process alone while it runs (``runner.lock``: a second run into it is refused), and a finished
+run is never replaced by something worse (``runner.folder``).
 
 ``run`` never raises for a run that fails: it writes and returns ``status: failed`` (or ``interrupted``,
 ``diverged``) with the one-line reason. It raises ``FolderInUse`` (one line, nothing written) for a
-folder holding another run's results, and lets KeyboardInterrupt through after the interrupted run's
+folder holding another run's results or in use by another run, and lets KeyboardInterrupt through after the interrupted run's
 files are written, so the caller can stop a sweep.
 """
 
@@ -22,30 +23,27 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..config.device import DeviceMemory, device_for, local_ranks
 from ..engine import RankError
 from ..errors import UserError
-from ..metrics.contract import RunMetrics
-from ..metrics.progress import PROGRESS_FILE, Follower, StepRecord, read_progress
-from ..metrics.summary import base_metrics, summarize
-from ..metrics.writer import OutputError
+from ..metrics.contract import ResumeInfo, RunMetrics
+from ..metrics.progress import PROGRESS_FILE, ConsoleProgress, Follower, StepRecord
+from ..metrics.summary import stopped_metrics, summarize
+from ..metrics.writer import OutputError, report_unwritable
 from ..rank import DIVERGED, RankContext, run_rank
-from ..runplan.plan import ModelPlan, RunPlan, plan_model, plan_run
-from ..wandb_logger import WandbRun
-from . import folder
-from .autoplan import auto_plan
+from ..runplan.model import plan_model
+from ..wandb_logger import WandbRun, finish_run, start_run
+from . import folder, lock, resume
 from .folder import FolderInUse
-from .guard import check_memory
-from .local import launch_local
+from .local import run_ranks
+from .planning import plan
 from .predict import attach_prediction
-from .simulated import sim_planning, simulate_run
+from .simulated import simulate_run
 from .stop import STOP
 
 __all__ = ["run", "plan", "LAUNCHERS", "STOP", "FolderInUse"]
@@ -58,14 +56,28 @@ def run(
 ) -> RunMetrics | None:
     """Run ``spec`` with ``out`` as its folder. Returns its metrics (None on ranks other than 0 of a
     torchrun/SLURM job: rank 0 speaks for the run). Raises ``FolderInUse`` — nothing run, nothing
-    written — when ``out`` holds another run's results (``runner.folder``)."""
+    written — when ``out`` holds another run's results (``runner.folder``) or another run is
+    running in it (``runner.lock``: the folder is claimed first, and released at the end)."""
     owner = launcher == "local" or int(os.environ.get("RANK", "0")) == 0
     if not owner:
         if spec.backend == "engine" and spec.plan.mode != "auto":  # sim: rank 0's alone
             with _nccl_env(spec):
                 _run_as_other_rank(spec, out)
         return None
-    claim = folder.claim(spec, out)
+    claimed = lock.acquire(out, key=None)  # FolderInUse: another run holds it, nothing written
+    try:
+        return _run_owned(spec, out, launcher, group, claimed)
+    finally:
+        claimed.release()
+
+
+def _run_owned(
+    spec: RunConfig, out: Path, launcher: str, group: str | None, claimed: lock.Lock
+) -> RunMetrics:
+    """``run`` in a folder this process holds (``runner.lock``)."""
+    claim = folder.claim(spec, out, claimed.holder.run)
+    if claim.run is not None:
+        claimed.set_run(claim.run)
     if claim.finished is not None:
         print(
             f"gpipe-run: the run in {out} already finished ({len(claim.finished.losses)} steps); "
@@ -81,7 +93,9 @@ def run(
     except OSError:
         pass  # reported when the run's files are written
     wb: WandbRun | None = None
-    files: list[Path] = []
+    events: list[Any] = []
+    resumed: ResumeInfo | None = None
+    stopped: KeyboardInterrupt | None = None  # raised again once the run's files are written
     try:
         if spec.plan.mode == "auto" and launcher != "local":
             raise UserError(
@@ -92,66 +106,45 @@ def run(
             model = plan_model(spec)
             planned = plan(spec, model)
             spec = planned.spec  # train.batch_mode=fit: the batch as run
-            wb = _start_wandb(spec, out, group)
+            planned, resumed = resume.decide(planned, out, claim.run)  # said in one line
+            spec = planned.spec
+            wb = start_run(spec, out, group)
             with (
                 STOP.running(out, spec.train.stop_grace_s),
-                Follower(out / PROGRESS_FILE, wb.log_step if wb else (lambda rec: None)),
+                _console(spec) as console,
+                Follower(out / PROGRESS_FILE, _tee(wb.log_step if wb else None, console)),
             ):
                 if spec.backend == "sim":
                     m, events = simulate_run(planned, model, out)
                 else:
-                    results = _results(planned, model, out, launcher, claim.run)
+                    results = run_ranks(planned, model, out, launcher, claim.run)
                     m, events = summarize(planned, results, launcher)
                     if spec.train.predict:  # the simulator's prediction beside the measurement
                         attach_prediction(planned, model, m)
-        files = folder.write(out, m, events)
-    except KeyboardInterrupt:
-        m = _stopped(spec, out, launcher, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")
-        files = _write(out, m)
-        _finish_wandb(wb, m, files)
+    except FolderInUse:  # resume.ResumeRefused: nothing run, nothing written
         raise
-    except (UserError, RankError, ValueError) as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        status = "diverged" if DIVERGED in msg else "failed"
-        m = _stopped(spec, out, launcher, status, msg)
-        if isinstance(err, OutputError):
-            _report_unwritable(m, msg)
-        else:
-            files = _write(out, m)
-    except Exception as err:  # a bug, not a user mistake: keep the type in the one line
-        m = _stopped(spec, out, launcher, "failed", f"{type(err).__name__}: {err}".splitlines()[0])
-        files = _write(out, m)
-    _finish_wandb(wb, m, files)
+    except (Exception, KeyboardInterrupt) as err:  # what it measured so far, and why it stopped
+        stopped = err if isinstance(err, KeyboardInterrupt) else None
+        m, events = stopped_metrics(spec, out / PROGRESS_FILE, launcher, *_why(err)), []
+    m.resume = resumed
+    try:
+        files = folder.write(out, m, events)
+    except OutputError as err:  # the folder cannot take them: the numbers go to stdout
+        files = report_unwritable(m, str(err))
+    finish_run(wb, m, files)
+    if stopped is not None:
+        raise stopped
     return m
 
 
-def plan(spec: RunConfig, model: ModelPlan) -> RunPlan:
-    """The run's plan, against the memory it will run in: the hardware profile's (``backend=sim``),
-    or the devices the ranks run on — the GPU with the least free memory among this host's, or this
-    host's RAM shared by its ranks. ``plan=auto``: the pipeline options are the planner's pick,
-    chosen here once (``runner.autoplan``)."""
-    if spec.plan.mode == "auto":
-        assert spec.plan.devices is not None  # resolved at validation
-        device = None if spec.backend == "sim" else _engine_memory(spec, spec.plan.devices)
-        spec, auto, choice = auto_plan(spec, model, device)
-        return replace(_plan(spec, model), auto=auto, choice=choice)
-    return _plan(spec, model)
-
-
-def _plan(spec: RunConfig, model: ModelPlan) -> RunPlan:
-    if spec.backend == "sim":
-        memory, times, source = sim_planning(spec, model)
-        return plan_run(spec, model, memory, time_costs=times, time_source=source)
-    return plan_run(spec, model, _engine_memory(spec), device_type=spec.device)
-
-
-def _engine_memory(spec: RunConfig, ranks: int | None = None) -> DeviceMemory:
-    """The memory the ranks run in (``ranks``: how many, default the run's world size)."""
-    if spec.device != "cuda":
-        return device_for("cpu").memory()
-    world = spec.world_size if ranks is None else ranks
-    here = min(local_ranks(world), max(1, device_for("cuda").count()))
-    return min((device_for("cuda", i).memory() for i in range(here)), key=lambda m: m.budget())
+def _why(err: BaseException) -> tuple[str, str]:
+    """The status and the one-line reason of a run that ``err`` stopped."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted", "interrupted by the user (SIGINT/SIGTERM)"
+    if isinstance(err, (UserError, RankError, ValueError)):
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return ("diverged" if DIVERGED in msg else "failed"), msg
+    return "failed", f"{type(err).__name__}: {err}".splitlines()[0]  # a bug: its type in the line
 
 
 @contextmanager
@@ -189,72 +182,23 @@ def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
         raise
 
 
-def _results(
-    planned: RunPlan, model: ModelPlan, out: Path, launcher: str, run_id: str | None
-) -> list[Any]:
-    spec = planned.spec
-    if spec.train.memory_check:
-        check_memory(planned)
-    if launcher == "local":
-        return launch_local(planned, model, out, run_id)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world != spec.world_size:
-        raise UserError(
-            f"the job has {world} ranks but pipeline.K*pipeline.replicas = "
-            f"{spec.pipeline.K}*{spec.pipeline.replicas} = {spec.world_size}"
-        )
-    results = run_rank(spec, planned, RankContext(out, run_id, model, gather=True))
-    assert results is not None
-    return list(results)
-
-
-def _stopped(spec: RunConfig, out: Path, launcher: str, status: str, error: str) -> RunMetrics:
-    """Metrics of a run that did not finish: its config and the steps the last stage reported (a
-    resumed run's record holds its earlier attempts' steps too; a step run again replaces its
-    earlier record)."""
-    m = base_metrics(spec, status, error, launcher)
-    by_step = {r.step: r for r in read_progress(out / PROGRESS_FILE)}
-    recs: list[StepRecord] = []
-    while len(recs) in by_step:
-        recs.append(by_step[len(recs)])
-    m.losses = [r.loss for r in recs]
-    m.step_times_s = [r.step_time_s for r in recs]
-    return m
-
-
-def _write(out: Path, m: RunMetrics) -> list[Path]:
-    try:
-        return folder.write(out, m)
-    except OutputError as err:
-        _report_unwritable(m, str(err))
-        return []
-
-
-def _report_unwritable(m: RunMetrics, msg: str) -> None:
-    """The folder cannot take the run's files: say so in one line, and keep the numbers on stdout."""
-    print(
-        f"gpipe-run: error: {msg}; the run's metrics follow on stdout", file=sys.stderr, flush=True
-    )
-    from ..metrics.contract import to_json
-
-    print(to_json(m), flush=True)
-    if m.status == "ok":
-        m.status, m.error = "failed", msg
-
-
-def _start_wandb(spec: RunConfig, out: Path, group: str | None) -> WandbRun | None:
-    try:
-        names = {**asdict(spec.pipeline), "model": spec.model.name}
-        return WandbRun.start(spec.logger, out, asdict(spec), group, names)
-    except Exception as err:  # noqa: BLE001 - logging must never lose the run
-        print(f"gpipe-run: wandb failed to start: {str(err).splitlines()[0]}", file=sys.stderr)
-        return None
-
-
-def _finish_wandb(wb: WandbRun | None, m: RunMetrics, files: list[Path]) -> None:
-    if wb is None:
+@contextmanager
+def _console(spec: RunConfig) -> Iterator[ConsoleProgress | None]:
+    """The run's progress on stderr (``train.progress``; env GPIPE_PROGRESS=0: none)."""
+    if not spec.train.progress or os.environ.get("GPIPE_PROGRESS", "1") == "0":
+        yield None
         return
-    try:
-        wb.finish(m, files)
-    except Exception as err:  # noqa: BLE001
-        print(f"gpipe-run: wandb failed: {str(err).splitlines()[0]}", file=sys.stderr)
+    p = spec.pipeline
+    with ConsoleProgress(f"K={p.K} M={p.M}", spec.train.steps, spec.train.progress_every_s) as c:
+        yield c
+
+
+def _tee(*calls: Callable[[StepRecord], Any] | None) -> Callable[[StepRecord], None]:
+    """One follower callback that calls each of ``calls`` (None: skipped)."""
+
+    def each(rec: StepRecord) -> None:
+        for call in calls:
+            if call is not None:
+                call(rec)
+
+    return each

@@ -1,6 +1,7 @@
 """A run's folder: nothing finished in it is ever replaced by something worse (issue #18 item 2).
 
-Before a run starts, ``claim`` looks at its folder:
+(Two runs *at the same time* are kept apart by the folder's lock, ``runner.lock``, taken before this
+looks.) Before a run starts, ``claim`` looks at its folder:
 
 - resuming (``train.resume``) a run that already finished — its ``metrics.json`` is ``ok`` with every
   step asked for — is a no-op: the run's results are returned untouched (and a sweep re-gathers them);
@@ -91,8 +92,9 @@ def _run_id(out: Path) -> str | None:
         return None
 
 
-def claim(spec: RunConfig, out: Path) -> Claim:
-    """Decide what starting ``spec`` in ``out`` means (see the module docstring)."""
+def claim(spec: RunConfig, out: Path, run_id: str | None = None) -> Claim:
+    """Decide what starting ``spec`` in ``out`` means (see the module docstring); ``run_id``: a
+    fresh run's id (its folder lock's, ``runner.lock``), else a new one."""
     t = spec.train
     check(spec, out)
     if t.resume is not None and not t.overwrite:
@@ -103,7 +105,7 @@ def claim(spec: RunConfig, out: Path) -> Claim:
     if t.overwrite:
         for name in RESULT_FILES:
             (out / name).unlink(missing_ok=True)
-    run = uuid.uuid4().hex[:12]
+    run = run_id or uuid.uuid4().hex[:12]
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / RUN_FILE).write_text(json.dumps({"run": run}) + "\n")

@@ -17,7 +17,8 @@ import torch
 
 from ..metrics.contract import RunMetrics
 from ..runplan.costing import simulate_plan, workload
-from ..runplan.plan import ModelPlan, RunPlan
+from ..runplan.model import ModelPlan
+from ..runplan.plan import RunPlan
 from ..sim import HardwareConfig, SimResult, resolve_hardware
 from ..sim.step import grad_bytes
 

@@ -9,86 +9,41 @@ seconds) or ``measured`` (each distinct layer timed on this device at the micro-
 ``sim.profile_max_micro_batch`` allows, one layer in memory at a time; the link and the engine's
 overheads calibrated once per device; all cached: ``sim.measured``). The micro-batch, the partition
 (``balance_by=time``: the profile's per-layer time), every stage's memory and ``train.batch_mode=fit``
-come from the run's plan (``config.plan``), made against the profile's memory (``sim_planning``).
-The profile's resolution and the step's costing are shared with the planner (``runplan.costing``).
+come from the run's plan (``runplan.plan``), made against the profile's memory; the plan carries the
+profile, resolved once for the run, and its costs. The step's costing is shared with the planner
+(``runplan.costing``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..config import RunConfig
-from ..config.device import DeviceMemory
 from ..engine.cell import chunk_slices
-from ..engine.checkpoint import stage_mode
 from ..engine.events import busy_time
 from ..engine.schedule import ideal_bubble
-from ..errors import UserError
-from ..memory.stages import layer_memory
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from ..metrics.summary import base_metrics, plan_info
-from ..runplan.costing import model_key, run_hardware, simulate_plan
-from ..runplan.plan import ModelPlan, RunPlan
+from ..runplan.costing import simulate_plan
+from ..runplan.model import ModelPlan
+from ..runplan.plan import RunPlan
 from ..sim.step import grad_bytes
 
-__all__ = ["simulate_run", "sim_planning"]
+__all__ = ["simulate_run"]
 
 Plan = ModelPlan
-
-GiB = 2**30
-
-
-def _layer_memory(spec: RunConfig, plan: Plan, micro_batch: int) -> list[int]:
-    """Each layer alone with one micro-batch in flight: the least any partition and M need of it
-    (with M in flight each layer would keep its own input M times, which inside a stage only the
-    stage's first layer does)."""
-    return layer_memory(
-        plan.layers,
-        plan.info.example,
-        plan.model.planning_loss,
-        M=1,
-        micro_batch=micro_batch,
-        schedule=spec.pipeline.schedule,
-        checkpoint=stage_mode(spec.pipeline.checkpoint, 0),  # each layer alone: the first's mode
-        optim=spec.optim.name,
-        key=model_key(spec, plan),
-        precision=spec.train.precision,
-    )
-
-
-def sim_planning(
-    spec: RunConfig, plan: Plan
-) -> tuple[DeviceMemory, Callable[[int], list[float]], str]:
-    """What the run's plan needs from the profile: one device's memory, and the per-layer time
-    (forward + backward) at a micro-batch, for ``balance_by=time``."""
-    hw, costs = run_hardware(spec, plan)
-
-    def times(n: int) -> list[float]:
-        return [c.forward_s + c.backward_s for c in costs.layer_costs(n)]
-
-    where = f"hardware={hw.name}"
-    return DeviceMemory(where, hw.memory_bytes, hw.memory_bytes, 0), times, where
 
 
 def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[Any]]:
     """Simulate one training step of the planned run; the metrics and the simulated events (trace)."""
     spec = run.spec
     p, t = spec.pipeline, spec.train
-    hw, costs = run_hardware(spec, plan)
-    mb, balance, mem = run.micro_batch, run.balance, run.stages
-    per_layer = _layer_memory(spec, plan, mb)
-    worst = max(range(len(per_layer)), key=lambda i: per_layer[i])
-    if per_layer[worst] > hw.memory_bytes:
-        raise UserError(
-            f"hardware={hw.name}: layer {worst} ({type(plan.layers[worst]).__name__}) alone needs "
-            f"{per_layer[worst] / GiB:.2f} GiB > the {hw.memory_bytes / GiB:.2f} GiB of one device "
-            "at this micro-batch; a single layer must fit (GPipe §6)"
-        )
+    hw, costs = run.hardware, run.costs  # resolved once, when the run was planned
+    assert hw is not None and costs is not None, "a simulated run's plan carries its profile"
+    mb, balance, mem = run.micro_batch, run.balance, run.stages  # each layer fits (the plan)
     res = simulate_plan(spec, hw, costs, balance, mb, layer_grad_bytes=grad_bytes(plan.layers))
     record = hw.record()
     budget = run.memory.budget()
@@ -140,7 +95,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
         )
     m.layer_costs = run.choice.costs
     m.env.device_names = [record.get("device", hw.name)]
-    m.env.threads_per_rank = torch.get_num_threads()  # as set for the profile (``run_hardware``)
+    m.env.threads_per_rank = torch.get_num_threads()  # as set for the profile (``hardware_of``)
     progress = ProgressWriter(out / PROGRESS_FILE)
     for step in range(t.steps):  # one simulated step stands for each: wandb sees the same series
         progress.write(

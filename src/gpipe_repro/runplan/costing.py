@@ -1,7 +1,8 @@
 """A run's hardware profile, resolved and costed for its planned model, and its step simulated.
 
 What the ``sim`` backend, ``gpipe-run plan=auto``, ``gpipe-plan`` and the paper's simulated tables
-share: the run's ``hardware`` option resolved once into a ``sim.Hardware`` (``run_hardware``), the
+share: the run's ``hardware`` option resolved once into a ``sim.Hardware`` (``hardware_of``; the run's
+plan carries it), its costs of the model (``costs_of``; both at once: ``run_hardware``), the
 model as the profile costs it (``workload``; ``hardware=measured`` times each distinct layer at the
 micro-batches ``profile_sizes`` names, with the run's threads), and one step of the run's pipeline
 options on those costs (``simulate_plan``, over ``sim.step.simulate_step``, the one call).
@@ -17,7 +18,7 @@ from ..config.schema import RunConfig
 from ..errors import UserError
 from ..sim import CostModel, Hardware, HardwareError, SimResult, Workload, resolve_hardware
 from ..sim.step import simulate_step
-from .plan import ModelPlan
+from .model import ModelPlan
 
 __all__ = [
     "model_key",
@@ -25,6 +26,8 @@ __all__ = [
     "profile_sizes",
     "measured_sizes",
     "run_hardware",
+    "hardware_of",
+    "costs_of",
     "simulate_plan",
 ]
 
@@ -75,16 +78,28 @@ def measured_sizes(spec: RunConfig, model: ModelPlan) -> list[int]:
 
 
 def run_hardware(spec: RunConfig, model: ModelPlan) -> tuple[Hardware, CostModel]:
-    """The run's hardware and its costs for the planned model (the measured profile is timed with
-    the run's threads); a bad profile is one line (UserError)."""
+    """The run's hardware and its costs for the planned model (``hardware_of``, ``costs_of``)."""
+    hw = hardware_of(spec)
+    return hw, costs_of(spec, hw, model)
+
+
+def hardware_of(spec: RunConfig) -> Hardware:
+    """The run's ``hardware`` option resolved (once per run: the plan carries it), with the run's
+    threads set for a measured profile's timing; a bad profile is one line (UserError)."""
     try:
         hw = resolve_hardware(spec.hardware, spec.device, spec.sim.profile_repeats)
     except HardwareError as err:
         raise UserError(str(err)) from None
     torch.set_num_threads(spec.train.threads)
+    return hw
+
+
+def costs_of(spec: RunConfig, hw: Hardware, model: ModelPlan) -> CostModel:
+    """``hw``'s per-layer costs of the planned model at ``spec``'s pipeline options (a measured
+    profile times each distinct layer in streams of the run's M, or ``sim.profile_stream``)."""
     sizes = measured_sizes(spec, model)
     stream = spec.sim.profile_stream or spec.pipeline.M  # a stage's M calls, or the set length
-    return hw, hw.cost_model(workload(spec, model), sizes, stream)
+    return hw.cost_model(workload(spec, model), sizes, stream)
 
 
 def simulate_plan(

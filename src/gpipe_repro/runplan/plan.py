@@ -22,33 +22,30 @@ tokens.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-from torch import nn
-
-from ..config.device import DeviceMemory
+from ..config.device import DeviceMemory, device_for, local_ranks
 from ..config.schema import RunConfig
 from ..config.validate import engine_error
-from ..data import DataInfo, get_data
-from ..engine import ArgumentError, balance_by_cost, check_balance, check_cells
+from ..engine import ArgumentError, balance_by_cost
 from ..engine.checkpoint import stage_mode
 from ..engine.cost import COUNTED_KINDS, layer_costs
-from ..engine.partition import check_k
 from ..errors import UserError
 from ..memory.stages import StagePlan, plan_stages
-from ..models import ModelSpec, get_model
 from ..options import opt
+from ..sim import CostModel, Hardware
+from .model import ModelPlan, plan_model
 
 __all__ = [
     "AutoPlanInfo",
-    "ModelPlan",
+    "ModelPlan",  # runplan.model's, named here too
     "BalanceChoice",
     "RunPlan",
     "plan_model",
     "plan_run",
+    "engine_memory",
     "choose_balance",
 ]
 
@@ -80,31 +77,6 @@ class AutoPlanInfo:
     predicted_stage_bytes: list[int] = opt([], "each stage's peak memory as the planner planned it")
     candidates: int = opt(0, "configurations the search scored")
     search_s: float = opt(0.0, "seconds the search took")
-
-
-@dataclass
-class ModelPlan:
-    """The model as a plan: its layers on the meta device (no memory) and the data's shapes."""
-
-    model: ModelSpec
-    info: DataInfo
-    layers: list[nn.Module]
-
-
-def plan_model(spec: RunConfig) -> ModelPlan:
-    """Build the model on ``meta`` and check K and balance against its layers (UserError)."""
-    model = get_model(spec.model.name)
-    info = spec.data.info()
-    with torch.device("meta"):
-        layers = model.layers(info, spec.model)
-    try:
-        check_k(spec.pipeline.K, len(layers))
-        check_cells(spec.pipeline.K, spec.pipeline.virtual_stages, len(layers))
-        if spec.pipeline.balance is not None:
-            check_balance(spec.pipeline.balance, len(layers))
-    except ArgumentError as err:
-        raise engine_error(err) from None
-    return ModelPlan(model, info, layers)
 
 
 @dataclass(frozen=True)
@@ -142,7 +114,11 @@ class RunPlan:
     stages: list[StagePlan]
     memory: DeviceMemory
     measure_time: bool = False  # the ranks measure per-layer time and choose the partition with it
-    auto: AutoPlanInfo | None = None  # plan=auto: the planner's pick (``runner.autoplan``)
+    auto: AutoPlanInfo | None = None  # plan=auto: the planner's pick (``runner.planning``)
+    # backend=sim: the hardware profile, resolved once for the run, and its costs of this model at
+    # the run's pipeline options (None on the engine, whose ranks measure on their own devices)
+    hardware: Hardware | None = None
+    costs: CostModel | None = None
 
     @property
     def world_size(self) -> int:
@@ -164,26 +140,28 @@ class _Planner:
         spec: RunConfig,
         model: ModelPlan,
         device_type: str,
-        time_costs: Callable[[int], list[float]] | None,
-        time_source: str,
+        costs: CostModel | None,
+        where: str,
     ) -> None:
         self.spec, self.model, self.device_type = spec, model, device_type
-        self.time_costs, self.time_source = time_costs, time_source
+        self.costs, self.where = costs, where  # the profile's per-layer costs (time), and whose
         self.loss = model.model.planning_loss  # target-free: the loss of the last stage
-        self.unit = model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1
+        self.unit = model.unit
         self.key = f"{spec.model!r}|{model.info!r}"
 
     def sentences(self, micro_batch: int) -> int:
         return max(1, micro_batch // self.unit)
 
-    def stages(self, balance: Sequence[int], n: int, K: int | None = None) -> list[StagePlan]:
+    def stages(
+        self, balance: Sequence[int], n: int, K: int | None = None, M: int | None = None
+    ) -> list[StagePlan]:
         """The stages' memory at ``n`` samples (sentences) per micro-batch."""
         s, p = self.spec, self.spec.pipeline
         per_layer = K is not None and K != p.K  # each layer alone: the first stage's mode
         kw: dict[str, Any] = dict(
             K=K or p.K,
             virtual_stages=1 if per_layer else p.virtual_stages,
-            M=p.M,
+            M=M or p.M,
             micro_batch=n,
             schedule=p.schedule,
             checkpoint=stage_mode(p.checkpoint, 0) if per_layer else p.checkpoint,
@@ -193,23 +171,21 @@ class _Planner:
             weight_decay=float(getattr(s.optim, "weight_decay", 0.0)),
         )
         m = self.model
-        try:  # planned with the kernels and autocast policy of the device the ranks run on
-            return plan_stages(
-                m.layers, m.info.example, self.loss, balance, device_type=self.device_type, **kw
-            )
-        except Exception as err:  # noqa: BLE001 - a plan is advice: fall back to CPU's kernels
-            if self.device_type == "cpu":
-                raise
-            print(
-                f"gpipe-run: planning on fake {self.device_type} tensors failed "
-                f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-                "planned with CPU's kernels",
-                file=sys.stderr,
-            )
-            self.device_type = "cpu"
-            return plan_stages(
-                m.layers, m.info.example, self.loss, balance, device_type="cpu", **kw
-            )
+        while True:  # planned with the kernels and autocast policy of the device the ranks run on
+            try:
+                return plan_stages(
+                    m.layers, m.info.example, self.loss, balance, device_type=self.device_type, **kw
+                )
+            except Exception as err:  # noqa: BLE001 - a plan is advice: fall back to CPU's kernels
+                if self.device_type == "cpu":
+                    raise
+                print(
+                    f"gpipe-run: planning on fake {self.device_type} tensors failed "
+                    f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                    "planned with CPU's kernels",
+                    file=sys.stderr,
+                )
+                self.device_type = "cpu"
 
     def balance(self, n: int) -> tuple[list[int], BalanceChoice, bool]:
         """The partition at ``n`` samples per micro-batch; True when the ranks must measure time."""
@@ -218,13 +194,9 @@ class _Planner:
             return list(p.balance), BalanceChoice("explicit", "pipeline.balance"), False
         kind, measure, stand_in = p.balance_by, False, None
         cells = p.K * p.virtual_stages
-        if kind == "time" and self.time_costs is not None:
-            costs = self.time_costs(n)
-            return (
-                choose_balance(costs, cells),
-                BalanceChoice("time", self.time_source, costs),
-                False,
-            )
+        if kind == "time" and self.costs is not None:
+            costs = [c.forward_s + c.backward_s for c in self.costs.layer_costs(n)]
+            return choose_balance(costs, cells), BalanceChoice("time", self.where, costs), False
         if kind == "time" and cells == 1:
             return [len(layers)], BalanceChoice("time", "one stage: nothing to measure"), False
         if kind == "time":  # the ranks measure it on their devices; FLOPs until then
@@ -276,20 +248,39 @@ def _largest(stages: Sequence[StagePlan], memory: DeviceMemory, spec: RunConfig)
     return lo
 
 
+def _each_layer_fits(planner: _Planner, n: int, memory: DeviceMemory) -> None:
+    """Each layer alone with one micro-batch of ``n`` in flight (the least any partition and M need
+    of it) fits one device, or one line naming the largest (GPipe §6: a single layer must fit)."""
+    layers = planner.model.layers
+    alone = [s.total for s in planner.stages([1] * len(layers), n, K=len(layers), M=1)]
+    worst = max(range(len(alone)), key=lambda i: alone[i])
+    if alone[worst] > memory.budget():
+        raise UserError(
+            f"{memory.where}: layer {worst} ({type(layers[worst]).__name__}) alone needs "
+            f"{alone[worst] / GiB:.2f} GiB > the {memory.budget() / GiB:.2f} GiB of one device "
+            "at this micro-batch; a single layer must fit (GPipe §6)"
+        )
+
+
 def plan_run(
     spec: RunConfig,
     model: ModelPlan,
-    memory: DeviceMemory,
+    memory: DeviceMemory | None = None,
     *,
     device_type: str = "cpu",
-    time_costs: Callable[[int], list[float]] | None = None,
-    time_source: str = "",
+    hardware: Hardware | None = None,
+    costs: CostModel | None = None,
 ) -> RunPlan:
-    """Plan ``spec`` against ``memory``. ``device_type``: the kernels the stages are planned with;
-    ``time_costs(n)``: per-layer seconds at n samples per micro-batch where they are known before
-    the run (the simulator's hardware profile), else ``balance_by=time`` is measured by the ranks."""
+    """Plan ``spec`` against ``memory`` (the engine's: ``engine_memory``). ``device_type``: the
+    kernels the stages are planned with. ``hardware`` and its ``costs`` (backend=sim): the memory
+    is one of the profile's devices, on which every layer alone must fit, and ``balance_by=time``
+    its per-layer time; else ``balance_by=time`` is measured by the ranks."""
     p = spec.pipeline
-    planner = _Planner(spec, model, device_type, time_costs, time_source)
+    if hardware is not None:
+        size = hardware.memory_bytes
+        memory = DeviceMemory(f"hardware={hardware.name}", size, size, 0)
+    assert memory is not None, "plan_run: the memory, or the hardware profile that has it"
+    planner = _Planner(spec, model, device_type, costs, memory.where)
     mb = spec.train.batch_size // p.replicas // p.M
     if spec.train.batch_mode == "fit":
         n, seen = planner.sentences(mb), set()
@@ -306,4 +297,16 @@ def plan_run(
     n = planner.sentences(mb)
     balance, choice, measure = planner.balance(n)
     stages = planner.stages(balance, n)
-    return RunPlan(spec, mb, n, balance, choice, stages, memory, measure)
+    if hardware is not None:
+        _each_layer_fits(planner, n, memory)
+    return RunPlan(spec, mb, n, balance, choice, stages, memory, measure, None, hardware, costs)
+
+
+def engine_memory(spec: RunConfig, ranks: int | None = None) -> DeviceMemory:
+    """The memory the engine's ranks run in (``ranks``: how many, default the run's world size):
+    the GPU with the least free memory among those of this host they use, or this host's RAM."""
+    if spec.device != "cuda":
+        return device_for("cpu").memory()
+    world = spec.world_size if ranks is None else ranks
+    here = min(local_ranks(world), max(1, device_for("cuda").count()))
+    return min((device_for("cuda", i).memory() for i in range(here)), key=lambda m: m.budget())

@@ -3,7 +3,7 @@
     gpipe-plan model=amoebanet_d data=synthetic hardware=tpu_v3 plan.devices=8 plan.batch_size=128
 
 The run's options compose and validate as ``gpipe-run``'s (``config.compose``); ``plan.*`` are the
-planner's own (``plan.config``). Nothing is allocated: the model is built on the meta device, its
+planner's own (``search.options``). Nothing is allocated: the model is built on the meta device, its
 per-layer costs come from the hardware profile (``runplan.costing``), its memory from the memory
 planner. What is searched and how it is pruned: ``search.space``. Bad input is one line, exit 2.
 """
@@ -16,10 +16,11 @@ from pathlib import Path
 
 from ..config.compose import compose
 from ..errors import UserError
-from ..runplan.plan import plan_model
+from ..runplan.costing import run_hardware
+from ..runplan.model import plan_model
 from . import report
 from .choose import rank_configurations
-from .options import PlanConfig, plan_config, split_args
+from .options import PlanConfig, plan_config, split_args, usage
 from .space import Candidate
 
 __all__ = ["main", "plan"]
@@ -41,6 +42,7 @@ def plan(argv: list[str]) -> tuple[list[Candidate], str]:
     r = rank_configurations(
         spec,
         model,
+        *run_hardware(spec, model),
         devices=pc.devices,
         cap=int(pc.memory_gib * GiB) if pc.memory_gib is not None else None,
         batch=batch,
@@ -73,8 +75,20 @@ def plan(argv: list[str]) -> tuple[list[Candidate], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(usage(__doc__ or ""))
+        return 0
+    flags = [a for a in args if a.startswith("-")]
+    if flags:
+        print(
+            f"gpipe-plan: error: {flags[0]} is not an option; allowed: -h/--help and key=value "
+            "overrides",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        _, text = plan(list(sys.argv[1:] if argv is None else argv))
+        _, text = plan(args)
     except UserError as err:
         print(f"gpipe-plan: error: {err}", file=sys.stderr)
         return 2

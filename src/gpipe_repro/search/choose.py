@@ -1,8 +1,9 @@
 """The planner on a composed run: its search space, the search, the exact check of the shown rows.
 
 One function, ``rank_configurations``, for both callers: ``gpipe-plan`` (which prints and writes the
-ranking) and ``gpipe-run plan=auto`` (which runs the best row, ``runner.autoplan``). The model is on
-the meta device; per-layer costs come from the run's ``hardware`` (``runplan.costing``), memory from
+ranking) and ``gpipe-run plan=auto`` (which runs the best row, ``runner.planning``). The model is on
+the meta device; per-layer costs come from the run's ``hardware`` (resolved by the caller,
+``runplan.costing``), memory from
 the memory planner (``memory.stages``), both through ``search.subject``, which the planner's
 validation calls too. What is searched and how it is pruned: ``search.space``.
 """
@@ -14,11 +15,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..config import RunConfig
-from ..data import get_data
 from ..engine.partition import balance_by_cells
 from ..errors import UserError
-from ..runplan.costing import model_key, run_hardware
-from ..runplan.plan import ModelPlan
+from ..runplan.costing import model_key
+from ..runplan.model import ModelPlan
 from ..sim import CostModel, Hardware
 from .space import MODES, Candidate, Space, Stats, search
 from .subject import Subject, exact_peaks, simulate_candidate, space_of
@@ -49,7 +49,7 @@ def subject(spec: RunConfig, model: ModelPlan) -> Subject:
         optim=spec.optim.name,
         weight_decay=float(getattr(spec.optim, "weight_decay", 0.0)),
         precision=spec.train.precision,
-        unit=model.info.tokens_per_sample if get_data(spec.data.name).batch_tokens else 1,
+        unit=model.unit,
     )
 
 
@@ -78,6 +78,8 @@ def _nothing_fits(space: Space, K: int, M: int, cap: int) -> str:
 def rank_configurations(
     spec: RunConfig,
     model: ModelPlan,
+    hw: Hardware,
+    costs: CostModel,
     *,
     devices: int,
     cap: int | None,
@@ -86,15 +88,16 @@ def rank_configurations(
     top: int,
 ) -> Ranked:
     """The ``top`` fastest configurations of ``spec``'s model on ``devices`` devices whose stages
-    fit ``cap`` bytes each (None: the hardware profile's memory); ``batch`` None: the largest that
-    fits. Raises UserError (one line) for more devices than layers, no memory, nothing that fits."""
+    fit ``cap`` bytes each (None: the hardware profile's memory), timed by ``hw``'s ``costs`` of the
+    model (``runplan.costing.run_hardware``: the caller resolves the profile, once); ``batch`` None:
+    the largest that fits. Raises UserError (one line) for more devices than layers, no memory,
+    nothing that fits."""
     L = len(model.layers)
     if devices > L:
         raise UserError(
             f"plan.devices={devices} exceeds the model's {L} layers; allowed: 1..{L} "
             "(one stage per device at most)"
         )
-    hw, costs = run_hardware(spec, model)
     cap = cap if cap is not None else hw.memory_bytes
     if cap <= 0:
         raise UserError(f"hardware={hw.name} states no memory; set plan.memory_gib")

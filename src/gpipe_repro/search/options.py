@@ -7,7 +7,7 @@ typed by ``PlanConfig`` and checked against its ``opt`` metadata (one line each)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -16,7 +16,7 @@ from ..config.schema import PlanSearchConfig
 from ..errors import UserError
 from ..options import check_fields, opt
 
-__all__ = ["PlanConfig", "split_args", "plan_config"]
+__all__ = ["PlanConfig", "split_args", "plan_config", "usage"]
 
 PREFIX = "plan."
 
@@ -66,3 +66,16 @@ def plan_config(args: list[str]) -> PlanConfig:
     if b is not None and b != "fit" and not (b.isdigit() and int(b) >= 1):
         raise UserError(f"plan.batch_size={b!r} is invalid; allowed: null, fit or an integer >= 1")
     return out
+
+
+def usage(about: str) -> str:
+    """``gpipe-plan --help``: ``about`` (the entry point's docstring) and every ``plan.*`` option
+    with its default and doc, from ``PlanConfig`` (the run's options are gpipe-run's)."""
+    lines = [about.strip(), "", "gpipe-plan's own options (plan.KEY=VALUE):"]
+    for f in fields(PlanConfig):
+        lines.append(f"  plan.{f.name}={f.default}  {f.metadata.get('doc', '')}")
+    lines += [
+        "",
+        "Every other key=value is a run option, as gpipe-run takes it: see docs/config.md.",
+    ]
+    return "\n".join(lines)

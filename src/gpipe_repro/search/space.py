@@ -16,8 +16,8 @@ most its layers' own saved tensors plus the outputs its inner layers take as inp
 schedule's and mode's count of micro-batches alive (the memory planner's closed forms, ``_coef``);
 the micro-batch in backward counts as the largest, over its layers m, of what layers up to m save
 plus m's own working set (what later layers saved is freed by then), plus the gradient the cell
-receives. On validate-plan's imbalanced model this bound lies at most 1.4x above the exact peak and
-never below it (tests/paper/validate_plan/test_predict.py).
+receives. The bound is never below the exact peak, and on validate-plan's imbalanced model stays
+within the factor tests/paper/validate_plan/test_predict.py holds it to.
 The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
 
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of

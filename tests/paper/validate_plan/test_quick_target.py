@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.measure.planner import PlanRow
 from gpipe_repro.paper.rows import read_csv
-from gpipe_repro.paper.validate_plan.summary import PlanRow, summarize
+from gpipe_repro.paper.validate_plan.findings import summarize
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.measure.simulator import CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.rows import read_csv, write_csv
-from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
-from gpipe_repro.paper.validate_sim.run import CellRow
+from gpipe_repro.paper.validate_sim import ARTEFACT
 from gpipe_repro.paper.validate_sim.split import (
     NOISE,
     GroupRow,
     SplitRow,
     group_rows,
     split_rows,
-    verdict_lines,
+    verdicts,
 )
 
 
@@ -75,8 +75,12 @@ def test_a_small_bias_below_the_spread_is_noise_not_met():
     rows = _group("mlp", "never", [0.02, 0.03, 0.04], 0.05)
     (g,) = group_rows(rows)
     assert not g.outside and g.verdict == NOISE
-    (line, _) = verdict_lines(split_rows(rows), [g])
-    assert f"within ±5%: not shown ({NOISE}) — of 1 groups 0 met; 1 {NOISE}" in line
+    (v,) = verdicts(split_rows(rows), [g])
+    assert v["target"] == f"not shown ({NOISE})" and v["groups"] == 1
+    assert v["parts"][:2] == [
+        "0 met",
+        f"1 {NOISE} (mlp K = 2 never +3.0%: bias below the same-cell spread)",
+    ]
 
 
 def test_the_split_keeps_kinds_apart_and_splits_remat_and_schedule():

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.measure.simulator import KEY, TRACE_CELL, CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.rows import write_csv
-from gpipe_repro.paper.validate_sim.artefact import ARTEFACT
-from gpipe_repro.paper.validate_sim.run import KEY, TRACE_CELL, CellRow
-from gpipe_repro.paper.validate_sim.text import by_group, spearman, summarize
+from gpipe_repro.paper.validate_sim import ARTEFACT
+from gpipe_repro.paper.validate_sim.findings import summarize
 
 
 def write_report(folder: Path, rows: list[CellRow]) -> Path:
@@ -20,14 +20,6 @@ def write_report(folder: Path, rows: list[CellRow]) -> Path:
     write_csv(folder / "validation.csv", CellRow, rows)
     make(ARTEFACT, folder / "validation.csv", folder, argparse.Namespace(), "test")
     return folder / "sim.md"
-
-
-def test_spearman_is_one_for_the_same_order_and_minus_one_reversed():
-    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)  # 1 - 6*4/(5*24)
-    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.8660254)  # tied ranks averaged
-    assert spearman([1.0], [2.0]) is None
 
 
 def _row(kind: str, M: int, measured: float, simulated: float, wait: float = 0.0, **kw) -> CellRow:
@@ -54,7 +46,7 @@ def _row(kind: str, M: int, measured: float, simulated: float, wait: float = 0.0
     )
 
 
-def test_the_error_by_group_shows_which_way_each_k_is_biased():
+def test_the_error_by_group_shows_which_way_each_k_is_biased(tmp_path):
     rows = [
         _row("real", 1, 0.100, 0.101, K=1),
         _row("real", 2, 0.100, 0.099, K=1),
@@ -62,7 +54,7 @@ def test_the_error_by_group_shows_which_way_each_k_is_biased():
         _row("real", 2, 0.100, 0.070),
         _row("real", 4, 0.100, 0.090),
     ]
-    text = "\n".join(by_group(rows))
+    text = write_report(tmp_path, rows).read_text()
     assert "| transformer | real | 1 | 2 | +0.0% | -1.0% | +1.0% |" in text
     assert "| transformer | real | 2 | 3 | -20.0% | -30.0% | -10.0% |" in text
     assert "One process (K = 1): median +0.0%" in text and "(K ≥ 2): median -20.0%" in text
@@ -118,41 +110,6 @@ def test_the_report_is_generated_from_the_files(tmp_path):
     assert (tmp_path / "trace_worst_real.png").exists() and (tmp_path / "validation.png").exists()
 
 
-def test_a_cells_probes_are_the_first_ranks_and_an_unprobed_cell_has_none():
-    from gpipe_repro.paper.validate_sim.cells import step_times
-
-    cell = {"M": 2, "schedule": "gpipe", "checkpoint": "never"}
-
-    def rank(times, probes, stage):
-        ev = [{"action": "forward", "stage": stage}]
-        return [
-            {
-                "cell": cell,
-                "stage": stage,
-                "times": times,
-                "waits": [0.0, 0.01],
-                "probes": probes,
-                "events": ev,
-            }
-        ]
-
-    (ct,) = step_times([rank([0.1, 0.2], [0.004, 0.005], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
-    assert ct.times == [0.3, 0.2]  # the slowest rank per step
-    assert ct.probes == [0.004, 0.005]  # the first rank probes, the others wait at a barrier
-    assert ct.waits == pytest.approx([0.0, 0.1]) and len(ct.events) == 2
-    (un,) = step_times([rank([0.1, 0.2], [0.0, 0.0], 0), rank([0.3, 0.1], [0.0, 0.0], 1)])
-    assert un.probes == []
-
-
-def test_the_rounds_spread_is_the_farthest_round_median_from_the_cells():
-    from gpipe_repro.paper.validate_sim.run import _spread
-
-    assert _spread([[1.0, 1.0]]) is None  # one round: nothing to compare
-    # all steps' median 1.1; the rounds' medians 1.0 and 1.2: both 1/11 away
-    assert _spread([[1.0, 1.0], [1.2, 1.2]]) == pytest.approx(0.1 / 1.1)
-    assert _spread([[1.0, 1.0], [1.0, 1.0], [1.6, 1.6]]) == pytest.approx(0.6)
-
-
 def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path):
     rows = [
         _row(
@@ -195,50 +152,67 @@ def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path)
     assert "| emulated | 1 |" in md  # emulated cells are never normalised
 
 
-def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope():
-    from gpipe_repro.paper.validate_sim.run import dilated, fit_slope
-    from gpipe_repro.sim.costs import LayerCost
+def test_the_dilation_is_described_as_the_calibration_ran_it(tmp_path):
+    import json
 
-    c = LayerCost(0.01, 0.005, 0.02, 4096, 0.001)
-    (d,) = dilated({8: [c]}, 3.0)[8]
-    assert (d.forward_s, d.forward_nograd_s, d.backward_s, d.update_s) == pytest.approx(
-        (0.03, 0.015, 0.06, 0.003)
-    )
-    assert d.out_bytes == 4096
-    with pytest.raises(ValueError, match="dilation=0.5"):
-        dilated({8: [c]}, 0.5)
-    # residual = 2 ms + 150 us per call: the slope is the per-call cost, the intercept ignored
-    assert fit_slope([(16, 0.002 + 16 * 150e-6), (64, 0.002 + 64 * 150e-6)]) == pytest.approx(
-        150e-6
-    )
-    assert fit_slope([(16, 0.01), (64, 0.001)]) == 0.0  # a falling residual is no negative cost
-    assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
-    with pytest.raises(ValueError, match="points"):
-        fit_slope([])
+    rows = [_row("real", 1, 0.1, 0.1), _row("emulated", 1, 0.1, 0.1)]
 
-
-def test_the_emulation_dilation_grows_with_the_ranks_per_core():
-    from gpipe_repro.paper.validate_sim.run import emulation_dilation
-
-    assert emulation_dilation(8, 5.0, 2) == 20.0  # 8 ranks on 2 cores
-    assert emulation_dilation(4, 5.0, 2) == 10.0
-    assert emulation_dilation(4, 5.0, 64) == 1.0  # a core each and more: no dilation needed
-    with pytest.raises(ValueError, match="cores=0"):
-        emulation_dilation(4, 5.0, 0)
-
-
-def test_the_dilation_is_described_as_the_calibration_ran_it():
-    from gpipe_repro.paper.validate_plan.text import _emulation
-    from gpipe_repro.paper.validate_sim.text import _dilations
+    def page(calib: dict) -> str:
+        (tmp_path / "calibration.json").write_text(json.dumps(calib))
+        return write_report(tmp_path, rows).read_text()
 
     # a calibration from before the dilation grew with the ranks per core re-renders as it was
-    old = _dilations({"settings": {"dilation": 3.0, "emulated_K": [4, 8]}})
-    assert old.startswith("every emulated layer sleeps 3.0 times its profiled cost")
-    assert "8 ranks" in old
-    assert _emulation({}) == "each layer sleeps its profiled cost"
-    new = _dilations(
+    old = page({"settings": {"dilation": 3.0, "emulated_K": [4, 8]}, "cores": 2})
+    assert "every emulated layer sleeps 3.0 times its profiled cost" in old
+    assert "CPU work of 8 ranks a small share of 2 cores" in old
+    new = page(
         {"settings": {"dilation_scale": 5.0}, "dilations": {"K=4": 10.0, "K=8": 20.0}, "cores": 2}
     )
     assert "5 times the ranks per core (2 cores here), K=4 ×10, K=8 ×20" in new
-    plan = _emulation({"settings": {"dilation_scale": 2.5}, "dilations": {"K=8": 10.0}})
-    assert "2.5 times the ranks per core (K=8 ×10)" in plan
+
+
+@pytest.mark.slow
+def test_the_validation_pipeline_writes_its_report(tmp_path):
+    import argparse
+    import csv
+    from unittest import mock
+
+    from gpipe_repro.measure.simulator import CellRow, Settings
+    from gpipe_repro.paper.artefact import make
+    from gpipe_repro.paper.rows import columns
+    from gpipe_repro.paper.validate_sim import ARTEFACT
+
+    s = Settings(
+        models=["imbalanced"],
+        real_K=[1],
+        emulated_models=["transformer"],
+        emulated_K=[2],
+        Ms=[4],
+        schedules=["gpipe"],
+        checkpoints=["always"],
+        rounds=1,
+        emulated_rounds=1,
+        warmup=1,
+        steps=2,
+        repeats=2,
+    )
+    with mock.patch.object(Settings, "quick", return_value=s):
+        report, written = make(ARTEFACT, None, tmp_path, argparse.Namespace(quick=True), "test")
+    assert [(r.kind, r.K, r.M) for r in report.rows] == [("real", 1, 4), ("emulated", 2, 4)]
+    with open(tmp_path / "validation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == columns(CellRow) and len(rows) == 2
+    assert all(float(r["measured_step_s"]) > 0 and float(r["simulated_step_s"]) > 0 for r in rows)
+    md = (tmp_path / "sim.md").read_text()
+    assert (
+        "| real | 1 |" in md
+        and "| emulated | 1 |" in md
+        and "What each modelling choice buys" in md
+    )
+    assert (tmp_path / "trace_worst_emulated_measured.json").exists()
+    assert {p.name for p in written} >= {"validation.csv", "sim.md", "cpu.yaml", "roofline.csv"}
+    # re-rendered from its CSV alone (and the files beside it): the same page but the provenance
+    again = tmp_path / "again"
+    make(ARTEFACT, tmp_path / "validation.csv", again, argparse.Namespace(), "test")
+    body = lambda p: [x for x in p.read_text().splitlines() if not x.startswith("Generated by")]  # noqa: E731
+    assert body(again / "sim.md") == body(tmp_path / "sim.md")

@@ -2,8 +2,8 @@
 
 The paper uses a 64k wordpiece vocabulary shared by all languages (§5). Of SentencePiece's models,
 BPE is the closest to wordpiece (both grow the vocabulary by greedy merges; wordpiece scores a merge
-by likelihood gain) and it trains in seconds where the unigram model takes ~7x longer (4 s vs 30 s
-for 8,000 pieces on the Bible pairs, one thread); its output is deterministic. Text is
+by likelihood gain) and it trains faster than the unigram model, which re-estimates every candidate
+piece by EM in each round; its output is deterministic. Text is
 detokenised losslessly (``decode``), so BLEU is computed on plain text.
 
 Special ids: ``PAD`` = 0 (the model's padding id), ``UNK`` = 1, ``BOS`` = 2, ``EOS`` = 3. The model is

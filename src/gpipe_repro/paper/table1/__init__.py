@@ -1,1 +1,142 @@
-"""Table 1 (GPipe §3): the largest model that fits, per number of accelerators."""
+"""Table 1 (GPipe §3): the largest model that fits, per number of accelerators.
+
+Experiments: ``memory.table1.COLUMNS`` — the paper's configurations — each planned at fp32 and bf16;
+a variant changes the budgets, the batches or the columns from the command line (never published).
+Collect: ``planned.result_rows``, ``planned.saved_rows`` and ``planned.alloc_rows`` (``results.csv``,
+``saved.csv``, ``allocator.csv``). Summary: ``findings``. Page: ``templates/table1.md.j2`` and
+``table1.png``, from the CSVs alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from ...memory.table1 import COLUMNS, Column, GiB
+from ..artefact import Artefact, Report
+from ..plot import figure
+from ..provenance import Provenance
+from ..rows import read_csv, write_csv
+from ..template import render
+from .findings import summary
+from .planned import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
+
+TITLE = "Table 1 — the largest model that fits, per number of accelerators"
+HALVES = {"amoebanet_d": "amoebanet", "transformer_lm": "transformer"}
+
+
+def _key(c: Column) -> str:
+    return f"{HALVES[c.model]}:{c.label}"
+
+
+class Table1(Artefact[ResultRow]):
+    """Table 1: the largest model that fits, per number of accelerators (GPipe §3)."""
+
+    name = folder = "table1"
+    row = ResultRow
+    command = "make table1"
+    siblings = ("saved.csv", "allocator.csv")
+
+    def options(self, parser: argparse.ArgumentParser) -> None:
+        for half, gib, batch in (("amoebanet", 8, "128"), ("transformer", 16, "32 x 1024 tokens")):
+            parser.add_argument(
+                f"--{half}-budget-gib", type=float, help=f"memory per accelerator (default {gib})"
+            )
+            parser.add_argument(f"--{half}-batch", type=int, help=f"mini-batch (default {batch})")
+        parser.add_argument(
+            "--columns", nargs="*", help="a subset, e.g. transformer:Pipeline-8 amoebanet:Naive-1"
+        )
+
+    def check(self, a: argparse.Namespace) -> str | None:
+        for half in ("amoebanet", "transformer"):
+            b, n = getattr(a, f"{half}_budget_gib"), getattr(a, f"{half}_batch")
+            if b is not None and b <= 0:
+                return f"--{half}-budget-gib={b} is invalid; allowed: a number of GiB > 0"
+            if n is not None and (n < 1 or n & (n - 1)):
+                return f"--{half}-batch={n} is invalid; allowed: a power of two >= 1 (it is split into M micro-batches)"
+        known = {_key(c) for c in COLUMNS}
+        bad = [c for c in a.columns or [] if c not in known]
+        return (
+            f"--columns {bad[0]} is unknown; allowed: {', '.join(sorted(known))}" if bad else None
+        )
+
+    def variant(self, a: argparse.Namespace) -> str | None:
+        """What this invocation changes from the paper's setting, as a folder name."""
+        parts = [
+            f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
+            for k in (
+                "amoebanet_budget_gib",
+                "transformer_budget_gib",
+                "amoebanet_batch",
+                "transformer_batch",
+            )
+            if (v := getattr(a, k, None)) is not None
+        ]
+        if getattr(a, "columns", None):
+            parts.append("columns-" + "+".join(c.replace(":", "-") for c in a.columns))
+        return "_".join(parts) or None
+
+    def columns(self, a: argparse.Namespace) -> list[Column]:
+        """The paper's columns, with the budgets, batches and column filter of the command line."""
+        cols = []
+        for c in COLUMNS:
+            half = HALVES[c.model]
+            budget, batch = (
+                getattr(a, f"{half}_budget_gib", None),
+                getattr(a, f"{half}_batch", None),
+            )
+            if getattr(a, "columns", None) and _key(c) not in a.columns:
+                continue
+            M = c.M if batch is None else min(c.M, batch)
+            cols.append(
+                replace(
+                    c, budget=int(budget * GiB) if budget else c.budget, batch=batch or c.batch, M=M
+                )
+            )
+        return cols
+
+    def collect(
+        self, source: Path | None, opts: argparse.Namespace, out: Path
+    ) -> Report[ResultRow]:
+        cols = self.columns(opts)
+        write_csv(out / "saved.csv", SavedRow, saved_rows(cols))
+        write_csv(out / "allocator.csv", AllocRow, alloc_rows())
+        return Report(result_rows(cols), Provenance.here())
+
+    def render(self, report: Report[ResultRow], out: Path) -> list[Path]:
+        md, png = out / "table1.md", out / "table1.png"
+        saved = read_csv(out / "saved.csv", SavedRow)
+        alloc = (
+            read_csv(out / "allocator.csv", AllocRow) if (out / "allocator.csv").exists() else []
+        )
+        s = summary(report.rows, saved, alloc)
+        md.write_text(render("table1", report.provenance, TITLE, **s))
+        plot(report.rows, png)
+        return [md, png]
+
+
+def plot(rs: list[ResultRow], path: Path) -> None:
+    with figure(path, 1, 2, figsize=(10, 3.8)) as (fig, axes):
+        for ax, model, title in [
+            (axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
+            (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)"),
+        ]:
+            sub = [r for r in rs if r.model == model and r.precision == "fp32"]
+            xs = list(range(len(sub)))
+            ax.plot(xs, [r.paper_param_count for r in sub], "s--", label="paper")
+            for precision, style in (("fp32", "o-"), ("bf16", "^-")):
+                ours = {r.column: r for r in rs if r.model == model and r.precision == precision}
+                if ours:
+                    fit = [
+                        ours[r.column].largest_param_count or 0 if r.column in ours else 0
+                        for r in sub
+                    ]
+                    ax.plot(xs, fit, style, label=f"ours, {precision}: largest that fits")
+            ax.set_xticks(xs, [r.column for r in sub], rotation=20)
+            ax.set(yscale="log", ylabel="parameters", title=title)
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+
+
+ARTEFACT = Table1()

@@ -1,6 +1,6 @@
 """Table 4's rows: one per fine-tuning run (``runs.csv``), grouped over seeds (``results.csv``).
 
-A work folder written by ``table4.artefact`` holds one folder per sweep under ``jobs/`` (``job.json``:
+A work folder written by ``paper.table4`` holds one folder per sweep under ``jobs/`` (``job.json``:
 the target, the initialisation, K, the dataset's sizes; one sub-folder per seed with the run's own
 ``metrics.json``, read through the contract). A ``RunRow`` holds all a page needs of a run, so the
 page is regenerated from ``runs.csv`` (and ``plan.json``) alone. Runs are grouped by (target, init,

@@ -1,1 +1,199 @@
-"""``make validate-hw``: published hardware profiles checked against published training throughputs."""
+"""The hardware validation: every published profile's anchors simulated, and this CPU's roofline.
+
+    python -m gpipe_repro.paper validate-hw --publish    # make validate-hw -> reports/hw/
+    python -m gpipe_repro.paper validate-hw --no-cpu     # the anchors alone (seconds; not published)
+
+Experiments: every published profile of ``conf/hardware/`` (``sim.hardware.published_names``: a
+YAML file a user adds is one) with its anchors, simulated by ``sim.anchors.check``; the experiments
+that simulate on those profiles (``uses``); this CPU's roofline against its measured layer costs
+(``measure.roofline_check``). Collect: ``results.csv`` (``profiles.AnchorRow``), ``devices.csv``, ``uses.csv``,
+``cpu.csv`` and ``cpu.yaml``. Summary: ``profiles`` (per device, per layer kind, what rests on which
+profile). Page: ``templates/hw.md.j2`` and ``hw.png``, from those files alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ...config.compose import CONF_DIR
+from ...measure.roofline_check import measure_cpu, write_profile
+from ...sim.anchors import MIN_ANCHORS, TOLERANCE, check
+from ...sim.hardware import load_profile, published_names
+from ..artefact import Artefact, Report
+from ..markdown import pct, yes
+from ..plot import figure
+from ..provenance import Provenance
+from ..rows import read_csv, write_csv
+from ..template import render
+from .profiles import (
+    AnchorRow,
+    CpuRow,
+    DeviceSummary,
+    anchor_rows,
+    cpu_rows,
+    devices,
+    kinds,
+    rests_on,
+)
+from .uses import UseRow, uses
+
+CPU_HOW = (
+    "This CPU as a roofline profile, from micro-benchmarks only (sim/measured/cpu.py),\n"
+    "written by make validate-hw: its roofline is checked against the measured layer costs."
+)
+TITLE = "Published hardware profiles against published training throughputs"
+
+
+class ValidateHw(Artefact[AnchorRow]):
+    """Published hardware profiles against published training throughputs; this CPU's roofline
+    against its measured costs."""
+
+    name = "validate-hw"
+    folder = "hw"
+    row = AnchorRow
+    command = "make validate-hw"
+    siblings = ("devices.csv", "uses.csv", "cpu.csv", "cpu.yaml")
+    page = "hw"
+    in_process = True
+    switch = (
+        "no-cpu",
+        "the published profiles alone: leave this CPU's roofline check out (seconds)",
+    )
+
+    def collect(
+        self, source: Path | None, opts: argparse.Namespace, out: Path
+    ) -> Report[AnchorRow]:
+        names = published_names()
+        rows = anchor_rows([r for name in names for r in check(load_profile(name))])
+        write_csv(out / "devices.csv", DeviceSummary, devices(rows, names))
+        write_csv(out / "uses.csv", UseRow, uses(CONF_DIR, names))
+        for stale in ("cpu.csv", "cpu.yaml"):
+            (out / stale).unlink(missing_ok=True)
+        if not opts.no_cpu:
+            hw, pairs = measure_cpu()
+            write_csv(out / "cpu.csv", CpuRow, cpu_rows(pairs))
+            write_profile(hw, out / "cpu.yaml", CPU_HOW)
+        return Report(rows, Provenance.here())
+
+    def markdown(self, report: Report[AnchorRow], out: Path) -> str:
+        cpu = read_csv(out / "cpu.csv", CpuRow) if (out / "cpu.csv").exists() else []
+        summaries = read_csv(out / "devices.csv", DeviceSummary)
+        s = summary(report.rows, summaries, read_csv(out / "uses.csv", UseRow), cpu)
+        return render("hw", report.provenance, TITLE, profile=_cpu_profile(out / "cpu.yaml"), **s)
+
+    def plot(self, report: Report[AnchorRow], path: Path) -> None:
+        cpu = path.parent / "cpu.csv"
+        plot(report.rows, read_csv(cpu, CpuRow) if cpu.exists() else [], path)
+
+
+def summary(
+    rows: list[AnchorRow], summaries: list[DeviceSummary], used: list[UseRow], cpu: list[CpuRow]
+) -> dict[str, Any]:
+    """What the page says, from the CSVs' rows: the targets per device, every anchor, what rests on
+    each profile, this CPU's roofline per layer kind."""
+    ks = kinds(cpu)
+    sizes = sorted({r.micro_batch for r in cpu})
+    count = {(r.model, r.kind): r.layers for r in cpu}
+    met = lambda ok: "met" if ok else "not met"  # noqa: E731
+    return {
+        "tol": TOLERANCE,
+        "least": MIN_ANCHORS,
+        "devices": summaries,
+        "device_cells": [
+            [
+                d.device,
+                d.anchors,
+                d.within,
+                d.checks,
+                d.checks_within,
+                d.checks_new,
+                "-" if d.worst is None else pct(d.worst, signed=True),
+                d.inputs or "-",
+                met(d.enough),
+                met(d.each),
+                f"**{met(d.met)}**",
+            ]
+            for d in summaries
+        ],  # fmt: skip
+        "anchor_cells": [
+            [
+                r.device,
+                r.model,
+                f"batch {r.batch}{f' x {r.seq} tokens' if r.seq else ''}, {r.precision}, "
+                f"{r.devices} device(s)",
+                f"{r.published:.3g}",
+                f"{r.simulated:.3g}",
+                pct(r.error, signed=True),
+                r.role,
+                yes(r.within),
+                f"[link]({r.source})",
+            ]
+            for r in rows
+        ],  # fmt: skip
+        "verdicts": rests_on(summaries, used, ks),
+        "kinds": ks,
+        "size_heads": [f"micro-batch {n}" for n in sizes],
+        "kind_cells": [
+            [
+                k.model,
+                k.kind,
+                count[(k.model, k.kind)],
+                *(pct(dict(k.errors)[n], 0, True) if n in dict(k.errors) else "-" for n in sizes),
+                yes(k.within),
+            ]
+            for k in ks
+        ],  # fmt: skip
+        "kinds_within": sum(k.within for k in ks),
+        "median": statistics.median(e for k in ks for _, e in k.errors) if ks else None,
+    }
+
+
+def _cpu_profile(path: Path) -> str:
+    """The CPU profile's measured fields in words (empty when it was not written)."""
+    if not path.exists():
+        return ""
+    from omegaconf import DictConfig, OmegaConf
+
+    p = OmegaConf.load(path)
+    assert isinstance(p, DictConfig)
+    return (
+        f"peak {p['peak_flops_fp32'] / 1e9:.1f} GFLOP/s, copy {p['mem_bandwidth_Bps'] / 1e9:.1f} "
+        f"GB/s, one operator call {p['op_min_s'] * 1e6:.1f} us"
+    )
+
+
+def plot(rows: list[AnchorRow], cpu: list[CpuRow], path: Path) -> None:
+    panels = 2 if cpu else 1
+    with figure(path, 1, panels, figsize=(6 * panels, 4.2), squeeze=False) as (fig, axes):
+        ax = axes[0][0]
+        ys = list(range(len(rows)))
+        colors = ["tab:blue" if r.role == "fit" else "tab:orange" for r in rows]
+        ax.barh(ys, [100 * r.error for r in rows], color=colors)
+        ax.set_yticks(ys, [f"{r.device} {r.model} b{r.batch}" for r in rows], fontsize=7)
+        ax.axvspan(-100 * TOLERANCE, 100 * TOLERANCE, color="green", alpha=0.1)
+        ax.invert_yaxis()
+        ax.set(xlabel="simulated / published - 1 (%)", title="anchors (blue: fit, orange: check)")
+        ax.grid(alpha=0.3)
+        if cpu:
+            ax = axes[0][1]
+            for k in kinds(cpu):
+                ns, es = zip(*k.errors)
+                ax.plot(ns, [100 * e for e in es], "o-", label=f"{k.model} {k.kind}"[:40])
+            sizes = sorted({r.micro_batch for r in cpu})
+            ax.set_xscale("log")
+            ax.set_xticks(sizes, [str(n) for n in sizes])
+            ax.minorticks_off()
+            ax.axhspan(-100 * TOLERANCE, 100 * TOLERANCE, color="green", alpha=0.1)
+            ax.set(
+                xlabel="micro-batch",
+                ylabel="roofline / measured - 1 (%)",
+                title="this CPU's roofline per layer kind",
+            )
+            ax.legend(fontsize=6)
+            ax.grid(alpha=0.3)
+
+
+ARTEFACT = ValidateHw()

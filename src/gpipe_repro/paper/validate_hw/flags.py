@@ -2,7 +2,7 @@
 
 A cell simulated on a published profile (Tables 2 and 3, GPipe §3: TPU v3, P100) is only as good as
 that profile's roofline. ``make validate-hw`` judges each profile per input a model is fed
-(``rows.problems``: its anchors and this CPU's per-layer check); a table reads that judgement from
+(``profiles.problems``: its anchors and this CPU's per-layer check); a table reads that judgement from
 the report's ``devices.csv`` and ``cpu.csv`` and marks every cell it covers — the same decision,
 made by the same function, never a second copy of it.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..provenance import Provenance
 from ..rows import read_csv
-from .rows import CpuRow, DeviceSummary, kinds, problems
+from .profiles import CpuRow, DeviceSummary, kinds, problems
 from .uses import INPUTS
 
 __all__ = ["MARK", "Anchoring", "anchoring"]

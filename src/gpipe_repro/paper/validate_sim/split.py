@@ -8,8 +8,8 @@ differ on this machine, ``CellRow.round_spread``) cannot be told from this machi
 group says so instead of "met".
 
 Typed rows (``SplitRow``, ``GroupRow``) are computed from ``validation.csv``'s rows, written to
-``split.csv`` and ``groups.csv``, and the page's sections and verdict lines are rendered from what
-those CSVs hold.
+``split.csv`` and ``groups.csv``, and the page's sections and verdicts are read from what those
+CSVs hold (``summary``).
 """
 
 from __future__ import annotations
@@ -18,20 +18,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ...measure.simulator import CellRow
+from ..markdown import pct
 from ..rows import read_csv, write_csv
-from .run import CellRow
-
-__all__ = [
-    "BIAS",
-    "NOISE",
-    "SplitRow",
-    "GroupRow",
-    "split_rows",
-    "group_rows",
-    "verdict_lines",
-    "section",
-]
 
 BIAS = 0.05  # issue #21: every (model, K, remat) group's median signed error within ±5%
 NOISE = "inside this machine's noise"
@@ -115,63 +106,10 @@ def group_rows(rows: Sequence[CellRow]) -> list[GroupRow]:
     return out
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:+.1f}%"
-
-
-def _abs(x: float | None) -> str:
-    return "—" if x is None else f"{x:.1%}"
-
-
-def _split_table(rows: Sequence[SplitRow]) -> list[str]:
-    lines = [
-        "## Error by what users decide: remat and schedule",
-        "",
-        "Signed error (simulated − measured) / measured, real and emulated cells apart (`split.csv`); "
-        f"*{ALL}*: both schedules together.",
-        "",
-        "| cells | remat | schedule | how many | median error (bias) | median abs. error | "
-        "max abs. error |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r.kind} | {r.checkpoint} | {r.schedule} | {r.cells} | {_pct(r.median_signed)} | "
-            f"{_abs(r.median_abs)} | {_abs(r.max_abs)} |"
-        )
-    return [*lines, ""]
-
-
-def _group_table(rows: Sequence[GroupRow]) -> list[str]:
-    lines = [
-        "## Bias per (model, K, remat) group",
-        "",
-        f"Target (issue #21): every group's median signed error within ±{BIAS:.0%} (`groups.csv`). "
-        "*Same-cell spread*: the median over the group's cells of how far the rounds of fresh "
-        "processes lie apart (the *rounds' spread* per cell below). A group whose bias is smaller "
-        f"than that spread is *{NOISE}*: this machine cannot show whether it meets the target.",
-        "",
-        "| cells | model | K | remat | how many | median error (bias) | median abs. error | "
-        f"max abs. error | same-cell spread | outside ±{BIAS:.0%} | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for g in rows:
-        verdict = "**not met**" if g.verdict == "not met" else g.verdict
-        lines.append(
-            f"| {g.kind} | {g.model} | {g.K} | {g.checkpoint} | {g.cells} | "
-            f"{_pct(g.median_signed)} | {_abs(g.median_abs)} | {_abs(g.max_abs)} | "
-            f"{_abs(g.repeat_spread)} | {'**yes**' if g.outside else 'no'} | {verdict} |"
-        )
-    return [*lines, ""]
-
-
-def _name(g: GroupRow) -> str:
-    return f"{g.model} K = {g.K} {g.checkpoint} {_pct(g.median_signed)}"
-
-
-def verdict_lines(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> list[str]:
-    """One line per kind: the bias target over its groups, and the bias per remat."""
-    lines = []
+def verdicts(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> list[dict[str, Any]]:
+    """Per kind: the bias target over its groups (met, **not met**, or not shown inside the noise),
+    how many groups each verdict got and which, and the bias per remat."""
+    out = []
     for kind in KINDS:
         gs = [g for g in groups if g.kind == kind]
         if not gs:
@@ -193,30 +131,37 @@ def verdict_lines(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> lis
                 "same-cell spread)"
             )
         remat = ", ".join(
-            f"`{s.checkpoint}` {_pct(s.median_signed)} ({s.cells} cells)"
+            f"`{s.checkpoint}` {pct(s.median_signed, 1, True)} ({s.cells} cells)"
             for s in splits
             if s.kind == kind and s.schedule == ALL
         )
-        outside = sum(g.outside for g in gs)
-        lines.append(
-            f"- {kind} cells, every group's bias within ±{BIAS:.0%}: {target} — of {len(gs)} "
-            f"groups {'; '.join(parts)}; {outside} outside ±{BIAS:.0%}. Bias by remat: {remat}."
-        )
-    return [*lines, ""]
+        out.append({"kind": kind, "target": target, "groups": len(gs), "parts": parts,
+                    "outside": sum(g.outside for g in gs), "remat": remat})  # fmt: skip
+    return out
 
 
-def section(rows: Sequence[CellRow], out: Path) -> tuple[list[str], list[Path]]:
-    """Write ``split.csv`` and ``groups.csv`` from ``rows`` into ``out``; the page's sections, read
-    back from them, and the files written."""
-    paths = [out / "split.csv", out / "groups.csv"]
-    write_csv(paths[0], SplitRow, split_rows(rows))
-    write_csv(paths[1], GroupRow, group_rows(rows))
-    splits, groups = read_csv(paths[0], SplitRow), read_csv(paths[1], GroupRow)
-    lines = [
-        *_split_table(splits),
-        *_group_table(groups),
-        "Verdicts (from the two tables above):",
-        "",
-        *verdict_lines(splits, groups),
-    ]
-    return lines, paths
+def _name(g: GroupRow) -> str:
+    return f"{g.model} K = {g.K} {g.checkpoint} {pct(g.median_signed, 1, True)}"
+
+
+def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
+    """Write ``split.csv`` and ``groups.csv`` from ``rows`` into ``out``; the page's tables and
+    verdicts, read back from them."""
+    write_csv(out / "split.csv", SplitRow, split_rows(rows))
+    write_csv(out / "groups.csv", GroupRow, group_rows(rows))
+    splits, groups = read_csv(out / "split.csv", SplitRow), read_csv(out / "groups.csv", GroupRow)
+    return {
+        "all": ALL, "bias": BIAS, "noise": NOISE,
+        "split_cells": [
+            [r.kind, r.checkpoint, r.schedule, r.cells, pct(r.median_signed, 1, True),
+             pct(r.median_abs), pct(r.max_abs)]
+            for r in splits
+        ],
+        "group_cells": [
+            [g.kind, g.model, g.K, g.checkpoint, g.cells, pct(g.median_signed, 1, True),
+             pct(g.median_abs), pct(g.max_abs), pct(g.repeat_spread), "**yes**" if g.outside else "no",
+             "**not met**" if g.verdict == "not met" else g.verdict]
+            for g in groups
+        ],
+        "verdicts": verdicts(splits, groups),
+    }  # fmt: skip

@@ -1,7 +1,7 @@
 """This CPU as a published-style roofline profile, from micro-benchmarks only (no model is timed).
 
 So that the roofline (``sim.roofline``) can be checked on the one device whose per-layer costs can be
-measured here (``sim.anchors.cpu``, ``make validate-hw``), this CPU is described the way a
+measured here (``measure.roofline_check``, ``make validate-hw``), this CPU is described the way a
 published device is, each field measured with one intra-op thread, as the engine's ranks run:
 
 - ``peak_flops_fp32`` and the efficiency curve: square fp32 matmuls of 16 .. 1024, the best rate of

@@ -5,7 +5,9 @@ not depend on the model is measured once per device and cached (``cache``):
 
 - the link: latency and bandwidth of a real point-to-point transfer over the engine's backend
   (``link.measure_link``: gloo on CPU, nccl on CUDA), and the wake-up of a receiver blocked for a
-  while (``Link.wake``);
+  while (``Link.wake``) — only where two ranks can be paired: on a host with one GPU the link is an
+  ``UnmeasuredLink`` (a K = 1 run never asks it; K >= 2 is refused in one line when costed), and the
+  rest is measured on that GPU all the same;
 - the engine's own cost per compute action (``overhead_s``) and per step (``step_overhead_s``): real
   K = 1 steps of a small reference model at several M, each minus its own compute spans, fitted by a
   line in the number of actions (``overhead.measure_overhead``, SIMULATION.md item 4). The reference
@@ -39,7 +41,7 @@ from torch import nn
 
 from ..costs import Link
 from . import cache
-from .link import measure_link
+from .link import UnmeasuredLink, link_pairs, measure_link
 from .overhead import measure_overhead
 from .profile import profile_layers
 from .sharing import measure_sharing
@@ -83,9 +85,13 @@ class DeviceModel:
             recv_call_s=self.link.recv_call_s + self.shared_message_s,
         )
 
+    @property
+    def link_measured(self) -> bool:
+        return not isinstance(self.link, UnmeasuredLink)
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["link"] = asdict(self.link)
+        d["link"] = asdict(self.link) if self.link_measured else None
         d.pop("source")
         return d
 
@@ -119,14 +125,19 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``);
         # 6: what a message costs ranks sharing the host (``sharing``)
         "format": 6,
+        "link": "unmeasured" if (unpaired := link_pairs(dev.type)) else "measured",
     }
     if use_cache and (stored := cache.load("device", key)) is not None:
         try:
-            fields = dict(stored["link"])
-            fields["wake"] = tuple(tuple(p) for p in fields.get("wake", ()))
+            if stored["link"] is None:
+                stored_link: Link = UnmeasuredLink(0.0, float("inf"), reason=unpaired or "")
+            else:
+                fields = dict(stored["link"])
+                fields["wake"] = tuple(tuple(p) for p in fields.get("wake", ()))
+                stored_link = Link(**fields)
             return DeviceModel(
                 stored["device"],
-                Link(**fields),
+                stored_link,
                 float(stored["overhead_s"]),
                 float(stored["step_overhead_s"]),
                 bool(stored["sender_busy"]),
@@ -136,7 +147,11 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
             )
         except (KeyError, TypeError, ValueError):
             pass
-    link = measure_link(device=dev.type, use_cache=use_cache).link
+    link = (
+        UnmeasuredLink(0.0, float("inf"), reason=unpaired)
+        if unpaired
+        else measure_link(device=dev.type, use_cache=use_cache).link
+    )
     layers = _reference_layers()
     N, Ms = REFERENCE.N, REFERENCE.Ms
     prof = profile_layers(
@@ -160,7 +175,7 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
     )
     shared = (
         measure_sharing(link, fit.overhead_s, max(0.0, fit.fixed_s)).shared_message_s
-        if dev.type == "cpu"
+        if dev.type == "cpu" and not unpaired
         else 0.0
     )
     model = DeviceModel(

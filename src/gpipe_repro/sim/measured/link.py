@@ -37,11 +37,55 @@ import torch
 from ..costs import Link
 from . import cache
 
-__all__ = ["LinkProfile", "measure_link", "fit_link", "WAKE_BLOCKED_S"]
+__all__ = [
+    "LinkProfile",
+    "LinkUnmeasured",
+    "UnmeasuredLink",
+    "measure_link",
+    "fit_link",
+    "link_pairs",
+    "WAKE_BLOCKED_S",
+]
 
 DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
 # how long the receiver is blocked before the message is sent, for the wake-up points
 WAKE_BLOCKED_S = (0.0, 0.5e-3, 2e-3, 8e-3, 30e-3)
+
+
+class LinkUnmeasured(ValueError):
+    """A run needs a link this device never measured (one line)."""
+
+
+@dataclass(frozen=True)
+class UnmeasuredLink(Link):
+    """The link of a host that cannot pair two ranks on its devices (one GPU: nccl refuses two ranks
+    on one device). A K = 1 run with one replica sends nothing and never asks it; anything that would
+    send raises ``LinkUnmeasured`` with ``reason``, so no time is made up."""
+
+    reason: str = "the link between two devices was not measured"
+
+    def time(self, nbytes: float) -> float:
+        raise LinkUnmeasured(self.reason)
+
+    def allreduce_s(self, nbytes: int, replicas: int) -> float:
+        if replicas == 1:
+            return 0.0
+        raise LinkUnmeasured(self.reason)
+
+
+def link_pairs(device: str) -> str | None:
+    """None where two ranks of this device type can be paired here (a CPU; two CUDA devices); else
+    why not, in words (the reason an ``UnmeasuredLink`` gives)."""
+    if device != "cuda":
+        return None
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n >= 2:
+        return None
+    return (
+        f"hardware=measured: the link between two GPUs was not measured ({n} CUDA device here; nccl "
+        "cannot pair two ranks on one), so pipeline.K >= 2 and pipeline.replicas >= 2 cannot be "
+        "costed on it; allowed here: K = 1 with one replica, or a published profile (hardware=h100)"
+    )
 
 
 @dataclass(frozen=True)
@@ -168,11 +212,8 @@ def measure_link(
     if repeats < 1:
         raise ValueError(f"repeats={repeats} is invalid; allowed: an integer >= 1")
     dev = torch.device(device)
-    if dev.type == "cuda" and torch.cuda.device_count() < 2:
-        raise ValueError(
-            f"measure_link(device={device!r}) needs 2 CUDA devices (nccl cannot pair two "
-            f"ranks on one), found {torch.cuda.device_count()}"
-        )
+    if (why := link_pairs(dev.type)) is not None:
+        raise LinkUnmeasured(why)
     key = {
         "device": cache.device_name(dev),
         "device_type": dev.type,

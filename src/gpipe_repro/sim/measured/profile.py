@@ -195,11 +195,10 @@ def split_backward(costs: Sequence[LayerCost], shares: Sequence[float]) -> list[
 NOISE_FLOOR_REL = 0.05  # of the forward: the least spread a call timed again shows on a shared CPU
 NOISE_FLOOR_S = 2e-6  # the clock read and the Python call around a timed action
 # A recompute runs right after another micro-batch's backward, the kept forward right after the
-# previous forward: each layer's first call after a backward costs a few microseconds more (its code
-# and weights no longer warm). `python bench/recompute_excess.py` on this 2-core machine: 5-12 us
-# per layer (small linear layers at micro-batch 1, M = 32: the recompute 23-28% above forward +
-# overhead, at the edge of the noise, so a profile of a small model failed about one run in three);
-# at micro-batch 32 the recompute came out cheaper. Allowed per layer, above the noise:
+# previous forward: each layer's first call after a backward costs more (its code and weights no
+# longer warm), most for small layers at small micro-batches, where it reaches the noise and a
+# profile of a small model failed without an allowance. `python bench/recompute_excess.py` measures
+# the excess per layer; the allowance is above its largest value. Allowed per layer, above the noise:
 RECOMPUTE_EXCESS_PER_LAYER_S = 15e-6
 
 

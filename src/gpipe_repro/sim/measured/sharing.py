@@ -133,8 +133,8 @@ def measure_sharing(
     """Real K = 2 steps of spinning stages at each M of ``Ms`` against their simulation on ``link``
     and the engine's overheads (module doc). A message carries ``shape`` floats per micro-batch.
     ``rounds`` launches of fresh ranks, each fitted on its own (how the scheduler places gloo's
-    threads varies from one launch to the next, by a factor of ~3 on the AMD EPYC host); the result
-    is the median of the rounds' slopes, its points each M's median step."""
+    threads, and so the slope, varies from one launch to the next); the result is the median of the
+    rounds' slopes, its points each M's median step."""
     Ms_ = sorted({int(m) for m in Ms})
     if not Ms_ or Ms_[0] < 1 or not (fwd_s > 0 and bwd_s > 0) or rounds < 1:
         raise ValueError(

@@ -1,17 +1,17 @@
 """This host's speed at a moment: a short fixed workload timed (the *speed probe*).
 
 On a shared or virtual machine the same single-threaded work does not take the same time from one
-second to the next: on the 2-core VM this project is developed on, a fixed matmul loop alternates
-between phases some seconds long that differ by up to ~1.5x, and a training step follows those
-phases (``python bench/speed_drift.py`` draws both over a minute). Costs profiled in one phase and
-steps measured in another then disagree by the machine's drift, whatever the simulator does.
+second to the next: a fixed matmul loop can alternate between phases some seconds long at different
+speeds, and a training step follows those phases (``python bench/speed_drift.py`` draws both over a
+minute, on the machine it runs on). Costs profiled in one phase and steps measured in another then
+disagree by the machine's drift, whatever the simulator does.
 
-The probe measures that drift: ``probe_s()`` times a fixed single-threaded matmul loop (about 3 ms
-here). A time ``t`` measured while the probe takes ``p`` seconds is ``t * ref / p`` seconds at the
+The probe measures that drift: ``probe_s()`` times a fixed single-threaded matmul loop, short
+enough to run before every timed run. A time ``t`` measured while the probe takes ``p`` seconds is ``t * ref / p`` seconds at the
 *reference speed* — the speed at which the probe takes ``ref`` seconds (``reference_s()``, the
 median of a few probes; any fixed value works, it cancels out of every ratio). Profiling
 (``profile.profile_layers(normalize_to=ref)``) and the validation's measured steps
-(``paper.validate_sim.cells``) both probe just before each timed run, so both land on the same scale.
+(``measure.ranks``) both probe just before each timed run, so both land on the same scale.
 
 The probe is compute-bound and small enough to stay in cache; a memory-bound layer follows the
 machine's phases less closely than it does, so normalising removes most of the drift, not all
@@ -27,7 +27,7 @@ import torch
 
 __all__ = ["probe_s", "reference_s", "normalized", "PROBE_ITERS"]
 
-PROBE_ITERS = 40  # (64 x 256) @ (256 x 256) matmuls: ~3 ms on one core of the development VM
+PROBE_ITERS = 40  # (64 x 256) @ (256 x 256) matmuls: a few milliseconds on one core, in cache
 _operands: tuple[torch.Tensor, torch.Tensor] | None = None
 
 

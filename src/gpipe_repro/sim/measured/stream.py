@@ -5,7 +5,8 @@ M micro-batches in a row, keeping every micro-batch's saved tensors alive until 
 rematerialisation it runs a no-grad forward of every micro-batch, then per micro-batch restores the RNG
 state, runs the forward again with grad and runs the backward. A layer timed alone, outside that
 stream, runs in another state of caches, allocator and autograd, and is not what the engine incurs
-(alone, layers came out up to 2x dearer, and a no-grad pass dearer than the forward it repeats). So a
+(timed alone, a layer can come out dearer than in the stream, and a no-grad pass dearer than the
+forward it repeats). So a
 *cell* of layers runs here exactly the engine's two kinds of step, and each layer is timed inside them:
 
 - the kept step: the forward with grad of micro-batches 0 .. M-1 (the engine's saved-tensor accounting

@@ -1,0 +1,297 @@
+"""The one host calibration of a validation experiment, and a cell simulated on it.
+
+Before any cell is measured (nothing here is fitted to the cells validated), ``calibrate`` measures
+the speed probe's reference (``sim.measured.speed``), this device's link and the engine's overheads
+(``sim.measured.device_model``, afresh, not from the cache), how far ``time.sleep`` overshoots and,
+for an experiment that emulates, the CPU an emulated layer call costs beyond its sleep
+(``emulation_call_s``). Its typed result, ``Calibration``, is the one shape of every experiment's
+``calibration.json``: ``make validate-sim`` and ``make validate-plan`` add their own figures (the
+profiles, the caps, the phases' seconds) to the same fields, and their pages read them back.
+
+**Emulation's time dilation.** With K ranks on a few cores, the engine's own CPU work (the Python
+around each layer call, autograd, gloo's threads) queues for the cores, which K devices would not;
+so an emulated layer sleeps its profiled cost times a dilation that grows with the ranks per core
+(``emulation_dilation``), and each cell's *core wait* is reported beside its error
+(``reports/sim/sim.md`` shows both per cell).
+
+``simulate_cell`` is the simulator on these costs: a cell's layers at its micro-batch, the device's
+link (``DeviceModel.ranks_link`` where real ranks share this host's cores) and overheads, with one
+modelling choice of ``VARIANTS`` undone where asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..engine import launch
+from ..engine.pipeline import DEFAULT_LOOKAHEAD
+from ..errors import UserError
+from ..sim.costs import LayerCost, stage_costs
+from ..sim.measured import DeviceModel, LayerProfile, ProfileError, device_model, profile_layers
+from ..sim.measured.profile import OUTSIDE_SPANS
+from ..sim.measured.speed import reference_s
+from ..sim.simulate import SimResult, simulate
+from . import ranks
+from .emulate import sleep_until
+from .models import N, model
+
+# The calibrated model, and each of its modelling choices undone: the report shows what each one buys.
+VARIANTS = {
+    "model": "the calibrated model",
+    "sender_busy": "a send occupies its sender for the whole transfer",
+    "posted": "receives always posted (no gloo rendezvous)",
+    "no_calls": "posting sends and receives is free",
+    "no_sharing": "a message costs ranks sharing the host's cores nothing beyond posting it",
+    "no_overhead": "no engine overhead per action or step",
+}
+
+
+@dataclass
+class Settings:
+    """What every calibrated experiment sets (each experiment's own ``Settings`` adds its grid)."""
+
+    models: list[str] = field(default_factory=list)
+    rounds: int = 2  # launches of fresh processes, each in a new order
+    warmup: int = 2
+    steps: int = 3
+    repeats: int = 5  # profile repeats per layer and size
+    seed: int = 0
+    normalize: bool = True  # put real cells and the profile on the speed probe's reference speed
+    dilation_scale: float = 5.0  # emulated layers sleep this x (ranks per core) x their cost
+    emulated_warmup: int = 1
+    emulated_steps: int = 2
+
+
+@dataclass
+class Calibration:
+    """``calibration.json``: the settings, what ``calibrate`` measured, and what the experiment adds
+    (None or empty where it adds nothing)."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)  # ``DeviceModel.to_json``
+    speed_reference_s: float | None = None
+    sleep_overshoot_s: float = 0.0
+    cores: int | None = None
+    dilations: dict[str, float] = field(default_factory=dict)  # "K=4" -> dilation
+    emulation_call_s: float | None = None
+    emulation_call_model: str | None = None
+    outside_spans: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # the micro-batches profiled
+    profiles: dict[str, Any] = field(default_factory=dict)  # model -> ``LayerProfile.to_json``
+    caps_mib: dict[str, dict[str, float]] = field(default_factory=dict)
+    phases_s: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    predicted_full_s: float | None = None
+    seconds: float | None = None
+    load_before: str | None = None
+    load_after: str | None = None
+    torch: str | None = None
+    python: str | None = None
+    quick: bool = False
+
+    def dilation(self, K: int) -> float:
+        """How many times its cost an emulated layer sleeps at ``K`` ranks (``emulation_dilation``)."""
+        return emulation_dilation(K, self.settings["dilation_scale"], self.cores or 1)
+
+    def finish(self, t0: float) -> None:
+        """The experiment's wall time since ``t0`` (``time.perf_counter``) and the load after it."""
+        self.seconds, self.load_after = time.perf_counter() - t0, _load()
+
+    def save(self, folder: Path) -> None:
+        (folder / "calibration.json").write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, folder: Path) -> Calibration | None:
+        """``folder/calibration.json`` (None: not there); keys another version wrote are left out."""
+        path = folder / "calibration.json"
+        if not path.exists():
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(path.read_text()).items() if k in known})
+
+
+def _load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cores() -> int:
+    """The cores this process may run on: its affinity mask where the OS has one (a container
+    limited to 2 CPUs of a large host counts 2), else the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks on this OS
+        return os.cpu_count() or 1
+
+
+def emulation_dilation(K: int, scale: float, cores: int) -> float:
+    """How many times its profiled cost an emulated layer sleeps with ``K`` ranks on ``cores``
+    cores: ``scale`` times the ranks per core, at least 1 (module doc)."""
+    if not (K >= 1 and scale > 0 and cores >= 1):
+        raise ValueError(
+            f"K={K}, scale={scale}, cores={cores} are invalid; allowed: K >= 1, scale > 0, cores >= 1"
+        )
+    return max(1.0, scale * K / cores)
+
+
+def sleep_overshoot(samples: int = 200, duration_s: float = 1e-3) -> float:
+    """Median seconds ``sleep_until`` sleeps past its deadline here (each emulated call pays it)."""
+    over = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        sleep_until(t0 + duration_s)
+        over.append(time.perf_counter() - t0 - duration_s)
+    return statistics.median(over)
+
+
+def profile_model(
+    name: str, sizes: list[int], repeats: int, seed: int, ref: float | None
+) -> LayerProfile:
+    """A validation model's seeded layers profiled afresh at ``sizes`` with its real loss, on the
+    speed probe's reference ``ref`` (None: as measured). A stream the machine's noise made
+    inconsistent is timed again (``profile.checked_stream``); one refused every time ends the run
+    with its figures."""
+    vm = model(name)
+    try:
+        return profile_layers(
+            vm.layers(seed), vm.sample, sizes, loss_fn=vm.loss, repeats=repeats, use_cache=False,
+            normalize_to=ref,
+        )  # fmt: skip
+    except ProfileError as err:
+        raise UserError(f"{name}: {err}") from None
+
+
+def _plus(c: LayerCost, o: float) -> LayerCost:
+    return LayerCost(
+        c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
+    )
+
+
+def dilated(costs: dict[int, list[LayerCost]], d: float) -> dict[int, list[LayerCost]]:
+    """Every compute figure times ``d`` (bytes unchanged): what emulated layers sleep."""
+    if not d >= 1:
+        raise ValueError(f"dilation={d} is invalid; allowed: a number >= 1")
+    return {
+        n: [
+            LayerCost(c.forward_s * d, c.forward_nograd_s * d, c.backward_s * d, c.out_bytes,
+                      c.update_s * d)
+            for c in cs
+        ]
+        for n, cs in costs.items()
+    }  # fmt: skip
+
+
+def as_emulated(
+    slept: list[LayerCost], overshoot: float, call_s: float
+) -> tuple[list[LayerCost], float]:
+    """What ``simulate_cell`` is given for an emulated cell whose layers sleep ``slept``: each call
+    plus the sleep's overshoot and the emulated call's CPU, and the update sleep's overshoot as the
+    step's extra."""
+    return [_plus(c, overshoot + call_s) for c in slept], overshoot
+
+
+def simulate_cell(
+    cell: dict,
+    K: int,
+    balance: list[int],
+    layer_costs: list[LayerCost],
+    dm: DeviceModel,
+    extra_step_s: float = 0.0,
+    variant: str = "model",
+    shared: bool = False,
+) -> SimResult:
+    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch); ``variant`` undoes
+    one modelling choice (``VARIANTS``); ``shared``: the cell's ranks share this host's cores (real
+    cells: ``DeviceModel.ranks_link``; emulated ranks sleep, as separate devices would)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} is unknown; allowed: {', '.join(VARIANTS)}")
+    link = dm.ranks_link() if shared and variant != "no_sharing" else dm.link
+    if variant == "no_calls":
+        link = replace(link, send_call_s=0.0, recv_call_s=0.0)
+    none = variant == "no_overhead"
+    return simulate(
+        K, cell["M"], cell["schedule"], cell["checkpoint"], stage_costs(layer_costs, balance),
+        link, 0.0 if none else dm.overhead_s,
+        sender_busy=variant == "sender_busy" or dm.sender_busy,
+        step_overhead_s=(0.0 if none else dm.step_overhead_s) + extra_step_s,
+        lookahead=None if variant == "posted" else DEFAULT_LOOKAHEAD,
+    )  # fmt: skip
+
+
+def fit_slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x through ``points`` (``np.polyfit``), clamped at 0 (a cost is
+    never negative); where every point has the same x, the line through the origin (y / x)."""
+    if not points or any(x <= 0 for x, _ in points):
+        raise ValueError(f"points={points} is invalid; allowed: at least one point, every x > 0")
+    xs, ys = np.array(points, dtype=float).T
+    if np.ptp(xs) == 0:
+        return max(0.0, float(ys.mean() / xs[0]))
+    return max(0.0, float(np.polyfit(xs, ys, 1)[0]))
+
+
+def emulation_call_s(
+    name: str,
+    costs: dict[int, list[LayerCost]],
+    dm: DeviceModel,
+    overshoot: float,
+    Ms: list[int],
+    warmup: int,
+    steps: int,
+) -> float:
+    """CPU seconds one emulated layer call costs beyond its sleep (the engine's Python around it,
+    autograd, the ``_Emulate`` function): K = 1 emulated steps of ``name`` at each M of ``Ms``
+    against their simulation, the slope of the residual over the layer calls per step."""
+    L = len(costs[N // Ms[0]])
+    grid = [{"M": M, "schedule": "gpipe", "checkpoint": "never"} for M in Ms]
+    per_rank = launch(ranks.emulated_rank, 1, (name, 1, [L], grid, costs, warmup, steps), threads=1)
+    points = []
+    for ct in ranks.step_times(per_rank):
+        M = ct.cell["M"]
+        lc = [_plus(c, overshoot) for c in costs[N // M]]
+        sim = simulate_cell(ct.cell, 1, [L], lc, dm, overshoot).step_s
+        points.append((2.0 * L * M, statistics.median(ct.times) - sim))  # forward + backward calls
+    return fit_slope(points)
+
+
+def calibrate(
+    s: Settings,
+    sizes: list[int],
+    Ms: list[int],
+    emulated_K: list[int],
+    call_model: str | None,
+    log: Callable[[str], None],
+) -> tuple[Calibration, DeviceModel, dict[str, LayerProfile]]:
+    """The host calibrated for experiment ``s`` (module doc), its dilation at each of ``emulated_K``
+    and, with ``call_model``, the emulated call's CPU on that model (its profile at ``sizes`` is
+    returned, to be reused): K = 1 emulated steps at each M of ``Ms``, at K = 1's dilation (one rank
+    queues for nothing: a call's CPU, not its sleep, is measured)."""
+    load = _load()
+    torch.set_num_threads(1)
+    ref = reference_s() if s.normalize else None
+    dm = device_model(use_cache=False)
+    overshoot = sleep_overshoot()
+    log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
+    calib = Calibration(
+        asdict(s), dm.to_json(), ref, overshoot, cores(), outside_spans=list(OUTSIDE_SPANS),
+        sizes=sizes, load_before=load, torch=torch.__version__, python=sys.version.split()[0],
+    )  # fmt: skip
+    calib.dilations = {f"K={K}": calib.dilation(K) for K in emulated_K}
+    profiles: dict[str, LayerProfile] = {}
+    if call_model is not None:
+        profiles[call_model] = profile_model(call_model, sizes, s.repeats, s.seed, ref)
+        costs = dilated(profiles[call_model].costs, calib.dilation(1))
+        steps = (s.emulated_warmup, s.emulated_steps)
+        calib.emulation_call_s = emulation_call_s(call_model, costs, dm, overshoot, Ms, *steps)
+        calib.emulation_call_model = call_model
+        log(f"emulated layer call: {calib.emulation_call_s * 1e6:.0f} us of CPU ({call_model})")
+    return calib, dm, profiles

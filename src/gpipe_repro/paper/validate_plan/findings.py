@@ -1,0 +1,170 @@
+"""The planner's validation in numbers: one row per measured configuration, a summary per scenario.
+
+A *scenario* is one model under one memory cap. Its rows are the planner's ranked candidates
+(``planner_rank`` 1 = the pick) and the configurations the rules of thumb give (``rules``), each
+with the planner's prediction (step time, per-stage peak) and, where it fits the cap, its
+measurement. From the rows alone (``summarize``):
+
+- **regret**: 1 - the pick's measured samples/s over the best measured candidate's (0: the pick is
+  the best);
+- **rank of the best**: the best measured candidate's place in the planner's list;
+- **Spearman**: rank correlation of predicted and measured step time over the measured candidates;
+- **repeatability**: the same configuration measured in two rounds, |a - b| / mean, the median over
+  the scenario's candidates: differences below it are the machine's noise, not the planner's;
+- **gain over each rule of thumb**: the rule's measured step time over the pick's, minus 1 (None:
+  the rule's configuration does not fit the cap);
+- **memory**: the pick's largest measured per-stage peak against the cap (real cells only).
+
+``targets`` turns the summaries into the issue's target lines, each met or not from the numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...measure.planner import PlanRow
+from ...measure.scenarios import RULES
+from ..stats import spearman
+
+__all__ = ["PlanRow", "Summary", "RULES", "summarize", "targets", "Target", "repeatability"]
+
+
+def peaks(text: str) -> list[float]:
+    return [float(v) for v in text.split("/")] if text else []
+
+
+def repeatability(row: PlanRow) -> float | None:
+    """|round 1 - round 2| / their mean, None with one round."""
+    a, b = row.round1_s, row.round2_s
+    if a is None or b is None:
+        return None
+    return abs(a - b) / ((a + b) / 2)
+
+
+@dataclass
+class Summary:
+    scenario: str
+    model: str
+    cap: str
+    cap_mib: float
+    candidates: int  # measured candidates
+    pick: PlanRow
+    best: PlanRow
+    regret: float
+    best_rank: int
+    spearman: float | None
+    repeat: float | None  # median repeatability over the candidates
+    pick_peak_mib: float | None  # the pick's largest measured stage peak; None: not measured
+    gains: dict[str, float | None]  # rule -> gain of the pick (None: the rule does not fit)
+    spearman_by_kind: dict[str, float | None]  # real | emulated -> Spearman within that kind
+    wait: float | None  # median share of a step a rank waited for a core (other load)
+
+    @property
+    def pick_over_cap(self) -> bool | None:
+        return None if self.pick_peak_mib is None else self.pick_peak_mib > self.cap_mib
+
+
+def _rho(rows: Sequence[PlanRow]) -> float | None:
+    """Spearman of predicted and measured step time (None: fewer than two distinct values)."""
+    return spearman(
+        [r.predicted_step_s for r in rows], [float(r.measured_step_s or 0) for r in rows]
+    )
+
+
+def summarize(rows: Sequence[PlanRow]) -> list[Summary]:
+    """One ``Summary`` per scenario with a measured pick, in the rows' order."""
+    out = []
+    for sc in dict.fromkeys(r.scenario for r in rows):
+        rs = [r for r in rows if r.scenario == sc]
+        cands = [
+            r for r in rs if r.planner_rank is not None and r.measured_step_s is not None and r.fits
+        ]
+        picks = [r for r in cands if r.planner_rank == 1]
+        if not picks:
+            continue
+        pick = picks[0]
+        best = min(cands, key=lambda r: (r.measured_step_s, r.planner_rank))
+        assert best.measured_step_s is not None and pick.measured_step_s is not None
+        reps = [x for r in cands if (x := repeatability(r)) is not None]
+        waits = [r.core_wait_share for r in cands if r.core_wait_share is not None]
+        gains: dict[str, float | None] = {}
+        for rule in RULES:
+            got = [r for r in rs if rule in r.rules.split(";")]
+            m = got[0].measured_step_s if got and got[0].fits else None
+            gains[rule] = None if m is None else m / pick.measured_step_s - 1
+        mp = peaks(pick.measured_peak_mib)
+        out.append(
+            Summary(
+                sc,
+                pick.model,
+                pick.cap,
+                pick.cap_mib,
+                len(cands),
+                pick,
+                best,
+                1 - best.measured_step_s / pick.measured_step_s,
+                best.planner_rank or 0,
+                _rho(cands),
+                statistics.median(reps) if reps else None,
+                max(mp) if mp else None,
+                gains,
+                {k: _rho([r for r in cands if r.kind == k]) for k in ("real", "emulated")},
+                statistics.median(waits) if waits else None,
+            )
+        )
+    return out
+
+
+@dataclass
+class Target:
+    what: str
+    value: str
+    goal: str
+    met: bool
+
+
+def targets(summaries: Sequence[Summary]) -> list[Target]:
+    """The issue's targets, each from the summaries (an empty list: nothing was measured)."""
+    if not summaries:
+        return []
+    regrets = [s.regret for s in summaries]
+    top3 = sum(s.best_rank <= 3 for s in summaries) / len(summaries)
+    over = [s.scenario for s in summaries if s.pick_over_cap]
+    unmeasured = [s.scenario for s in summaries if s.pick_over_cap is None]
+    rhos = [s.spearman for s in summaries]
+    low = [s.scenario for s in summaries if s.spearman is None or s.spearman < 0.9]
+    worst_rho = min((r for r in rhos if r is not None), default=None)
+    not_measured = f"; not measured (emulated pick): {', '.join(unmeasured)}" if unmeasured else ""
+    return [
+        Target(
+            "median regret",
+            f"{statistics.median(regrets):.1%}",
+            "<= 2%",
+            statistics.median(regrets) <= 0.02,
+        ),
+        Target("worst regret", f"{max(regrets):.1%}", "<= 5%", max(regrets) <= 0.05),
+        Target(
+            "best measured in the planner's top 3",
+            f"{top3:.0%} of scenarios",
+            ">= 90%",
+            top3 >= 0.9,
+        ),
+        Target(
+            "picks over their cap when run",
+            f"{len(over)} of {len(summaries) - len(unmeasured)} measured"
+            + (f" ({', '.join(over)})" if over else "")
+            + not_measured,
+            "none",
+            not over,
+        ),
+        Target(
+            "Spearman(predicted, measured) per scenario",
+            "lowest "
+            + ("—" if worst_rho is None else f"{worst_rho:.3f}")
+            + (f"; below 0.9 or undefined: {', '.join(low)}" if low else ""),
+            ">= 0.9 in every scenario",
+            not low,
+        ),
+    ]

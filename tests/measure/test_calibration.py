@@ -1,0 +1,83 @@
+"""The one host calibration: its typed ``calibration.json`` (both experiments' files read back), the
+emulation's dilation and call-cost fit, and this CPU's profile written as a file ``load_profile`` reads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from gpipe_repro.measure.calibration import (
+    Calibration,
+    Settings,
+    dilated,
+    emulation_dilation,
+    fit_slope,
+)
+from gpipe_repro.measure.roofline_check import write_profile
+from gpipe_repro.sim.costs import LayerCost
+from gpipe_repro.sim.hardware import load_profile
+from gpipe_repro.sim.roofline import HardwareProfile
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
+
+
+@pytest.mark.parametrize("folder", ["sim", "plan"])
+def test_both_experiments_calibration_files_read_as_one_typed_shape(folder, tmp_path):
+    calib = Calibration.load(REPORTS / folder)
+    assert calib is not None and calib.device["link"]["latency_s"] > 0
+    assert calib.settings["dilation_scale"] > 0 and calib.dilations
+    # the dilation of each K as the run recorded it, from the settings and the cores
+    cores = calib.cores or 2  # the planner's file of #19 predates the cores field
+    for K, d in calib.dilations.items():
+        k = int(K.split("=")[1])
+        assert d == pytest.approx(emulation_dilation(k, calib.settings["dilation_scale"], cores))
+    calib.save(tmp_path)
+    assert Calibration.load(tmp_path) == calib
+    assert Calibration.load(tmp_path / "none") is None
+
+
+def test_a_calibration_keeps_the_settings_and_leaves_out_keys_it_does_not_know(tmp_path):
+    calib = Calibration(asdict(Settings(dilation_scale=2.5)), cores=2)
+    assert calib.dilation(8) == 10.0 and calib.dilation(1) == 1.25  # 2.5 x 1 rank / 2 cores
+    (tmp_path / "calibration.json").write_text('{"cores": 4, "from_a_later_version": 1}')
+    assert Calibration.load(tmp_path) == Calibration(cores=4)
+
+
+def test_this_cpus_profile_is_written_as_a_file_load_profile_reads(tmp_path):
+    hw = HardwareProfile(
+        "cpu", 1.1e11, 1.1e11, "fp32", 4e10, 2**34, 4.6e-5, 4e9, 1,
+        ((8192.0, 0.0642), (65536.0, 0.3349), (2.1e9, 1.0)), 6.9e-6, False, 2.6e-6,
+    )  # fmt: skip
+    path = tmp_path / "cpu.yaml"
+    write_profile(hw, path, "This CPU.\n\nCalibrated from micro-benchmarks.")
+    assert path.read_text().startswith("# This CPU.\n#\n# Calibrated from micro-benchmarks.\n")
+    assert load_profile(path) == hw
+
+
+def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope():
+    c = LayerCost(0.01, 0.005, 0.02, 4096, 0.001)
+    (d,) = dilated({8: [c]}, 3.0)[8]
+    assert (d.forward_s, d.forward_nograd_s, d.backward_s, d.update_s) == pytest.approx(
+        (0.03, 0.015, 0.06, 0.003)
+    )
+    assert d.out_bytes == 4096
+    with pytest.raises(ValueError, match="dilation=0.5"):
+        dilated({8: [c]}, 0.5)
+    # residual = 2 ms + 150 us per call: the slope is the per-call cost, the intercept ignored
+    assert fit_slope([(16, 0.002 + 16 * 150e-6), (64, 0.002 + 64 * 150e-6)]) == pytest.approx(
+        150e-6
+    )
+    assert fit_slope([(16, 0.01), (64, 0.001)]) == 0.0  # a falling residual is no negative cost
+    assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
+    with pytest.raises(ValueError, match="points"):
+        fit_slope([])
+
+
+def test_the_emulation_dilation_grows_with_the_ranks_per_core():
+    assert emulation_dilation(8, 5.0, 2) == 20.0  # 8 ranks on 2 cores
+    assert emulation_dilation(4, 5.0, 2) == 10.0
+    assert emulation_dilation(4, 5.0, 64) == 1.0  # a core each and more: no dilation needed
+    with pytest.raises(ValueError, match="cores=0"):
+        emulation_dilation(4, 5.0, 0)

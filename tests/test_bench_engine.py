@@ -1,0 +1,61 @@
+"""``bench/engine.py``: a variant that fails is recorded in the results and shown on the page, and the
+others still run (issue #34: on a GPU one failing variant stopped the whole benchmark)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "bench" / "engine.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_engine", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_failing_variant_is_recorded_and_the_others_run(bench, monkeypatch, tmp_path):
+    def broken(*args):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    calls: list[str] = []
+
+    def rank_times(fn, K, *args):
+        calls.append(fn.__name__)
+        if fn is broken:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        return (0.010 if fn is bench.ours else 0.012), 3.0
+
+    monkeypatch.setattr(bench, "rank_times", rank_times)
+    monkeypatch.setattr(bench, "launch_one_thread", lambda fn, w, a: [[(0.011, 0.0115, 1, 1)] * 2])
+    variants = {"ours_K1_s": (bench.ours, 1, ("never",)), "broken_s": (broken, 1, ())}
+    res = {"failed": {}, "rows": [], "batch": 64}
+    bench.collect(res, variants, [1, 4], S=2, W=0, repeats=2)
+    assert res["failed"] == {
+        "broken_s M=1": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "broken_s M=4": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    }
+    assert calls.count("broken") == 2  # tried once per M, not again in the second repetition
+    assert calls.count("ours") == 4  # every repetition of the working variant ran
+    assert [r["ours_K1_s"] for r in res["rows"]] == [0.010, 0.010]
+    assert [r["broken_s"] for r in res["rows"]] == [None, None]
+    res["machine"] = {
+        "cpu": "x",
+        "cores": 2,
+        "threads_per_rank": 1,
+        "torch": "t",
+        "device": "cuda",
+        "gpus": ["G"],
+    }
+    res.update(model="m", steps=2, warmup=0, repeats=2, skipped={})
+    bench.write_markdown(res, tmp_path / "engine.md")
+    page = (tmp_path / "engine.md").read_text()
+    assert "## What failed" in page and "broken_s M=1: RuntimeError: CUDA out of memory" in page
