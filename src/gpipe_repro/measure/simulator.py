@@ -95,6 +95,7 @@ class CellRow:
     simulated_no_sharing_s: float | None = None
     simulated_no_overhead_s: float | None = None
     dilation: float | None = None  # emulated cells: the layers slept this many times their cost
+    virtual_stages: int = 1  # model cells per rank (interleaved)
 
 
 @dataclass
@@ -107,6 +108,9 @@ class Settings(Calibrated):
     emulated_models: list[str] = field(default_factory=lambda: ["amoebanet", "transformer"])
     Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 32])
     schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b"])
+    # the schedules since GPipe (#39): (schedule, model cells per rank), at K >= 2 (real at K = 2,
+    # emulated at K = 4, 8), in launches of their own (a ring of stages where v > 1)
+    later: list[tuple[str, int]] = field(default_factory=lambda: [("interleaved", 2), ("zb-h1", 1)])
     checkpoints: list[str] = field(default_factory=lambda: ["never", "always"])
     rounds: int = 3
     emulated_rounds: int = 2
@@ -139,6 +143,20 @@ def _grid(s: Settings) -> list[dict]:
         for M in s.Ms
         for sc in s.schedules
         for ck in s.checkpoints
+    ]
+
+
+def _later_grid(s: Settings, K: int, profile: LayerProfile) -> list[dict]:
+    """The later schedules' cells at K: M a multiple of K where v > 1 (and K·v cells at most the
+    layers), each with its own partition of K·v cells."""
+    layers = len(profile.costs[max(profile.sizes)])
+    return [
+        {"M": M, "schedule": sc, "checkpoint": ck, "virtual_stages": v}
+        | ({"balance": _partition(profile, K * v)} if v > 1 else {})
+        for sc, v in s.later
+        for M in s.Ms
+        for ck in s.checkpoints
+        if K >= 2 and (v == 1 or (M % K == 0 and K * v <= layers))
     ]
 
 
@@ -278,18 +296,28 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
             balance = _partition(prof, K)
             if kind == "real":
                 dilation, slept = None, prof.costs
-                measured = _rounds(
-                    kind, name, K, balance, grid, s.rounds, s, ranks.real_rank, (), log
-                )
+                measured = [
+                    got
+                    for g in (grid, _later_grid(s, K, prof))
+                    if g
+                    for got in _rounds(
+                        kind, name, K, balance, g, s.rounds, s, ranks.real_rank, (), log
+                    )
+                ]
             else:
                 dilation = calib.dilation(K)
                 slept = dilated(prof.costs, dilation)
                 es = replace(s, warmup=s.emulated_warmup, steps=s.emulated_steps)
                 extra = (slept,)
                 fn = ranks.emulated_rank
-                measured = _rounds(
-                    kind, name, K, balance, grid, s.emulated_rounds, es, fn, extra, log
-                )
+                measured = [
+                    got
+                    for g in (grid, _later_grid(s, K, prof))
+                    if g
+                    for got in _rounds(
+                        kind, name, K, balance, g, s.emulated_rounds, es, fn, extra, log
+                    )
+                ]
             for cell, per_round in measured:
                 n = N // cell["M"]
                 call_s = calib.emulation_call_s or 0.0
@@ -308,7 +336,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 evs = per_round[-1].events
                 row = {
                     "model": name, "K": K, **cell, "kind": kind,
-                    "balance": "-".join(map(str, balance)), "micro_batch": n, **m,
+                    "balance": "-".join(map(str, cell.get("balance", balance))),
+                    "micro_batch": n, **m,
                     "simulated_step_s": res.step_s,
                     "rel_error": (res.step_s - m["measured_step_s"]) / m["measured_step_s"],
                     "simulated_raw_step_s": sim_raw,

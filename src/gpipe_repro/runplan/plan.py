@@ -163,7 +163,8 @@ class _Planner:
             virtual_stages=1 if per_layer else p.virtual_stages,
             M=M or p.M,
             micro_batch=n,
-            schedule=p.schedule,
+            # each layer alone is one cell per stage: interleaved's is 1F1B's walk
+            schedule="1f1b" if per_layer and p.schedule == "interleaved" else p.schedule,
             checkpoint=stage_mode(p.checkpoint, 0) if per_layer else p.checkpoint,
             optim=s.optim.name,
             key=self.key,

@@ -459,10 +459,14 @@ def bound(space: Space, c: Candidate) -> float:
 
 def _searched(K: int, M: int, L: int) -> list[tuple[str, int]]:
     """The (schedule, cells per stage) pairs worth searching at K stages, M micro-batches, L
-    layers: at M = 1 or K = 1 the schedules do the same work in the same order (gpipe alone);
-    several cells per stage need M a multiple of K and a layer per cell."""
-    if M == 1 or K == 1:
+    layers: at M = 1 the schedules do the same work in the same order (gpipe alone); at K = 1
+    gpipe and 1f1b do the same work but 1f1b holds one micro-batch instead of M (zb-h1 and
+    interleaved add nothing there); several cells per stage need M a multiple of K and a layer
+    per cell."""
+    if M == 1:
         return [SEARCHED[0]]
+    if K == 1:
+        return [(s, v) for s, v in SEARCHED if v == 1 and s in ("gpipe", "1f1b")]
     return [(s, v) for s, v in SEARCHED if v == 1 or (M % K == 0 and K * v <= L)]
 
 
