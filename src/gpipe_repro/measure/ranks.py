@@ -69,13 +69,16 @@ def _topology(K: int, timeout_s: float, cells: Sequence[dict] = ()) -> Any:
     return init_topology(K, timeout_s=timeout_s, ring=ring) if K > 1 else single_process()
 
 
-def _mine(layers: Sequence[Any], cfg: dict, balance: list[int], stage: int, K: int) -> Any:
-    """This rank's layers for ``cfg``: its cell, or its v cells (``virtual_stages``: the cell's own
-    balance of K·v cells)."""
+def _mine(
+    layers: Sequence[Any], cfg: dict, balance: list[int], stage: int, K: int
+) -> tuple[Any, int | list[int]]:
+    """This rank's layers for ``cfg`` and the first global index the Pipeline is given: its cell,
+    or its v cells (``virtual_stages``: the cell's own balance of K·v cells) and each one's."""
     bal = cfg.get("balance", balance)
     if cfg.get("virtual_stages", 1) > 1:
-        return [list(layers[sl]) for sl in chunk_slices(bal, K, stage)]
-    return layers[stage_slice(bal, stage)]
+        slices = chunk_slices(bal, K, stage)
+        return [list(layers[sl]) for sl in slices], [sl.start for sl in slices]
+    return layers[stage_slice(bal, stage)], 0  # as before (no seed: the index keys nothing)
 
 
 def _probe(topo: Any) -> float:
@@ -140,7 +143,9 @@ def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], li
     }
 
 
-def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
+def _cell_pipeline(
+    layers: Any, topo: Any, cfg: dict, loss_fn: Any, first: int | list[int] = 0
+) -> Pipeline:
     """The engine for one cell (its M, schedule and checkpoint: one mode, or one per stage) on this
     rank's layers."""
     return Pipeline(
@@ -151,6 +156,7 @@ def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
         checkpoint=stage_mode(cfg["checkpoint"], topo.stage),
         loss_fn=loss_fn,
         virtual_stages=cfg.get("virtual_stages", 1),
+        first_layer=first,
     )
 
 
@@ -188,8 +194,8 @@ def real_rank(
     x, y = vm.sample(N)
     out = []
     for cfg in cells:
-        mine = _mine(every, cfg, balance, topo.stage, K)
-        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss)
+        mine, first = _mine(every, cfg, balance, topo.stage, K)
+        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss, first)
         opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
         times = _timed(pipe, opt, x, y, warmup, steps, probe=True)
         res = _result(cfg, pipe, times)
@@ -219,8 +225,8 @@ def emulated_rank(
     for cfg in cells:
         n = N // cfg["M"]
         layers = emulated_layers(meta, vm.sample(n)[0], costs[n])
-        mine = _mine(layers, cfg, balance, topo.stage, K)
-        pipe = _cell_pipeline(mine, topo, cfg, emulated_loss)
+        mine, first = _mine(layers, cfg, balance, topo.stage, K)
+        pipe = _cell_pipeline(mine, topo, cfg, emulated_loss, first)
         x = vm.sample(N)[0]
         flat = [m for c in mine for m in c] if cfg.get("virtual_stages", 1) > 1 else mine
         times = _timed(pipe, None, x, None, warmup, steps, sum(c.cost.update_s for c in flat))
