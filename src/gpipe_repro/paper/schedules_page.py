@@ -89,8 +89,28 @@ def grid(rows: Sequence[Any], model: str, hw: str) -> dict[str, Any]:
         "head": head,
         "speed": cells(lambda r: num(r.normalized)),
         "peak": cells(lambda r: f"{r.peak_bytes / 2**30:.2f}" if r.peak_bytes else DASH),
-        "skipped": sorted({r.status for r in mine if r.status != "ok"}),
+        "skipped": skipped(mine),
     }
+
+
+def _why(status: str) -> str:
+    """A cell's reason in a few words: the schedule's rules, or what did not fit."""
+    if "cannot run schedule" in status:
+        return "M not a multiple of K (interleaved)"
+    if "leaves a cell empty" in status:
+        return "more cells (K·v) than layers"
+    if "alone needs" in status:
+        return "a single layer does not fit one device at this micro-batch (GPipe §6)"
+    return status
+
+
+def skipped(rows: Sequence[Any]) -> list[str]:
+    """The cells that did not run, by reason: 'reason: schedule (K, M), ...'."""
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        if r.status != "ok":
+            by.setdefault(_why(r.status), []).append(f"{r.variant} ({r.K}, {r.M})")
+    return [f"{why}: {', '.join(cells)}" for why, cells in by.items()]
 
 
 def caps(rows: Sequence[Any], paper: str) -> tuple[list[list[str]], list[str]]:
