@@ -5,7 +5,8 @@
    median of repeats, one thread, the engine's host-memory setting, each run put on the speed probe's
    reference speed).
 2. **Real cells**: ``real_K`` x ``Ms`` x schedules x remat, each model, ``rounds`` rounds of fresh
-   processes in a shuffled order (``ranks.real_rank``).
+   processes in a shuffled order (``ranks.real_rank``); the schedules since GPipe (``later``:
+   interleaved, zb-h1) at K >= 2 in launches of their own (a cell's v: its balance's cells over K).
 3. **Emulated cells**: ``emulated_K``, the same grid, the engine with every layer sleeping its
    profiled cost times the dilation (``calibration``: why it grows with the ranks per core), the
    emulated call's CPU calibrated on a model that is not emulated.
@@ -95,7 +96,6 @@ class CellRow:
     simulated_no_sharing_s: float | None = None
     simulated_no_overhead_s: float | None = None
     dilation: float | None = None  # emulated cells: the layers slept this many times their cost
-    virtual_stages: int = 1  # model cells per rank (interleaved)
 
 
 @dataclass
@@ -334,8 +334,10 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     else res.step_s
                 )
                 evs = per_round[-1].events
+                # v is the balance's cells over K (no column of its own: the committed CSV's)
                 row = {
-                    "model": name, "K": K, **cell, "kind": kind,
+                    "model": name, "K": K,
+                    **{k: x for k, x in cell.items() if k != "virtual_stages"}, "kind": kind,
                     "balance": "-".join(map(str, cell.get("balance", balance))),
                     "micro_batch": n, **m,
                     "simulated_step_s": res.step_s,
