@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_SILENT := true
 
 .DEFAULT_GOAL := help
-.PHONY: help setup gpu-check-dry-run demo demo-publish test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3
+.PHONY: help setup gpu-check-dry-run demo demo-publish test test-fast test-long test-targets test-network lint format docs bench-engine bench-plan bench-hostmem bench-save table1 gpu-check clean table5 table5-quick fig3 fig3-quick validate-sim validate-hw validate-plan validate-plan-quick table2 table3 schedules
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -174,6 +174,9 @@ validate-plan: $(STAMP) ## the planner's pick against every configuration measur
 
 validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
 	$(BIN)/python -m gpipe_repro.paper validate-plan --quick $(if $(SWEEP_ROOT),--out $(SWEEP_ROOT)/validate-plan,)
+
+schedules: $(STAMP) ## what the schedules since GPipe buy: gpipe/1f1b/interleaved/zb-h1 on Table 2's models, simulated on tpu_v3 and this CPU, measured at K=2 -> reports/schedules/
+	$(BIN)/python -m gpipe_repro.paper schedules --publish
 
 table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless

@@ -242,6 +242,207 @@ def rank_times(fn, K: int, *args) -> tuple[float, float]:
     return statistics.median(t for t, _ in per_step), statistics.median(f for _, f in per_step)
 
 
+# ---------------------------------------------------------------- schedules since GPipe (#39)
+# Ours against torch.distributed.pipelining schedule for schedule: interleaved 1F1B and zero bubble
+# over two cells per rank at K = 2 (four model cells; stem + 2 convs | 2 | 2 | 2 + head: equal
+# compute), the same allocator settings on both sides (``host_memory``), and each side's measured
+# bubble (1 - busy / (K x span) over a step, ``engine.events.measured_bubble``: ours from the
+# engine's own spans, theirs from the stage's forward / backward / weight calls timed around them).
+SCHED_BALANCE = [3, 2, 2, 3]
+SCHEDULE_PAIRS = {  # ours -> (torch's schedule class name, our schedule, cells per rank)
+    "interleaved": ("ScheduleInterleaved1F1B", "interleaved", 2),
+    "zb-h1": ("ScheduleInterleavedZeroBubble", "zb-h1", 2),
+}
+
+
+def _cells(K: int, stage: int) -> list:
+    from gpipe_repro.engine import chunk_slices
+
+    every = layers()
+    return [(sl.start, every[sl]) for sl in chunk_slices(SCHED_BALANCE, K, stage)]
+
+
+def _span_bubble(per_rank_spans: list[list[list[tuple[float, float]]]], K: int) -> list[float]:
+    """Per step: 1 - sum(busy) / (K x span), span from the first computation to the last."""
+    out = []
+    for steps in zip(*per_rank_spans):
+        spans = [s for rank in steps for s in rank]
+        if not spans:
+            continue
+        t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
+        busy = sum(b - a for a, b in spans)
+        out.append(max(0.0, 1 - busy / (K * (t1 - t0))) if t1 > t0 else 0.0)
+    return out
+
+
+def ours_schedule(
+    K: int, M: int, schedule: str, host_memory: str, steps: int, warmup: int
+) -> dict[str, Any]:
+    """Our engine with ``schedule`` over two cells per rank: step times and compute spans."""
+    from gpipe_repro.engine import Pipeline
+
+    torch.set_num_threads(1)
+    topo = init_topology(K, device=DEVICE, ring=True)
+    cells = _cells(K, topo.stage)
+    pipe = Pipeline(
+        [c for _, c in cells],
+        topo,
+        M=M,
+        schedule=schedule,
+        checkpoint="never",
+        loss_fn=loss_fn,
+        track_memory=False,
+        host_memory=host_memory,
+        first_layer=[f for f, _ in cells],
+        virtual_stages=len(cells),
+    )
+    opt = torch.optim.SGD(pipe.parameters(), lr=0.01)
+    x, y = (t.to(topo.device) for t in batch())
+
+    def step() -> None:
+        pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
+        opt.step()
+        opt.zero_grad()
+
+    times = _timed(step, steps, warmup)
+    compute = ("forward", "backward", "recompute", "weight")
+    spans = [
+        [(e.start, e.end) for e in pipe.recorder.events if e.step == s and e.action in compute]
+        for s in range(warmup, warmup + steps)
+    ]
+    return {"times": times, "spans": spans}
+
+
+def theirs_schedule(
+    K: int, M: int, cls_name: str, host_memory: str, steps: int, warmup: int
+) -> dict[str, Any]:
+    """torch.distributed.pipelining's ``cls_name`` over the same cells: step times and the spans
+    of the stage's forward, backward and weight calls."""
+    import torch.distributed as dist
+    from torch.distributed import pipelining
+    from torch.distributed.pipelining import PipelineStage
+
+    torch.set_num_threads(1)
+    apply_host_memory(host_memory)
+    topo = init_topology(K, device=DEVICE)
+    spans: list[tuple[float, float]] = []
+
+    def timed(fn):  # a stage's compute call, its span recorded
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spans.append((t0, time.perf_counter()))
+
+        return wrapper
+
+    stages, params = [], []
+    for first, cell in _cells(K, topo.stage):
+        sub = nn.Sequential(*cell).to(topo.device)
+        params += list(sub.parameters())
+        index = [sum(SCHED_BALANCE[:i]) for i in range(len(SCHED_BALANCE))].index(first)
+        st = PipelineStage(sub, index, len(SCHED_BALANCE), topo.device, group=dist.group.WORLD)
+        for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+            setattr(st, name, timed(getattr(st, name)))
+        stages.append(st)
+    sched = getattr(pipelining, cls_name)(stages, n_microbatches=M, loss_fn=loss_fn)
+    opt = torch.optim.SGD(params, lr=0.01)
+    x, y = (t.to(topo.device) for t in batch())
+    per_step: list[list[tuple[float, float]]] = []
+
+    def step() -> None:
+        spans.clear()
+        if topo.is_first:
+            sched.step(x)
+        else:
+            sched.step(target=y, losses=[])
+        opt.step()
+        opt.zero_grad()
+        per_step.append(list(spans))
+
+    times = _timed(step, steps, warmup)
+    return {"times": times, "spans": per_step[warmup:]}
+
+
+def schedule_cells(Ms: list[int], repeats: int, steps: int, warmup: int) -> dict[str, Any]:
+    """Per schedule and M: ours and theirs (median step time of the slowest rank, median measured
+    bubble), interleaved within each repetition, fresh processes for every run."""
+    K, host_memory = 2, "retain"
+    samples: dict[tuple[str, int, str], list[float]] = {}
+    bubbles: dict[tuple[str, int, str], list[float]] = {}
+    for rep in range(repeats):
+        for name, (cls_name, ours_name, _) in SCHEDULE_PAIRS.items():
+            for M in Ms:
+                for side, fn, arg in (
+                    ("ours", ours_schedule, ours_name),
+                    ("theirs", theirs_schedule, cls_name),
+                ):
+                    per_rank = launch(fn, K, (K, M, arg, host_memory, steps, warmup), threads=1)
+                    per_step = [
+                        max(t for t, _ in ts) for ts in zip(*(r["times"] for r in per_rank))
+                    ]
+                    key = (name, M, side)
+                    samples.setdefault(key, []).append(statistics.median(per_step))
+                    bub = _span_bubble([r["spans"] for r in per_rank], K)
+                    bubbles.setdefault(key, []).append(statistics.median(bub) if bub else 0.0)
+        print(f"schedules: repetition {rep + 1}/{repeats} done", flush=True)
+    rows = []
+    for name, (cls_name, _, v) in SCHEDULE_PAIRS.items():
+        for M in Ms:
+            o, t = (statistics.median(samples[(name, M, x)]) for x in ("ours", "theirs"))
+            ob, tb = (statistics.median(bubbles[(name, M, x)]) for x in ("ours", "theirs"))
+            rows.append(
+                {
+                    "schedule": name,
+                    "theirs": cls_name,
+                    "virtual_stages": v,
+                    "M": M,
+                    "ours_s": o,
+                    "theirs_s": t,
+                    "ratio": t / o,  # >= 1: ours as fast or faster
+                    "ours_bubble": ob,
+                    "theirs_bubble": tb,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    return {
+        "K": K,
+        "balance": SCHED_BALANCE,
+        "host_memory": host_memory,
+        "steps": steps,
+        "warmup": warmup,
+        "repeats": repeats,
+        "rows": rows,
+    }
+
+
+def _schedule_lines(res: dict) -> list[str]:
+    sc = res.get("schedules")
+    if not sc:
+        return []
+    lines = [
+        "",
+        "## Schedules since GPipe: ours vs `torch.distributed.pipelining`, schedule for schedule",
+        "",
+        f"K = {sc['K']}, two cells per rank (balance {sc['balance']}), the same allocator "
+        f"settings on both sides (`host_memory={sc['host_memory']}`), {sc['steps']} timed steps "
+        f"after {sc['warmup']}, median of {sc['repeats']} interleaved repetitions; ratio = theirs / "
+        "ours (>= 1: ours as fast or faster); bubble = 1 - busy / (K x span) of a step, measured "
+        "(ours from the engine's spans, theirs from the stage's forward, backward and weight calls).",
+        "",
+        "| schedule | theirs | M | ours (s) | theirs (s) | ratio | ours bubble | theirs bubble |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sc["rows"]:
+        lines.append(
+            f"| {r['schedule']} v={r['virtual_stages']} | {r['theirs']} | {r['M']} | "
+            f"{r['ours_s']:.3f} | {r['theirs_s']:.3f} | {r['ratio']:.3f} | "
+            f"{r['ours_bubble']:.3f} | {r['theirs_bubble']:.3f} |"
+        )
+    return lines
+
+
 VARIANTS = {  # name -> (function, K, extra args)
     "ours_K1_s": (ours, 1, ("never",)),
     "ours_s": (ours, 2, ("never",)),
@@ -281,6 +482,11 @@ def main() -> None:
     )
     ap.add_argument("--ab-only", action="store_true", help="only the paired A/Bs")
     ap.add_argument(
+        "--schedules-only",
+        action="store_true",
+        help="only ours vs torch's Interleaved1F1B and InterleavedZeroBubble (K=2, M=2,4,8)",
+    )
+    ap.add_argument(
         "--max-k", type=int, default=2, help="leave out the variants of more stages (1: K = 1 only)"
     )
     a = ap.parse_args()
@@ -318,6 +524,13 @@ def main() -> None:
         return
     Ms = [int(m) for m in a.M.split(",")]
     S, W = a.steps, a.warmup
+    sched_Ms = [m for m in Ms if m % 2 == 0] or [2, 4, 8]  # interleaving: M a multiple of K = 2
+    if a.schedules_only:
+        res = {"machine": {"cpu": _cpu(), "torch": torch.__version__}}
+        res["schedules"] = schedule_cells(sched_Ms, a.repeats, S, W)
+        (out / "schedules.json").write_text(json.dumps(res, indent=2))
+        print("\n".join(_schedule_lines(res)))
+        return
     if a.ab_only:
         res = {"machine": {"cpu": _cpu(), "torch": torch.__version__}, "ab": ab(Ms, a)}
         (out / "results.json").write_text(json.dumps(res, indent=2))
@@ -354,6 +567,10 @@ def main() -> None:
     collect(res, variants, Ms, S, W, a.repeats)
     if room >= 2:
         res["ab"] = attempt(res["failed"], "paired A/B", ab, Ms, a)
+    if DEVICE == "cpu" and room >= 2:  # the schedules since GPipe, against torch's (#39)
+        res["schedules"] = attempt(
+            res["failed"], "schedules", schedule_cells, sched_Ms, a.repeats, S, W
+        )
     (out / "results.json").write_text(json.dumps(res, indent=2))
     command = "make bench-engine" if DEVICE == "cpu" else "make gpu-check"
     dataclasses.replace(Provenance.here(), command=command).save(out)  # CPU model, commit
@@ -670,6 +887,7 @@ def write_markdown(res: dict, path: Path) -> None:
         lines.append(f"| {r['M']} | " + " | ".join(_n(r["faults"][n]) for n in names) + " |")
     lines += _overhead(res)
     lines += _ab_lines(res)
+    lines += _schedule_lines(res)
     path.write_text("\n".join(lines))
 
 

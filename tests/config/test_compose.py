@@ -151,3 +151,14 @@ def test_option_reference_is_generated_from_the_schema():
     assert (ROOT / "docs" / "config.md").read_text() == markdown(), (
         "docs/config.md is stale: python -m gpipe_repro.config.docs --out docs"
     )
+
+
+def test_each_schedule_is_a_pipeline_group_and_interleaved_brings_two_cells_per_stage():
+    """``pipeline=<schedule>`` for every schedule of the engine; interleaved needs v >= 2, so its
+    group sets two cells per stage (the least), the others one."""
+    from gpipe_repro.engine import SCHEDULES
+
+    for name in SCHEDULES:
+        spec = compose([f"pipeline={name}", "pipeline.K=2", "pipeline.M=2"])
+        assert spec.pipeline.schedule == name
+        assert spec.pipeline.virtual_stages == (2 if name == "interleaved" else 1)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from gpipe_repro.data.base import DataInfo
-from gpipe_repro.engine import Pipeline, init_topology, single_process, stage_slice
+from gpipe_repro.engine import Pipeline, chunk_slices, init_topology, single_process
 from gpipe_repro.models import get_model, materialize
 from gpipe_repro.models.transformer import PAD_ID
 
@@ -23,6 +23,12 @@ MODELS: dict[str, tuple[dict[str, Any], DataInfo]] = {  # model options, data
     "transformer_mt": (dict(L=1, H=32, A=1, d=16, dropout=DROPOUT), DataInfo("pairs", (S,), V)),
     "tuplenet": (dict(channels=8, cells=6, dropout=DROPOUT), DataInfo("image", (3, 8, 8), 5)),
 }
+# several chunks per rank need K·v cells: a Transformer LM of 8 layers (6 blocks) for K = 4, v = 2
+MODELS["transformer_lm6"] = (
+    dict(L=6, d=16, H=32, A=2, dropout=DROPOUT),
+    MODELS["transformer_lm"][1],
+)
+SPEC = {"transformer_lm6": "transformer_lm"}  # the model a key builds (default: the key)
 PAPER_MODELS = ("mlp", "transformer_lm", "amoebanet_d", "transformer_mt")
 # layers: mlp 6, transformer_lm 4, amoebanet_d 9, transformer_mt 4, tuplenet 8. AmoebaNet's and
 # tuplenet's stems return (h, h), the same tensor twice; alone on stage 0 at K = 4, the pair crosses.
@@ -32,6 +38,12 @@ BALANCE = {
     "amoebanet_d": {1: [9], 2: [4, 5], 4: [1, 3, 3, 2]},
     "transformer_mt": {1: [4], 2: [2, 2], 4: [1, 1, 1, 1]},
     "tuplenet": {1: [8], 2: [1, 7], 4: [1, 2, 4, 1]},
+    "transformer_lm6": {1: [8], 2: [4, 4], 4: [2, 2, 2, 2]},
+}
+# two chunks per rank: K·2 model stages
+BALANCE_V2 = {
+    "transformer_lm6": {1: [4, 4], 2: [2, 2, 2, 2], 4: [1] * 8},
+    "amoebanet_d": {1: [4, 5], 2: [2, 2, 2, 3], 4: [1, 1, 1, 1, 1, 1, 1, 2]},
 }
 
 
@@ -53,18 +65,25 @@ def batch(model: str, step: int) -> tuple[Any, Any]:
 
 
 def train(
-    K: int, model: str, schedule: str = "gpipe", checkpoint: str = "except_last", seed: int = SEED
+    K: int,
+    model: str,
+    schedule: str = "gpipe",
+    checkpoint: str = "except_last",
+    seed: int = SEED,
+    virtual_stages: int = 1,
 ) -> dict[str, Any]:
-    """``STEPS`` SGD steps of this rank's slice; its losses (last stage) and final state by global
-    layer index."""
-    topo = init_topology(K) if K > 1 else single_process()
-    spec = get_model(model)
+    """``STEPS`` SGD steps of this rank's slice (``virtual_stages`` v: its v cells); its losses
+    (last stage) and final state by global layer index."""
+    v = virtual_stages
+    topo = init_topology(K, ring=v > 1) if K > 1 else single_process()
+    spec = get_model(SPEC.get(model, model))
     options, info = MODELS[model]
     with torch.device("meta"):
         plan = spec.layers(info, spec.config(**options))
-    sl = stage_slice(BALANCE[model][K], topo.stage)
+    slices = chunk_slices((BALANCE if v == 1 else BALANCE_V2)[model][K], K, topo.stage)
+    cells = [materialize(copy.deepcopy(plan[sl]), SEED, first_index=sl.start) for sl in slices]
     pipe = Pipeline(
-        materialize(copy.deepcopy(plan[sl]), SEED, first_index=sl.start),
+        cells[0] if v == 1 else cells,
         topo,
         M=M,
         schedule=schedule,
@@ -72,7 +91,8 @@ def train(
         loss_fn=spec.loss_fn,
         loss_reduction=spec.loss_reduction,
         seed=seed,
-        first_layer=sl.start,
+        first_layer=slices[0].start if v == 1 else [sl.start for sl in slices],
+        virtual_stages=v,
     )
     params = list(pipe.parameters())  # none on MLP's first stage at K = 4 (a Flatten)
     opt = torch.optim.SGD(params, lr=0.05, momentum=0.9) if params else None
@@ -85,9 +105,9 @@ def train(
             opt.zero_grad(set_to_none=False)
         losses.append(loss)
     state = {
-        f"{sl.start + i}.{k}": v.clone()
-        for i, layer in enumerate(pipe.cell.layers)
-        for k, v in layer.state_dict().items()
+        f"{i}.{k}": t.clone()
+        for i, layer in zip(pipe.layer_indices, pipe.layers)
+        for k, t in layer.state_dict().items()
     }
     return {"stage": topo.stage, "losses": losses, "state": state}
 

@@ -9,23 +9,29 @@ import time
 import torch
 from torch import nn
 
-from gpipe_repro.engine import Pipeline, Topology, init_topology, stage_slice
+from gpipe_repro.engine import Pipeline, Topology, chunk_slices, init_topology
 from gpipe_repro.models.toy import tuplenet_layers
 
 _TOPOLOGIES: dict[tuple, Topology] = {}
 
 
 def topology(
-    K: int, replicas: int = 1, nccl_order: bool = False, one_group: bool = False, timeout_s=120.0
+    K: int,
+    replicas: int = 1,
+    nccl_order: bool = False,
+    one_group: bool = False,
+    timeout_s=120.0,
+    ring: bool = False,
 ) -> Topology:
     """This rank's topology in a communication mode, made once per launch (every rank asks for the
     modes in the same order, so every rank creates the same process groups in the same order).
     ``nccl_order``: the channels run in NCCL's order (``engine.fifo``); ``one_group``: every
-    channel on the default group, as before the engine had channels."""
-    key = (K, replicas, nccl_order, one_group)
+    channel on the default group, as before the engine had channels; ``ring``: the link from the
+    last stage to the first too (several chunks per rank)."""
+    key = (K, replicas, nccl_order, one_group, ring)
     if key not in _TOPOLOGIES:
         _TOPOLOGIES[key] = init_topology(
-            K, replicas, timeout_s=timeout_s, nccl_order=nccl_order, _one_group=one_group
+            K, replicas, timeout_s=timeout_s, nccl_order=nccl_order, ring=ring, _one_group=one_group
         )
     return _TOPOLOGIES[key]
 
@@ -128,22 +134,27 @@ def pipeline_step(
     one_group: bool = False,
     timeout_s: float = 120.0,
     infer: bool = False,
+    virtual_stages: int = 1,
 ) -> dict:
     """One pipelined SGD step; returns this rank's slice of grads/params/buffers and its loss
     (``infer``: and the last stage's inference output with the updated weights, else None).
 
-    ``nccl_order``, ``one_group``: the communication mode (see :func:`topology`)."""
-    topo = topology(K, replicas, nccl_order, one_group, timeout_s)
+    ``nccl_order``, ``one_group``: the communication mode (see :func:`topology`);
+    ``virtual_stages`` v: ``balance`` has K·v entries, this rank holds v cells."""
+    v = virtual_stages
+    topo = topology(K, replicas, nccl_order, one_group, timeout_s, ring=v > 1)
     layers = make_layers(dropout=dropout, batchnorm=batchnorm)
-    sl = stage_slice(balance, topo.stage)
-    mine = copy.deepcopy(layers[sl])
+    slices = chunk_slices(balance, K, topo.stage)
+    chunks = [copy.deepcopy(layers[sl]) for sl in slices]
     pipe = Pipeline(
-        mine,
+        chunks[0] if v == 1 else chunks,
         topo,
         M=M,
         schedule=schedule,
         checkpoint=checkpoint,
         loss_fn=nn.functional.cross_entropy,
+        virtual_stages=v,
+        first_layer=slices[0].start if v == 1 else [sl.start for sl in slices],
     )
     x, y = make_batch(N)
     n = N // replicas
@@ -158,17 +169,20 @@ def pipeline_step(
         for p in pipe.parameters():
             p -= lr * p.grad
     out = pipe.forward(x if topo.is_first else None) if infer else None
-    first_layer = sl.start
     bufs = {}
-    for i, layer in enumerate(pipe.cell.layers):
-        for k, v in layer.state_dict().items():
+    for i, layer in zip(pipe.layer_indices, pipe.layers):
+        for k, t in layer.state_dict().items():
             if "running" in k or "num_batches" in k:
-                bufs[f"{first_layer + i}.{k}"] = v.clone()
+                bufs[f"{i}.{k}"] = t.clone()
     return {
         "stage": topo.stage,
         "replica": topo.replica,
         "loss": loss,
         "grads": grads,
+        # the global layer of each parameter: a rank with several cells lists them cell by cell
+        "owners": [
+            i for i, layer in zip(pipe.layer_indices, pipe.layers) for _ in layer.parameters()
+        ],
         "params": [p.detach().clone() for p in pipe.parameters()],
         "buffers": bufs,
         "peak_act": pipe.peak_activation_bytes,
@@ -261,11 +275,13 @@ def rel_err(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 
 
 def gather(results: list[dict], key: str, replica: int = 0) -> list[torch.Tensor]:
-    """Concatenate one replica's per-stage lists in stage order."""
-    out: list[torch.Tensor] = []
-    for r in sorted((r for r in results if r["replica"] == replica), key=lambda r: r["stage"]):
-        out += r[key]
-    return out
+    """Concatenate one replica's per-stage lists in model order (a rank holding several cells
+    lists its parameters cell by cell: they are put back in the order of the global layers)."""
+    parts: list[tuple[int, int, torch.Tensor]] = []
+    for r in (r for r in results if r["replica"] == replica):
+        owners = r.get("owners") or [r["stage"]] * len(r[key])  # one cell per rank: its stage
+        parts += [(owners[i], i, t) for i, t in enumerate(r[key])]
+    return [t for _, _, t in sorted(parts, key=lambda p: (p[0], p[1]))]
 
 
 def held_sends(K: int, M: int) -> list[dict]:
@@ -291,7 +307,7 @@ def held_sends_step(K: int, M: int, schedule: str, nccl_order: bool) -> dict:
         held.append(sorted(mb for kind, mb in pipe.transfers.held if kind == "F"))
         grads.append(sorted(mb for kind, mb in pipe.transfers.held if kind == "B"))
         keys = list(pipe.transfers._posted)
-        posted.append((sum(k == "F" for k, _ in keys), sum(k == "B" for k, _ in keys)))
+        posted.append((sum(k[0] == "F" for k in keys), sum(k[0] == "B" for k in keys)))
 
     pipe.transfers.release = recorded  # type: ignore[method-assign]
     x = torch.randn(4 * M, 64)

@@ -75,22 +75,42 @@ def test_recomputation_does_not_count_twice():
 @pytest.mark.slow
 def test_pipelined_running_stats_equal_whole_batch_for_every_mode():
     ref = w.reference_step(batchnorm=True, M=4)
+    # the schedules since GPipe too: zb-h1 (W apart from B), two cells per rank (interleaved)
+    scheds = [("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 2), ("zb-h1", 2)]
     configs = [
-        dict(M=4, checkpoint=c, schedule=s, balance=[3, 5], batchnorm=True)
+        dict(
+            M=4,
+            checkpoint=c,
+            schedule=s,
+            balance=[3, 5] if v == 1 else [2, 2, 2, 2],
+            batchnorm=True,
+            virtual_stages=v,
+        )
         for c in ("never", "always")
-        for s in ("gpipe", "1f1b")
+        for s, v in scheds
     ]
-    configs.append(dict(M=4, checkpoint="always", schedule="gpipe", balance=[3, 5], batchnorm=True))
-    per_rank = launch(w.grid, 2, (2, configs[:-1]), threads=1)
-    dp = launch(w.grid, 4, (2, configs[-1:], 2), threads=1)
-    runs = [[rank[i] for rank in per_rank] for i in range(len(configs) - 1)] + [
-        [rank[0] for rank in dp]
+    dp_configs = [
+        dict(M=4, checkpoint="always", schedule="gpipe", balance=[3, 5], batchnorm=True),
+        dict(
+            M=4,
+            checkpoint="always",
+            schedule="zb-h1",
+            balance=[2, 2, 2, 2],
+            batchnorm=True,
+            virtual_stages=2,
+        ),
     ]
+    per_rank = launch(w.grid, 2, (2, configs), threads=1)
+    dp = launch(w.grid, 4, (2, dp_configs, 2), threads=1)
+    runs = [[rank[i] for rank in per_rank] for i in range(len(configs))] + [
+        [rank[i] for rank in dp] for i in range(len(dp_configs))
+    ]
+    configs += dp_configs
     # the data-parallel run sees the same global batch split over 2 replicas of M=4 chunks each,
     # i.e. 8 chunks of 2 samples: compare it with that reference.
     ref_dp = w.reference_step(batchnorm=True, M=8)
     for cfg, res in zip(configs, runs):
-        if cfg is configs[-1]:
+        if any(cfg is d for d in dp_configs):
             ref = ref_dp
         for r in res:
             for name, v in r["buffers"].items():

@@ -11,6 +11,15 @@ MS = [1, 2, 4, 8]
 MODES = ["never", "except_last", "always"]
 SCHEDS = ["gpipe", "1f1b"]
 BALANCE = {1: [8], 2: [3, 5], 4: [2, 2, 2, 2]}
+# the schedules since GPipe: (schedule, virtual stages); two cells per rank need K·2 of them
+LATER = [("zb-h1", 1), ("interleaved", 2), ("zb-h1", 2)]
+BALANCE_V2 = {1: [4, 4], 2: [2, 2, 2, 2], 4: [1] * 8}
+
+
+def later(K: int, v: int) -> list[int]:
+    return BALANCE[K] if v == 1 else BALANCE_V2[K]
+
+
 # Communication modes: plain gloo, and NCCL's order on gloo (``engine.fifo``: each channel's
 # operations one at a time, as on a GPU); each runs on its own topology inside one launch.
 COMM = {"gloo": dict(), "nccl_order": dict(nccl_order=True)}
@@ -46,6 +55,71 @@ def test_two_stages_four_micro_batches_with_remat_equal_single_process(comm):
         assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
         assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5, cfg
         assert rel_err([last(res)["out"]], [ref["out"]]) <= 1e-5, cfg
+
+
+@pytest.mark.parametrize("K", [2, 4])
+def test_the_schedules_since_gpipe_equal_single_process(K):
+    """zb-h1 (B and W apart), interleaved and zb-h1 over two cells per rank (activations round the
+    ring K-1 -> 0) equal a plain step at K = 2 and 4, remat never and always, in NCCL's order
+    (every channel's operations one at a time: a schedule posting out of order would hang, and
+    every wait is bounded), then inference through the cells."""
+    ref = w.reference_step()
+    M = 4
+    configs = [
+        dict(
+            M=M,
+            checkpoint=c,
+            schedule=s,
+            balance=later(K, v),
+            virtual_stages=v,
+            infer=True,
+            nccl_order=True,
+            timeout_s=60.0,
+        )
+        for s, v in LATER
+        for c in ("never", "always")
+    ]
+    for cfg, res in zip(configs, run_grid(K, configs)):
+        assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
+        assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5, cfg
+        assert rel_err([last(res)["out"]], [ref["out"]]) <= 1e-5, cfg
+
+
+def test_two_cells_on_one_rank_hand_over_in_process():
+    """K = 1 with v cells: a cell's output reaches the next as a copy, as a transfer makes it."""
+    ref = w.reference_step()
+    configs = [
+        dict(
+            M=M,
+            checkpoint=c,
+            schedule=s,
+            balance=[2, 2, 2, 2] if v == 4 else later(1, v),
+            virtual_stages=v,
+            infer=True,
+        )
+        for s, v in [*LATER, ("interleaved", 4)]
+        for M, c in ((4, "except_last"), (2, "never"))
+    ]
+    for cfg, res in zip(configs, run_grid(1, configs)):
+        assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
+        assert rel_err([last(res)["out"]], [ref["out"]]) <= 1e-5, cfg
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("K", [1, 2, 4])
+def test_the_schedules_since_gpipe_equal_single_process_on_the_grid(K):
+    """Every M (a multiple of K with two cells per rank), remat mode and later schedule; at K >= 2
+    in both communication modes."""
+    ref = w.reference_step()
+    comms = COMM.values() if K > 1 else [{}]
+    configs = [
+        dict(M=M, checkpoint=c, schedule=s, balance=later(K, v), virtual_stages=v, **comm)
+        for M, c, (s, v), comm in itertools.product(MS, MODES, LATER, comms)
+        if v == 1 or M % K == 0
+    ]
+    for cfg, res in zip(configs, run_grid(K, configs)):
+        assert rel_err(gather(res, "grads"), ref["grads"]) <= 1e-5, cfg
+        assert rel_err(gather(res, "params"), ref["params"]) <= 1e-5, cfg
 
 
 @pytest.mark.slow
@@ -87,8 +161,15 @@ def test_two_replicas_of_two_stages_equal_single_process_on_global_batch():
     order too."""
     ref = w.reference_step(N=16)
     configs = [
-        dict(M=M, checkpoint=c, schedule=s, balance=BALANCE[2], **comm)
-        for M, c, s in [(2, "never", "gpipe"), (4, "always", "1f1b"), (1, "except_last", "gpipe")]
+        dict(M=M, checkpoint=c, schedule=s, balance=later(2, v), virtual_stages=v, **comm)
+        for M, c, s, v in [
+            (2, "never", "gpipe", 1),
+            (4, "always", "1f1b", 1),
+            (1, "except_last", "gpipe", 1),
+            (2, "never", "zb-h1", 1),  # each cell's all-reduce overlaps its last W
+            (4, "always", "interleaved", 2),
+            (2, "except_last", "zb-h1", 2),
+        ]
         for comm in COMM.values()
     ]
     for cfg, res in zip(configs, run_grid(2, configs, replicas=2)):

@@ -28,7 +28,10 @@ COMMAND_LINE = [
     (["model=foo"], "model=foo is not a model config; allowed: amoebanet_b"),
     (["data=imagenet"], "data=imagenet is not a data config"),
     (["optim=lamb"], "optim=lamb is not a optim config"),
-    (["pipeline=zb"], "pipeline=zb is not a pipeline config; allowed: 1f1b, gpipe"),
+    (
+        ["pipeline=zb"],
+        "pipeline=zb is not a pipeline config; allowed: 1f1b, gpipe, interleaved, zb-h1",
+    ),
     (["logger=tensorboard"], "logger=tensorboard is not a logger config"),
     (["hardware=tpu_v9"], "hardware=tpu_v9 is not a hardware config"),
     (["pipeline.Q=1"], "pipeline.Q is not a config key"),
@@ -111,7 +114,44 @@ VALUES = [
         ["pipeline.checkpoint=sometimes"],
         "pipeline.checkpoint='sometimes' is not allowed; allowed: never, except_last",
     ),
-    (["pipeline.schedule=zb"], "pipeline.schedule='zb' is not allowed; allowed: gpipe, 1f1b"),
+    (
+        ["pipeline.schedule=zb"],
+        "pipeline.schedule='zb' is not allowed; allowed: gpipe, 1f1b, interleaved, zb-h1",
+    ),
+    # the schedules since GPipe (#39): cells per rank, M, and a cell for every layer count
+    (
+        ["pipeline.schedule=interleaved"],
+        "pipeline.virtual_stages=1 is too few for schedule interleaved; allowed: an integer >= 2",
+    ),
+    (
+        ["pipeline.virtual_stages=2"],
+        "pipeline.virtual_stages=2 needs a schedule that holds several chunks per rank; allowed "
+        "with schedule gpipe: 1",
+    ),
+    (
+        ["pipeline.virtual_stages=0"],
+        "pipeline.virtual_stages=0 is invalid; allowed: an integer >= 1",
+    ),
+    (
+        ["pipeline=interleaved", "pipeline.K=2", "pipeline.M=1"],
+        "pipeline.M=1 cannot run schedule interleaved with 2 chunks per rank at K=2; allowed: a "
+        "multiple of K=2",
+    ),
+    (
+        ["pipeline=interleaved", "pipeline.K=4", "pipeline.M=4"],
+        "pipeline.virtual_stages=2 leaves a cell empty: K=4 x 2 = 8 cells for the model's 5 "
+        "layers; allowed: 1..1",
+    ),
+    (
+        [
+            "pipeline=zb-h1",
+            "pipeline.virtual_stages=2",
+            "pipeline.K=2",
+            "pipeline.M=2",
+            "pipeline.balance=[2,3]",
+        ],
+        "pipeline.balance=[2, 3] has 2 cells but pipeline.K=2 x pipeline.virtual_stages=2 = 4",
+    ),
     (["pipeline.host_memory=swap"], "pipeline.host_memory='swap' is not allowed"),
     (
         ["pipeline.balance_by=luck"],

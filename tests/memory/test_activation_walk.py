@@ -38,8 +38,8 @@ def test_the_walk_gives_the_papers_closed_forms(schedule, checkpoint):
 
 
 def test_an_unknown_schedule_is_refused_not_read_as_1f1b():
-    with pytest.raises(ArgumentError, match="schedule='interleaved' is unknown"):
-        peak_activation_bytes(A, "interleaved", "never", 4, 8, 0)
+    with pytest.raises(ArgumentError, match="schedule='zb-h2' is unknown"):
+        peak_activation_bytes(A, "zb-h2", "never", 4, 8, 0)
 
 
 def test_the_working_set_counts_once_whatever_the_micro_batches_alive():

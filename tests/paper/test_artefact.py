@@ -110,7 +110,7 @@ def test_the_entry_point_refuses_to_write_reports_unless_it_is_the_make_target(
 def test_every_make_target_is_an_artefact_publishing_to_its_own_folder(tmp_path, capsys):
     targets = ["demo", "table1", "table2", "table3", "table4", "table5", "fig3", "fig3_tricks"]
     # fig3_tricks: the second sweep of make fig3
-    targets += ["validate-sim", "validate-hw", "validate-plan"]
+    targets += ["validate-sim", "validate-hw", "validate-plan", "schedules"]
     assert list(ARTEFACTS) == [*targets, "sweep"]  # sweep: any sweep as a table, never published
     folders = {name: a.folder for name, a in ARTEFACTS.items()}
     assert folders["validate-sim"] == "sim" and folders["validate-hw"] == "hw"
@@ -162,7 +162,7 @@ def test_a_published_report_does_not_make_the_tree_dirty_but_code_does(tmp_path)
 def test_an_in_process_artefact_rerenders_from_its_csv_alone_and_its_switch_is_its_variant(
     tmp_path,
 ):
-    for name in ("validate-hw", "validate-sim", "validate-plan"):
+    for name in ("validate-hw", "validate-sim", "validate-plan", "schedules"):
         art = ARTEFACTS[name]
         assert art.in_process and art.switch
         with pytest.raises(

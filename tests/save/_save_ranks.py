@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpipe_repro.engine import Pipeline, init_topology, stage_slice
+from gpipe_repro.engine import Pipeline, chunk_slices, init_topology
 from gpipe_repro.models.toy import tuplenet_layers
 from gpipe_repro.save import describe_model, load, save
 from gpipe_repro.save.keys import layer_tensors, optimizer_tensors
@@ -69,20 +69,29 @@ class Run:
         seed: int = 0,
         dropout: float = 0.0,
         replicas: int = 1,
+        schedule: str = "gpipe",
     ) -> None:
-        self.topo = init_topology(K, replicas)
+        v = len(balance) // K  # several cells per stage: balance has K·v entries
+        self.topo = init_topology(K, replicas, ring=v > 1)
         self.balance = balance
-        sl = stage_slice(balance, self.topo.stage)
-        self.offset = sl.start
+        slices = chunk_slices(balance, K, self.topo.stage)
+        layers = build(seed, dropout)
         self.pipe = Pipeline(
-            build(seed, dropout)[sl], self.topo, M=M, loss_fn=nn.functional.cross_entropy
+            layers[slices[0]] if v == 1 else [layers[sl] for sl in slices],
+            self.topo,
+            M=M,
+            schedule=schedule,
+            loss_fn=nn.functional.cross_entropy,
+            first_layer=slices[0].start if v == 1 else [sl.start for sl in slices],
+            virtual_stages=v,
         )
+        self.offset = self.pipe.layer_indices  # every layer's global index
         self.opt = optimizer(opt, self.pipe.parameters())
         self.losses: list[float] = []
 
     @property
     def layers(self) -> Any:
-        return self.pipe.cell.layers
+        return self.pipe.layers
 
     def train(self, start: int, stop: int) -> list[float]:
         topo, new = self.topo, []
@@ -116,6 +125,7 @@ class Run:
             self.layers,
             self.balance,
             self.topo,
+            indices=self.offset,
             model=record(),
             optimizer=self.opt,
             losses=self.losses,
@@ -129,9 +139,11 @@ class Run:
         )
 
 
-def write_then_continue(K: int, balance: list[int], directory: str, steps: int, opt: str) -> dict:
+def write_then_continue(
+    K: int, balance: list[int], directory: str, steps: int, opt: str, schedule: str = "gpipe"
+) -> dict:
     """Train ``steps``, save, then one more step: the state saved and the loss that follows."""
-    run = Run(K, balance, opt)
+    run = Run(K, balance, opt, schedule=schedule)
     run.train(0, steps)
     run.save(directory, steps)
     state = run.state()
@@ -139,10 +151,12 @@ def write_then_continue(K: int, balance: list[int], directory: str, steps: int, 
     return {"state": state, "next": nxt, "after": run.state()}
 
 
-def load_then_continue(K: int, balance: list[int], path: str, opt: str) -> dict:
+def load_then_continue(
+    K: int, balance: list[int], path: str, opt: str, schedule: str = "gpipe"
+) -> dict:
     """Fresh layers (another seed), load, one step: the state loaded and the step's loss."""
     with one_thread():
-        run = Run(K, balance, opt, seed=7)
+        run = Run(K, balance, opt, seed=7, schedule=schedule)
         report = run.load(path)
         state = run.state()
         nxt = run.train(report.step, report.step + 1)

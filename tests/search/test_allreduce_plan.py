@@ -16,7 +16,8 @@ def test_a_slow_link_flips_the_pick_away_from_eight_replicas(tmp_path):
     fast, _ = plan([*BASE, "plan.top=3", f"plan.out={tmp_path}/fast"])
     slow, _ = plan([*BASE, "hardware.link_bandwidth_Bps=1.0e9", "plan.top=400",
                     f"plan.out={tmp_path}/slow"])  # fmt: skip
-    # on the profile's 82 GB/s link the all-reduce is cheap: eight replicas at K = 1 win
+    # on the profile's 82 GB/s link the all-reduce is cheap: eight replicas at K = 1 win (1F1B
+    # holds one micro-batch there: searched at K = 1 beside gpipe)
     assert (fast[0].K, fast[0].replicas) == (1, 8)
     # at 1 GB/s they lose; at K = 1 the link carries nothing but the all-reduce, so it alone
     # turns the fast link's best (same compute) into a loser

@@ -105,8 +105,8 @@ def test_no_deadlock_for_every_small_pipeline(name):
 
 def test_deadlock_raises_naming_the_blocked_stage(monkeypatch):
     # A broken schedule: stage 0 runs B0 before F0, so it waits for a gradient that never comes.
-    def broken(name, K, M, k):
-        acts = stage_actions(name, K, M, k)
+    def broken(name, K, M, k, v=1):
+        acts = stage_actions(name, K, M, k, v)
         return acts[::-1] if k == 0 else acts
 
     monkeypatch.setattr(sim_module, "stage_actions", broken)
@@ -191,7 +191,7 @@ def test_events_are_engine_events_and_make_an_engine_trace():
     r = simulate(3, 4, "1f1b", "except_last", [stage(1.0, 2.0, out=100)] * 3, link)
     assert all(isinstance(e, Event) for e in r.events)
     fields = {f.name for f in dataclasses.fields(r.events[0])}
-    assert fields == {"action", "mb", "start", "end", "stage", "replica", "step"}
+    assert fields == {"action", "mb", "start", "end", "stage", "replica", "step", "chunk"}
     actions = {e.action for e in r.events}
     assert actions == {"forward", "backward", "recompute", "send", "wait", "step", "update"}
     trace = chrome_trace(r.events)

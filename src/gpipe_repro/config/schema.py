@@ -63,13 +63,23 @@ class PipelineConfig:
     )
     schedule: str = opt(
         DEFAULT_SCHEDULE,
-        "gpipe = fill-drain (the paper's), 1f1b = PipeDream-flush",
+        "gpipe = fill-drain (the paper's); 1f1b = PipeDream-flush; interleaved = Megatron-LM's "
+        "interleaved 1F1B over pipeline.virtual_stages cells per rank (bubble / v, M a multiple "
+        "of K); zb-h1 = zero bubble's ZB-H1 (Qi et al. 2024: each backward split into the input "
+        "gradient B and the weight gradient W, W deferred into the bubble); README, Schedules",
         choices=SCHEDULES,
+    )
+    virtual_stages: int = opt(
+        1,
+        "model cells per rank (v): the model is cut into K*v cells, cell s on rank s mod K "
+        "(interleaved: >= 2; zb-h1: 1, or more for torch's interleaved zero bubble; gpipe, "
+        "1f1b: 1)",
+        min=1,
     )
     balance: list[int] | None = opt(
         None,
         "layers per cell, e.g. [3,5]; null = exact min-max partition by balance_by",
-        allowed="null or a list of K layer counts, each >= 1",
+        allowed="null or a list of K*virtual_stages layer counts, each >= 1",
     )
     balance_by: str = opt("params", "per-layer cost the partition balances", choices=COST_KINDS)
     replicas: int = opt(1, "data-parallel copies of the pipeline (world size K * replicas)", min=1)

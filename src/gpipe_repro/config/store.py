@@ -44,8 +44,14 @@ def _groups() -> dict[str, dict[str, object]]:
         "model": {name: spec.config() for name, spec in MODELS.items()},
         "data": {name: spec.config() for name, spec in DATASETS.items()},
         "optim": {name: spec.config() for name, spec in OPTIMIZERS.items()},
-        # the paper's fill-drain is `gpipe`; each other schedule of the engine is an option of its own
-        "pipeline": {name: replace(PipelineConfig(), schedule=name) for name in SCHEDULES},
+        # the paper's fill-drain is `gpipe`; each other schedule of the engine is an option of its
+        # own (interleaved with two cells per rank, its least)
+        "pipeline": {
+            name: replace(
+                PipelineConfig(), schedule=name, virtual_stages=2 if name == "interleaved" else 1
+            )
+            for name in SCHEDULES
+        },
         "logger": {name: LoggerConfig(name=name) for name in LOGGERS},
         "plan": {mode: AutoPlanConfig(mode=mode) for mode in PLAN_MODES},  # plan=auto
     }

@@ -12,7 +12,7 @@ import os
 from dataclasses import is_dataclass, replace
 from typing import Any
 
-from ..engine import ArgumentError
+from ..engine import ArgumentError, check_schedule
 from ..engine.checkpoint import CHECKPOINT_MODES
 from ..errors import UserError
 from ..options import check_fields
@@ -34,6 +34,7 @@ ENGINE_KEYS = {
     "M": "pipeline.M",
     "checkpoint": "pipeline.checkpoint",
     "schedule": "pipeline.schedule",
+    "virtual_stages": "pipeline.virtual_stages",
     "balance": "pipeline.balance",
     "kind": "pipeline.balance_by",
     "replicas": "pipeline.replicas",
@@ -90,10 +91,17 @@ def validate(
     if not isinstance(p.checkpoint, str):
         cfg = replace(cfg, pipeline=replace(p, checkpoint=modes))
         p = cfg.pipeline
+    try:  # the schedule's own rules on K, M and the cells per rank
+        check_schedule(p.schedule, p.K, p.M, p.virtual_stages)
+    except ArgumentError as err:
+        raise engine_error(err) from None
     if p.balance is not None:
-        if len(p.balance) != p.K:
+        cells = p.K * p.virtual_stages
+        if len(p.balance) != cells:
+            per = f" x pipeline.virtual_stages={p.virtual_stages}" if p.virtual_stages > 1 else ""
             raise UserError(
-                f"pipeline.balance={list(p.balance)} has {len(p.balance)} cells but pipeline.K={p.K}"
+                f"pipeline.balance={list(p.balance)} has {len(p.balance)} cells but "
+                f"pipeline.K={p.K}{per}" + (f" = {cells}" if per else "")
             )
         if any(b < 1 for b in p.balance):
             raise UserError(
@@ -170,6 +178,7 @@ AUTO_PLANNED = (
     "pipeline.M",
     "pipeline.replicas",
     "pipeline.schedule",
+    "pipeline.virtual_stages",
     "pipeline.checkpoint",
     "pipeline.balance",
     "train.micro_batch_size",

@@ -1,7 +1,8 @@
 """What each stage did and when: the measured version of the paper's Fig. 2(c).
 
-Every stage records ``(action, micro-batch, start, end)`` for forward, backward, recompute, send,
-receive and wait. Spans take marks from the device's clock (``device``: CUDA events on a GPU, the
+Every stage records ``(action, micro-batch, start, end)`` for forward, backward, recompute, weight
+(the deferred weight gradient of a split backward, ``split``), send, receive and wait, with the model
+chunk it belongs to where a stage holds several (``schedule``). Spans take marks from the device's clock (``device``: CUDA events on a GPU, the
 host clock on a CPU), resolved to seconds once per step, at its end; the seconds lie on the host's
 ``time.perf_counter`` timeline (CLOCK_MONOTONIC on Linux, shared by the processes of one machine),
 so the events of all stages of one host line up without correction. From them: step time, per-stage
@@ -18,18 +19,19 @@ from .device import Clock, HostClock
 
 __all__ = ["Event", "Recorder", "COMPUTE", "busy_time", "measured_bubble", "chrome_trace"]
 
-COMPUTE = ("forward", "backward", "recompute")
+COMPUTE = ("forward", "backward", "recompute", "weight")
 
 
 @dataclass
 class Event:
-    action: str  # forward | backward | recompute | send | recv | wait | step
+    action: str  # forward | backward | recompute | weight | send | recv | wait | step
     mb: int
     start: float
     end: float
     stage: int = 0
     replica: int = 0
     step: int = 0
+    chunk: int = 0  # the stage's model chunk (0 .. v-1)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,41 +49,43 @@ class Recorder:
         self.mark = self.clock.mark
         self.events: list[Event] = []
         self.step = 0
-        self._open: list[tuple[str, int, Any, Any]] = []
+        self._open: list[tuple[str, int, Any, Any, int]] = []
 
-    def add(self, action: str, mb: int, start: Any, end: Any) -> None:
+    def add(self, action: str, mb: int, start: Any, end: Any, chunk: int = 0) -> None:
         """A span of this step between two of the clock's marks."""
-        self._open.append((action, mb, start, end))
+        self._open.append((action, mb, start, end, chunk))
 
-    def span(self, action: str, mb: int = -1) -> _Span:
-        return _Span(self, action, mb)
+    def span(self, action: str, mb: int = -1, chunk: int = 0) -> _Span:
+        return _Span(self, action, mb, chunk)
 
     def end_step(self) -> None:
         """Resolve this step's marks into events and count the step."""
-        secs = self.clock.resolve([m for _, _, s, e in self._open for m in (s, e)])
-        for i, (action, mb, _, _) in enumerate(self._open):
+        secs = self.clock.resolve([m for _, _, s, e, _ in self._open for m in (s, e)])
+        for i, (action, mb, _, _, chunk) in enumerate(self._open):
             start, end = secs[2 * i], secs[2 * i + 1]
-            self.events.append(Event(action, mb, start, end, self.stage, self.replica, self.step))
+            self.events.append(
+                Event(action, mb, start, end, self.stage, self.replica, self.step, chunk)
+            )
         self._open = []
         self.step += 1
 
 
 class _Span:
-    __slots__ = ("rec", "action", "mb", "t0")
+    __slots__ = ("rec", "action", "mb", "chunk", "t0")
 
-    def __init__(self, rec: Recorder, action: str, mb: int) -> None:
-        self.rec, self.action, self.mb = rec, action, mb
+    def __init__(self, rec: Recorder, action: str, mb: int, chunk: int = 0) -> None:
+        self.rec, self.action, self.mb, self.chunk = rec, action, mb, chunk
 
     def __enter__(self) -> _Span:
         self.t0 = self.rec.mark()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.rec.add(self.action, self.mb, self.t0, self.rec.mark())
+        self.rec.add(self.action, self.mb, self.t0, self.rec.mark(), self.chunk)
 
 
 def busy_time(events: Iterable[Event]) -> float:
-    """Seconds spent computing (forward, backward, recompute)."""
+    """Seconds spent computing (forward, backward, recompute, weight)."""
     return sum(e.end - e.start for e in events if e.action in COMPUTE)
 
 
@@ -133,7 +137,7 @@ def chrome_trace(events: Sequence[Event]) -> dict[str, Any]:
                     "args": {"name": f"replica {e.replica}"},
                 }
             )
-        name = e.action if e.mb < 0 else f"{e.action} {e.mb}"
+        name = e.action if e.mb < 0 else f"{e.action} {e.mb}" + (f".{e.chunk}" if e.chunk else "")
         out.append(
             {
                 "ph": "X",
@@ -143,7 +147,7 @@ def chrome_trace(events: Sequence[Event]) -> dict[str, Any]:
                 "tid": e.stage,
                 "ts": (e.start - t0) * 1e6,
                 "dur": max(0.0, (e.end - e.start) * 1e6),
-                "args": {"step": e.step, "micro_batch": e.mb},
+                "args": {"step": e.step, "micro_batch": e.mb, "chunk": e.chunk},
             }
         )
     return {"traceEvents": out, "displayTimeUnit": "ms"}

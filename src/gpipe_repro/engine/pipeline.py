@@ -1,12 +1,15 @@
 """One pipeline stage executing a schedule: the GPipe algorithm on one rank (paper §2.2-2.3).
 
-A ``Pipeline`` holds this rank's cell (a contiguous slice of the model's layers), splits each
-mini-batch into M micro-batches, and executes its stage's action list (see ``schedule``): forward
-micro-batches, send boundary activations to the next stage, receive their gradients, backward,
-send input gradients to the previous stage. Gradients accumulate over the micro-batches, so after
-``train_step`` every parameter's ``.grad`` equals the full-batch gradient; with replicas the last
-backward of the step triggers DDP's bucketed all-reduce, overlapped with that backward. The caller then
-steps its optimiser once: a synchronous update, the same for any K.
+A ``Pipeline`` holds this rank's cell (a contiguous slice of the model's layers) — or, under a
+schedule with v virtual stages per rank, v cells, model stages k, k+K, ... (``cell.chunk_slices``)
+— splits each mini-batch into M micro-batches, and executes its stage's action list (see
+``schedule``): forward micro-batches, send boundary activations to the next stage, receive their
+gradients, backward, send input gradients to the previous stage. Where the schedule splits the
+backward (``zb-h1``), B computes only the input gradient and W, later, the weight gradient
+(``split``). Gradients accumulate over the micro-batches, so after ``train_step`` every parameter's
+``.grad`` equals the full-batch gradient; with replicas each cell's last backward (its last W under
+a split) triggers DDP's bucketed all-reduce, overlapped with that backward. The caller then steps
+its optimiser once: a synchronous update, the same for any K.
 
 Layers are called as ``layer(x)`` where ``x`` is a tensor or a tuple of tensors, the previous layer's
 output. The loss function runs on the last stage; ``loss_reduction`` says what it returns:
@@ -20,14 +23,14 @@ output. The loss function runs on the last stage; ``loss_reduction`` says what i
   backward by D (DDP averages) and all-reduces the reported loss, so it is the global loss.
 
 Boundary shapes may change from step to step (bucketed sentences): each stage describes its outputs
-once per step (see ``comm``). Each direction of each link has a channel of its own, posted in the
-order its peer posts (see ``transfers``), which is what NCCL needs (see ``fifo``).
+once per step and chunk (see ``comm``). Each direction of each link has a channel of its own, posted
+in the order its peer posts (see ``transfers``), which is what NCCL needs (see ``fifo``).
 
 Randomness: with ``seed`` given, every layer draws from generators seeded by (seed, step,
-micro-batch, global layer index) — ``first_layer`` is this cell's first global index, ``train_step``
-takes the step — so losses and updates are bit-identical whatever K, balance, schedule and remat, at
-a fixed M (see ``rng``). Without ``seed`` layers draw from the process's own streams, as in plain
-PyTorch (then the draws depend on which rank runs a layer).
+micro-batch, global layer index) — ``first_layer`` is each cell's first global index, ``train_step``
+takes the step — so losses and updates are bit-identical whatever K and balance, for a given
+schedule and M, whatever remat (see ``rng``). Without ``seed`` layers draw from the process's own
+streams, as in plain PyTorch (then the draws depend on which rank runs a layer).
 
 Timing: spans are measured on the device (CUDA events on a GPU), resolved at each step's end (see
 ``device``).
@@ -42,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -52,6 +55,7 @@ from torch.nn.parallel import DistributedDataParallel
 from . import device as devices
 from .batchnorm import commit as commit_batchnorm
 from .batchnorm import convert_batchnorm, recomputing
+from .cell import Cell, chunk_slices, stage_slice
 from .checkpoint import DEFAULT_CHECKPOINT, restored_rng, save_rng, uses_remat
 from .comm import describe, rebuild, wire
 from .errors import ArgumentError
@@ -59,13 +63,29 @@ from .events import Recorder
 from .hostmem import DEFAULT_HOST_MEMORY, apply_host_memory, check_host_memory
 from .memory import ActivationMeter
 from .microbatch import Batch, as_tuple, from_tuple, join, split
-from .precision import autocast, cast_floats, check_precision, compute_dtype, fp32_loss
+from .precision import autocast, check_precision, compute_dtype, fp32_loss
 from .rng import INFERENCE_STEP, Draws
-from .schedule import DEFAULT_SCHEDULE, Action, gradients_taken, stage_actions
+from .schedule import (
+    DEFAULT_SCHEDULE,
+    Action,
+    check_schedule,
+    gradients_taken,
+    splits_backward,
+    stage_actions,
+    virtual_stage,
+)
+from .split import Tape, backward_input, backward_weight
 from .topology import Topology
 from .transfers import Transfers
 
-__all__ = ["Cell", "DEFAULT_LOOKAHEAD", "LOSS_REDUCTIONS", "Pipeline", "stage_slice"]
+__all__ = [
+    "Cell",
+    "DEFAULT_LOOKAHEAD",
+    "LOSS_REDUCTIONS",
+    "Pipeline",
+    "chunk_slices",
+    "stage_slice",
+]
 
 LOSS_REDUCTIONS: tuple[str, ...] = ("mean", "sum")
 # receives are posted this many actions ahead (gloo moves a message only once its receive is posted)
@@ -80,73 +100,42 @@ _NO_BUFFER_SYNC: dict[str, Any] = (
 )
 
 
-class Cell(nn.Module):
-    """A contiguous run of layers; each takes the previous one's output (tensor or tuple).
-
-    ``dtype``: each layer's float outputs are cast to it (mixed precision: the casts sit at layer
-    boundaries, so a stage boundary adds none); None leaves them as the layer returns them.
-    ``draws``: key each layer's random draws (see ``rng``); a call inside :meth:`keyed` uses that
-    (step, micro-batch), a call outside draws from the process's streams."""
-
-    def __init__(
-        self,
-        layers: Sequence[nn.Module],
-        dtype: torch.dtype | None = None,
-        draws: Draws | None = None,
-    ) -> None:
-        super().__init__()
-        self.layers: nn.ModuleList = nn.ModuleList(layers)
-        self.dtype = dtype
-        self.draws = draws
-        self._key: tuple[int, int] | None = None
-
-    @contextlib.contextmanager
-    def keyed(self, step: int, mb: int) -> Iterator[None]:
-        """Calls inside draw with the keys of ``step`` and micro-batch ``mb`` (if keyed at all)."""
-        self._key = (step, mb) if self.draws is not None else None
-        try:
-            yield
-        finally:
-            self._key = None
-
-    def forward(self, x: Batch) -> Batch:
-        draws, key = self.draws, self._key
-        if draws is None or key is None:
-            for layer in self.layers:
-                x = cast_floats(layer(x), self.dtype)
-            return x
-        with draws.kept_outside():
-            for j, layer in enumerate(self.layers):
-                draws.seed_layer(key[0], key[1], j)
-                x = cast_floats(layer(x), self.dtype)
-        return x
-
-
-def stage_slice(balance: Sequence[int], stage: int) -> slice:
-    start = sum(balance[:stage])
-    return slice(start, start + balance[stage])
-
-
 def _to(x: Batch, device: torch.device) -> Batch:
     return from_tuple([t.to(device, non_blocking=True) for t in as_tuple(x)], isinstance(x, tuple))
+
+
+class _Held:
+    """What a micro-batch of one chunk keeps from its forward to its backward (and W)."""
+
+    __slots__ = ("x", "remat", "rng", "y", "loss", "tape", "grads")
+
+    def __init__(
+        self, x: Batch | None, remat: bool, rng: Any, y: Batch | None, loss: Any, tape: Tape | None
+    ) -> None:
+        self.x, self.remat, self.rng, self.y, self.loss, self.tape = x, remat, rng, y, loss, tape
+        self.grads: list[torch.Tensor] | None = None  # taken at B, used at W (the first cell)
 
 
 class Pipeline:
     """Executes GPipe on one rank. Build one per rank with that rank's layers.
 
-    ``schedule``: ``gpipe`` | ``1f1b``; ``checkpoint``: ``never`` | ``except_last`` | ``always``;
-    ``track_memory``: saved-tensor accounting (``peak_activation_bytes``); ``lookahead``: how many
-    actions ahead receives are posted; ``host_memory``: ``retain`` (default) makes a CPU rank's malloc
-    keep freed memory between steps, process-wide (see ``hostmem``), ``system`` leaves it alone;
-    ``loss_reduction``: ``mean`` | ``sum``, what ``loss_fn`` returns (see the module docstring);
-    ``precision``: ``fp32`` | ``bf16`` (autocast, fp32 master weights; see ``precision``);
-    ``seed``: key every random draw by (seed, step, micro-batch, global layer), None: the process's
-    own streams; ``first_layer``: the global index of ``layers[0]`` (see ``rng``).
+    ``layers``: this rank's cell; with ``virtual_stages`` v > 1, a list of its v cells' layers
+    (model stages k, k+K, ...: ``chunk_slices``), and ``first_layer`` a list of their first
+    global indices. ``schedule``: ``gpipe`` | ``1f1b`` | ``interleaved`` | ``zb-h1``
+    (``schedule.SCHEDULES``; several chunks per rank need ``init_topology(ring=True)`` when K > 1);
+    ``checkpoint``: ``never`` | ``except_last`` | ``always``; ``track_memory``: saved-tensor
+    accounting (``peak_activation_bytes``); ``lookahead``: how many actions ahead receives are
+    posted; ``host_memory``: ``retain`` (default) makes a CPU rank's malloc keep freed memory
+    between steps, process-wide (see ``hostmem``), ``system`` leaves it alone; ``loss_reduction``:
+    ``mean`` | ``sum``, what ``loss_fn`` returns (see the module docstring); ``precision``:
+    ``fp32`` | ``bf16`` (autocast, fp32 master weights; see ``precision``); ``seed``: key every
+    random draw by (seed, step, micro-batch, global layer), None: the process's own streams;
+    ``first_layer``: the global index of each cell's first layer (see ``rng``).
     """
 
     def __init__(
         self,
-        layers: Sequence[nn.Module],
+        layers: Sequence[nn.Module] | Sequence[Sequence[nn.Module]],
         topology: Topology,
         *,
         M: int,
@@ -160,7 +149,8 @@ class Pipeline:
         loss_reduction: str = "mean",
         precision: str = "fp32",
         seed: int | None = None,
-        first_layer: int = 0,
+        first_layer: int | Sequence[int] = 0,
+        virtual_stages: int = 1,
     ) -> None:
         if M < 1:
             raise ArgumentError("M", M, "is invalid; allowed: an integer >= 1")
@@ -172,11 +162,30 @@ class Pipeline:
         check_precision(precision, topology.device.type)
         self.precision = precision
         check_host_memory(host_memory)
+        v = virtual_stages
+        check_schedule(schedule, topology.K, M, v)
+        if v > 1 and topology.K > 1 and not topology.ring:
+            raise ArgumentError(
+                "virtual_stages", v, "needs a ring of stages: init_topology(..., ring=True)"
+            )
+        chunks: list[list[nn.Module]] = (
+            [list(cast(Sequence[nn.Module], layers))]
+            if v == 1
+            else [list(c) for c in cast(Sequence[Sequence[nn.Module]], layers)]
+        )
+        firsts = [first_layer] if isinstance(first_layer, int) else list(first_layer)
+        if len(chunks) != v or len(firsts) != v:
+            raise ArgumentError(
+                "layers", f"{len(chunks)} cells", f"do not match virtual_stages={v}: one per chunk"
+            )
+        if any(f < 0 for f in firsts):
+            raise ArgumentError("first_layer", first_layer, "is invalid; allowed: integers >= 0")
         self.topo = topology
-        self.K, self.M = topology.K, M
+        self.K, self.M, self.v = topology.K, M, v
+        self.S = self.K * v  # model stages
         self.schedule, self.checkpoint = schedule, checkpoint
-        self.actions: list[Action] = stage_actions(schedule, self.K, M, topology.stage)
-        self.last_backward = max(i for i, a in enumerate(self.actions) if a.kind == "B")
+        self.split = splits_backward(schedule)
+        self.actions: list[Action] = stage_actions(schedule, self.K, M, topology.stage, v)
         self.device = topology.device
         # CPU activations are host memory: keep freed blocks for the next step (see hostmem).
         self.host_memory = (
@@ -184,37 +193,71 @@ class Pipeline:
             if self.device.type == "cpu"
             else "system (not a CPU rank)"
         )
-        if first_layer < 0:
-            raise ArgumentError("first_layer", first_layer, "is invalid; allowed: an integer >= 0")
         dtype = compute_dtype(precision) if precision != "fp32" else None
-        draws = Draws(seed, first_layer, self.device) if seed is not None else None
-        self.seed, self.first_layer = seed, first_layer
-        self.cell: Cell = convert_batchnorm(Cell(layers, dtype, draws)).to(self.device)  # type: ignore[assignment]
-        self.module: nn.Module = self.cell
-        self.ddp: DistributedDataParallel | None = None
-        if topology.replicas > 1 and any(p.requires_grad for p in self.cell.parameters()):
-            self.ddp = DistributedDataParallel(
-                self.cell,
-                process_group=topology.dp_group,
-                **_NO_BUFFER_SYNC,
-                bucket_cap_mb=bucket_cap_mb,
-                device_ids=[self.device] if self.device.type == "cuda" else None,
+        self.seed, self.first_layers = seed, firsts
+        self.cells: list[Cell] = [
+            cast(
+                Cell,
+                convert_batchnorm(
+                    Cell(c, dtype, Draws(seed, f, self.device) if seed is not None else None)
+                ).to(self.device),
             )
-            self.module = self.ddp
+            for c, f in zip(chunks, firsts)
+        ]
+        self.modules: list[nn.Module] = list(self.cells)
+        self.ddps: list[DistributedDataParallel | None] = [None] * v
+        if topology.replicas > 1:
+            for c, cell in enumerate(self.cells):
+                if any(p.requires_grad for p in cell.parameters()):
+                    ddp = DistributedDataParallel(
+                        cell,
+                        process_group=topology.dp_group,
+                        **_NO_BUFFER_SYNC,
+                        bucket_cap_mb=bucket_cap_mb,
+                        device_ids=[self.device] if self.device.type == "cuda" else None,
+                    )
+                    self.ddps[c], self.modules[c] = ddp, ddp
+        # each cell's last action that accumulates weight gradients: DDP's reducer is armed there
+        weights = "W" if self.split else "B"
+        self._arm = {
+            max(i for i, a in enumerate(self.actions) if a.kind == weights and a.chunk == c)
+            for c in range(v)
+        }
+        self._params = [[p for p in cell.parameters() if p.requires_grad] for cell in self.cells]
         if topology.is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn")
         self.loss_fn = loss_fn
         self.recorder = Recorder(topology.stage, topology.replica, devices.clock_for(self.device))
-        self.meter = ActivationMeter(self.cell.parameters()) if track_memory else None
+        self.meter = ActivationMeter(self.parameters()) if track_memory else None
         self.peak_activation_bytes = 0
         self.lookahead = lookahead
-        taken = gradients_taken(schedule, self.K, M, topology.stage)
-        self.transfers = Transfers(topology, self.actions, lookahead, self.recorder, taken)
+        taken = gradients_taken(schedule, self.K, M, topology.stage, v)
+        self.transfers = Transfers(topology, self.actions, lookahead, self.recorder, taken, v)
         self.steps_done = 0  # train_step calls: the step of the keys when none is given
 
     # ------------------------------------------------------------------ public API
+    @property
+    def cell(self) -> Cell:
+        """This rank's cell (one chunk per rank; with several: ``cells``)."""
+        if self.v != 1:
+            raise AttributeError(f"this rank holds {self.v} cells (virtual_stages); use .cells")
+        return self.cells[0]
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        """Every layer this rank holds, cell after cell (their global indices: ``layer_indices``)."""
+        return [layer for cell in self.cells for layer in cell.layers]
+
+    @property
+    def layer_indices(self) -> list[int]:
+        """The global index of each of ``layers``."""
+        return [
+            f + i for cell, f in zip(self.cells, self.first_layers) for i in range(len(cell.layers))
+        ]
+
     def parameters(self) -> Iterator[nn.Parameter]:
-        return self.cell.parameters()
+        for cell in self.cells:
+            yield from cell.parameters()
 
     def reset_peak_memory(self) -> None:
         """Start both peak counters afresh — the accounted activation peak and, on CUDA, the
@@ -240,7 +283,8 @@ class Pipeline:
         """
         topo, M = self.topo, self.M
         self._step = self.steps_done if step is None else step
-        self.cell.train()
+        for cell in self.cells:
+            cell.train()
         self._xs = (
             split(_to(inputs, self.device), M) if topo.is_first and inputs is not None else None
         )
@@ -250,26 +294,31 @@ class Pipeline:
                 if torch.is_tensor(targets) or isinstance(targets, tuple)
                 else [targets] * M
             )
-        self._state: dict[int, tuple[Any, ...]] = {}
+        self._state: dict[tuple[int, int], _Held] = {}
         self._loss = torch.zeros((), device=self.device)
         self.transfers.start()
         if self.meter is not None:
             self.meter.reset_peak()
         rec = self.recorder
         t0 = rec.mark()
-        ctx = self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
-        with ctx:
+        with contextlib.ExitStack() as stack:
+            for ddp in self.ddps:
+                if ddp is not None:
+                    stack.enter_context(ddp.no_sync())
             for i, a in enumerate(self.actions):
                 self.transfers.prepost(i)
                 if a.kind == "F":
-                    self._forward(a.mb)
+                    self._forward(a.chunk, a.mb)
+                elif a.kind == "B":
+                    self._backward(a.chunk, a.mb, i in self._arm)
                 else:
-                    self._backward(a.mb, i == self.last_backward)
+                    self._weight(a.chunk, a.mb, i in self._arm)
                 self.transfers.release()
         self.transfers.drain()
         if self.loss_reduction == "sum" and topo.is_last and topo.dp_group is not None:
             dist.all_reduce(self._loss, group=topo.dp_group)  # the replicas' shares of one loss
-        commit_batchnorm(self.cell, topo.dp_group)
+        for cell in self.cells:
+            commit_batchnorm(cell, topo.dp_group)
         rec.add("step", -1, t0, rec.mark())
         rec.end_step()  # on CUDA: waits for the device, then the spans become device times
         self.steps_done += 1
@@ -282,10 +331,12 @@ class Pipeline:
         """Inference through the pipeline (eval mode, running BatchNorm statistics).
 
         Returns the joined output on the last stage, None elsewhere. The batch must divide by M.
+        Cell by cell, all micro-batches of one before the next (each rank's cells in model order).
         """
-        topo = self.topo
-        was_training = self.cell.training
-        self.cell.eval()
+        topo, tr = self.topo, self.transfers
+        was_training = [cell.training for cell in self.cells]
+        for cell in self.cells:
+            cell.eval()
         xs: list[Batch | None] = (
             list(split(_to(inputs, self.device), self.M))
             if topo.is_first and inputs is not None
@@ -293,33 +344,45 @@ class Pipeline:
         )
         outs: list[Batch] = []
         sends: list[Any] = []
+        local: dict[int, Batch] = {}
         try:
-            for m in range(self.M):
-                if topo.act_in is not None:
-                    metas, tup = topo.act_in.recv_meta(self.device)
-                    bufs, works = topo.act_in.irecv([t for t in metas if t.crosses], self.device)
-                    for w in works:
-                        w.wait()
-                    x = rebuild(bufs, metas, tup)
-                else:
-                    given = xs[m]
-                    assert given is not None, "the first stage needs inputs"
-                    x = given
-                with autocast(self.device.type, self.precision), self.cell.keyed(INFERENCE_STEP, m):
-                    y = self.cell(x)
-                if topo.act_out is not None:
-                    ys = as_tuple(y)
-                    out_metas = describe(ys, aliases=True)
-                    sent = topo.act_out.send_meta(out_metas, isinstance(y, tuple), self.device)
-                    sends += [sent] if sent is not None else []
-                    sends += topo.act_out.isend(wire(ys, out_metas))
-                    sends = [w for w in sends if not w.is_completed()]
-                else:
-                    outs.append(y)
+            for c, cell in enumerate(self.cells):
+                s = virtual_stage(self.K, topo.stage, c)
+                for m in range(self.M):
+                    if s > 0 and tr.local:
+                        x = local.pop(m)
+                    elif s > 0:
+                        assert topo.act_in is not None
+                        metas, tup = topo.act_in.recv_meta(self.device)
+                        bufs, works = topo.act_in.irecv(
+                            [t for t in metas if t.crosses], self.device
+                        )
+                        for w in works:
+                            w.wait()
+                        x = rebuild(bufs, metas, tup)
+                    else:
+                        given = xs[m]
+                        assert given is not None, "the first stage needs inputs"
+                        x = given
+                    with autocast(self.device.type, self.precision), cell.keyed(INFERENCE_STEP, m):
+                        y = cell(x)
+                    if s == self.S - 1:
+                        outs.append(y)
+                    elif tr.local:
+                        local[m] = y
+                    else:
+                        assert topo.act_out is not None
+                        ys = as_tuple(y)
+                        out_metas = describe(ys, aliases=True)
+                        sent = topo.act_out.send_meta(out_metas, isinstance(y, tuple), self.device)
+                        sends += [sent] if sent is not None else []
+                        sends += topo.act_out.isend(wire(ys, out_metas))
+                        sends = [w for w in sends if not w.is_completed()]
             for sent in sends:
                 sent.wait()
         finally:
-            self.cell.train(was_training)
+            for cell, training in zip(self.cells, was_training):
+                cell.train(training)
         return join(outs) if topo.is_last else None
 
     # ------------------------------------------------------------------ schedule steps
@@ -329,70 +392,162 @@ class Pipeline:
         loss = fp32_loss(self.loss_fn, y, self._ts[m], self.device.type)
         return loss / self.M if self.loss_reduction == "mean" else loss
 
-    def _forward(self, m: int) -> None:
-        topo, rec, meter = self.topo, self.recorder, self.meter
-        if topo.is_first:
+    def _key(self, c: int, m: int) -> int:
+        return c * self.M + m  # the meter's key of a chunk's micro-batch
+
+    def _run(self, c: int, m: int, x: Batch, tape: Tape | None) -> Batch:
+        cell = self.cells[c]
+        with autocast(self.device.type, self.precision), cell.keyed(self._step, m):
+            with cell.taped(tape):
+                return cast(Batch, self.modules[c](x))
+
+    def _forward(self, c: int, m: int) -> None:
+        rec, meter = self.recorder, self.meter
+        s = virtual_stage(self.K, self.topo.stage, c)
+        first, last = s == 0, s == self.S - 1
+        if first:
             assert self._xs is not None, "the first stage needs inputs"
             x = self._xs[m]
         else:
-            x = self.transfers.activations(m)
+            x = self.transfers.activations(c, m)
         remat = uses_remat(self.checkpoint, m, self.M)
         # keyed draws replay by themselves; the process's streams are saved for the recompute
         rng = save_rng(self.device) if remat and self.seed is None else None
-        record = meter.record(m) if meter is not None and not remat else contextlib.nullcontext()
-        with rec.span("forward", m), torch.set_grad_enabled(not remat), record:
-            with autocast(self.device.type, self.precision), self.cell.keyed(self._step, m):
-                y = self.module(x)
+        key = self._key(c, m)
+        saved = _graph_key(key) if self.split else key
+        record = (
+            meter.record(saved) if meter is not None and not remat else contextlib.nullcontext()
+        )
+        tape = Tape() if self.split and not remat else None
+        with rec.span("forward", m, c), torch.set_grad_enabled(not remat), record:
+            y = self._run(c, m, x, tape)
             loss = None
-            if topo.is_last:  # the loss's saved tensors (log-softmax of the logits) count too
+            if last:  # the loss's saved tensors (log-softmax of the logits) count too
                 loss = self._micro_loss(y, m)
         if loss is not None:
             self._loss += loss.detach()
         if meter is not None:
-            meter.hold(m, as_tuple(x) if remat else (*as_tuple(x), *as_tuple(y)))
-        if not topo.is_last:
-            self.transfers.send_activations(m, y)
-        self._state[m] = (x, remat, rng, None if remat else y, None if remat else loss)
+            meter.hold(key, as_tuple(x) if remat else (*as_tuple(x), *as_tuple(y)))
+        if not last:
+            self.transfers.send_activations(c, m, y)
+        self._state[(c, m)] = _Held(
+            x, remat, rng, None if remat else y, None if remat else loss, tape
+        )
 
-    def _backward(self, m: int, last_backward: bool) -> None:
+    def _backward(self, c: int, m: int, arm: bool) -> None:
+        """B: the backward of chunk c's micro-batch m (only its input gradient under a split)."""
         topo, rec, meter = self.topo, self.recorder, self.meter
-        x, remat, rng, y, loss = self._state.pop(m)
-        if remat:  # rematerialise before the gradient arrives (§2.3), replaying the same draws
-            record = meter.record(m) if meter is not None else contextlib.nullcontext()
-            replay = restored_rng(rng) if rng is not None else contextlib.nullcontext()
-            with rec.span("recompute", m), replay, recomputing(), record:
-                with autocast(self.device.type, self.precision), self.cell.keyed(self._step, m):
-                    y = self.module(x)
-                if topo.is_last:
-                    loss = self._micro_loss(y, m)
-        if topo.is_last:
-            # "sum" with replicas: DDP averages the replicas' gradients, the shares must add up.
-            scale = self.topo.replicas if self.loss_reduction == "sum" and self.ddp else 1
-            outs, grads = [loss * scale if scale != 1 else loss], None
+        s = virtual_stage(self.K, topo.stage, c)
+        held = self._state[(c, m)] if self.split else self._state.pop((c, m))
+        x, key = held.x, self._key(c, m)
+        assert x is not None
+        if self.split and s == 0:
+            # The model's first cell sends no input gradient: none of its backward is on the
+            # critical path, so B only takes the gradient (in its channel's order) and W runs the
+            # whole split backward (the same passes, later: the same bits).
+            with rec.span("backward", m, c):
+                held.grads = self.transfers.gradients(c, m) if s < self.S - 1 else None
+            return
+        outs, grads = self._roots(c, m, held, rec.span("recompute", m, c))
+        ddp = self.ddps[c]
+        inputs = (
+            [t for t in wire(as_tuple(x), self.transfers.in_meta[c][0]) if t.is_floating_point()]
+            if s > 0
+            else []
+        )
+        if self.split:
+            assert held.tape is not None
+            with rec.span("backward", m, c):
+                got = backward_input(held.tape, grads or [None], outs, self._params[c])
+            by_id = {id(t): gi for t, gi in zip(_distinct(as_tuple(x)), got)}
+            gx = [by_id.get(id(t)) for t in inputs]
+            held.x = held.y = held.loss = None
+            if meter is not None:  # the boundary tensors go; the graph and the kept gradients stay
+                meter.release(key)
+                meter.hold(_graph_key(key), held.tape.kept())
         else:
-            g = self.transfers.gradients(m)
-            assert self.transfers.out_meta is not None
-            crossing = wire(as_tuple(y), self.transfers.out_meta)
-            pairs = [
-                (o, gi)
-                for o, gi in zip([t for t in crossing if t.is_floating_point()], g)
-                if o.requires_grad
-            ]
-            outs, grads = [p[0] for p in pairs], [p[1] for p in pairs]
-        if last_backward and self.ddp is not None:
-            # All forwards ran under no_sync; arm DDP's reducer for exactly this backward, so its
-            # bucketed all-reduce overlaps it and averages the fully accumulated gradients.
-            self.ddp.reducer.prepare_for_backward([])
-        with rec.span("backward", m):
-            if outs:
-                torch.autograd.backward(outs, grads)
-        if not topo.is_first:
-            assert self.transfers.in_meta is not None
-            gx = [
-                t.grad if t.grad is not None else torch.zeros_like(t)
-                for t in wire(as_tuple(x), self.transfers.in_meta[0])
-                if t.is_floating_point()
-            ]
-            self.transfers.send_gradients(m, gx)
-        if meter is not None:
-            meter.release(m)
+            if arm and ddp is not None:
+                # All forwards ran under no_sync; arm DDP's reducer for exactly this backward, so
+                # its bucketed all-reduce overlaps it and averages the fully accumulated gradients.
+                ddp.reducer.prepare_for_backward([])
+            with rec.span("backward", m, c):
+                if outs:
+                    torch.autograd.backward(outs, grads)
+            gx = [t.grad for t in inputs]
+        if s > 0:
+            self.transfers.send_gradients(
+                c, m, [gi if gi is not None else torch.zeros_like(t) for gi, t in zip(gx, inputs)]
+            )
+        if meter is not None and not self.split:
+            meter.release(key)
+
+    def _roots(
+        self, c: int, m: int, held: _Held, span: Any
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """The backward's roots and their gradients: the loss on the model's last cell, else the
+        crossing float outputs with the gradients received (taken now, or at B: ``held.grads``);
+        under remat the cell recomputed first, inside ``span`` (before the gradient arrives, §2.3,
+        replaying the same draws)."""
+        s = virtual_stage(self.K, self.topo.stage, c)
+        y, loss, meter = held.y, held.loss, self.meter
+        if held.remat:
+            key = self._key(c, m)
+            saved = _graph_key(key) if self.split else key
+            record = meter.record(saved) if meter is not None else contextlib.nullcontext()
+            replay = restored_rng(held.rng) if held.rng is not None else contextlib.nullcontext()
+            held.tape = Tape() if self.split else None
+            assert held.x is not None
+            with span, replay, recomputing(), record:
+                y = self._run(c, m, held.x, held.tape)
+                if s == self.S - 1:
+                    loss = self._micro_loss(y, m)
+        if s == self.S - 1:
+            # "sum" with replicas: DDP averages the replicas' gradients, the shares must add up.
+            ddp = self.ddps[c]
+            scale = self.topo.replicas if self.loss_reduction == "sum" and ddp is not None else 1
+            return [loss * scale if scale != 1 else loss], None
+        assert y is not None
+        g = held.grads if held.grads is not None else self.transfers.gradients(c, m)
+        crossing = wire(as_tuple(y), self.transfers.out_meta[c])
+        pairs = [
+            (o, gi)
+            for o, gi in zip([t for t in crossing if t.is_floating_point()], g)
+            if o.requires_grad
+        ]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    def _weight(self, c: int, m: int, arm: bool) -> None:
+        """W: the weight gradient of chunk c's micro-batch m, from what its B kept (``split``); on
+        the model's first cell the whole split backward (its B took only the gradient)."""
+        held = self._state.pop((c, m))
+        ddp = self.ddps[c]
+        first = virtual_stage(self.K, self.topo.stage, c) == 0
+        key = self._key(c, m)
+        with self.recorder.span("weight", m, c):
+            if first:
+                outs, grads = self._roots(c, m, held, contextlib.nullcontext())
+                assert held.tape is not None
+                backward_input(held.tape, grads or [None], outs, self._params[c])
+            assert held.tape is not None
+            if arm and ddp is not None:
+                ddp.reducer.prepare_for_backward([])  # the all-reduce overlaps this cell's last W
+            backward_weight(held.tape)
+        if self.meter is not None:
+            self.meter.release(_graph_key(key))
+            if first:
+                self.meter.release(key)
+
+
+def _graph_key(key: int) -> int:
+    """The meter's key for what a micro-batch holds between B and W (apart from its boundaries)."""
+    return -1 - key
+
+
+def _distinct(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    for t in ts:
+        if t.requires_grad and id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out

@@ -4,7 +4,10 @@ Ranks are laid out replica-major: rank = replica * K + stage. The pipeline of re
 d*K .. d*K+K-1; each of its links has two process groups of two ranks, one per direction
 (activations forward, gradients back: ``comm.Channel``), so that on NCCL, where a group is one
 communicator running its operations in order, neither direction waits behind the other (see
-``fifo``). The data-parallel group of stage k is ranks k, K+k, 2K+k, ... (gradient all-reduce,
+``fifo``). A ``ring`` adds the link from the last stage back to the first (and its gradients'
+way), which schedules with several model chunks per rank need (``schedule``: model stage s runs on
+rank s mod K, so chunk c of rank K-1 feeds chunk c+1 of rank 0); at K = 2 the ring's two links
+join the same two ranks on groups of their own. The data-parallel group of stage k is ranks k, K+k, 2K+k, ... (gradient all-reduce,
 BatchNorm statistics). Backend: gloo on CPU, nccl on CUDA.
 """
 
@@ -37,6 +40,7 @@ class Topology:
     grad_in: Channel | None = None  # gradients from the next stage
     grad_out: Channel | None = None  # gradients to the previous stage
     nccl_order: bool = False  # the channels run in NCCL's order on gloo (see ``fifo``)
+    ring: bool = False  # a link from the last stage to the first (several chunks per rank)
 
     @property
     def world_size(self) -> int:
@@ -52,11 +56,17 @@ class Topology:
 
     @property
     def prev_rank(self) -> int | None:
-        return self.rank - 1 if self.stage > 0 else None
+        """The rank activations come from (round the ring for stage 0 of a ring)."""
+        if self.stage > 0:
+            return self.rank - 1
+        return self.rank + self.K - 1 if self.ring and self.K > 1 else None
 
     @property
     def next_rank(self) -> int | None:
-        return self.rank + 1 if self.stage < self.K - 1 else None
+        """The rank activations go to (round the ring for the last stage of a ring)."""
+        if self.stage < self.K - 1:
+            return self.rank + 1
+        return self.rank - self.K + 1 if self.ring and self.K > 1 else None
 
     @property
     def is_first(self) -> bool:
@@ -87,6 +97,7 @@ def init_topology(
     timeout_s: float = 120.0,
     *,
     nccl_order: bool | None = None,
+    ring: bool = False,
     _one_group: bool = False,
 ) -> Topology:
     """Join the process group described by the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...).
@@ -94,7 +105,8 @@ def init_topology(
     Works the same under ``gpipe_repro.engine.launch``, ``torchrun`` and SLURM (the caller exports
     the variables). ``world_size`` must equal K * replicas. ``nccl_order``: run the point-to-point
     channels in NCCL's order on gloo, a mode for tests (see ``fifo``); None reads
-    ``GPIPE_NCCL_ORDER``; ignored on CUDA, where NCCL keeps that order itself. Every rank calls
+    ``GPIPE_NCCL_ORDER``; ignored on CUDA, where NCCL keeps that order itself. ``ring``: also link
+    the last stage to the first (schedules with several chunks per rank). Every rank calls
     this in the same order (it creates process groups). ``_one_group`` puts every channel on the default group, as the engine did before it had
     channels: only the test that shows why that deadlocks under NCCL's order uses it.
     """
@@ -115,7 +127,7 @@ def init_topology(
         torch.cuda.set_device(dev)
     order = nccl_order_from_env() if nccl_order is None else nccl_order
     order = order and dev.type != "cuda"  # on CUDA, NCCL itself keeps that order
-    topo = Topology(K=K, replicas=replicas, rank=rank, device=dev, nccl_order=order)
+    topo = Topology(K=K, replicas=replicas, rank=rank, device=dev, nccl_order=order, ring=ring)
     if world == 1:
         return topo
     if not dist.is_initialized():
@@ -133,7 +145,9 @@ def init_topology(
     return topo
 
 
-def independent_pipelines(K: int, device: str = "cpu", timeout_s: float = 120.0) -> Topology | None:
+def independent_pipelines(
+    K: int, device: str = "cpu", timeout_s: float = 120.0, ring: bool = False
+) -> Topology | None:
     """This rank's place among ``world // K`` independent pipelines of K stages each, in a process
     group that is already initialised: ranks d*K .. d*K+K-1 form pipeline d, with its own channels
     and no data-parallel group (each trains alone; the simulator's validation runs several at once).
@@ -146,7 +160,9 @@ def independent_pipelines(K: int, device: str = "cpu", timeout_s: float = 120.0)
     dev = torch.device(device)
     order = nccl_order_from_env() and dev.type != "cuda"
     mine = rank < n * K
-    topo = Topology(K=K, replicas=n, rank=rank if mine else 0, device=dev, nccl_order=order)
+    topo = Topology(
+        K=K, replicas=n, rank=rank if mine else 0, device=dev, nccl_order=order, ring=ring
+    )
     _connect(topo, timeout_s, False)  # every pipeline's groups, on every rank
     if not mine:
         return None
@@ -158,11 +174,12 @@ def _connect(topo: Topology, timeout_s: float, one_group: bool) -> None:
     """Give ``topo`` its four channels: one group per link and direction (``one_group``: all on
     the default group, sharing one queue under NCCL's order, as one eager NCCL communicator)."""
     K = topo.K
+    links = K if topo.ring and K > 1 else K - 1  # link k: stage k -> (k + 1) mod K
     groups: dict[tuple[int, str], dist.ProcessGroup | None] = {}
     for d in range(topo.replicas):
-        for k in range(K - 1):
+        for k in range(links):
             for direction in ("act", "grad"):
-                ranks = [d * K + k, d * K + k + 1]
+                ranks = [d * K + k, d * K + (k + 1) % K]
                 groups[(d * K + k, direction)] = None if one_group else dist.new_group(ranks)
     fifos: dict[tuple[int, str], Fifo] = {}
 
@@ -170,7 +187,8 @@ def _connect(topo: Topology, timeout_s: float, one_group: bool) -> None:
         fifo = None
         if topo.nccl_order:
             shared = (-1, "default") if one_group else key
-            name = "default group" if one_group else f"{key[1]} {key[0]}-{key[0] + 1}"
+            dst = key[0] + 1 if key[0] % K < K - 1 else key[0] - K + 1
+            name = "default group" if one_group else f"{key[1]} {key[0]}-{dst}"
             if shared not in fifos:
                 fifos[shared] = Fifo(name, timeout_s)
             fifo = fifos[shared]

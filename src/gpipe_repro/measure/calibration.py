@@ -210,7 +210,8 @@ def simulate_cell(
     variant: str = "model",
     shared: bool = False,
 ) -> SimResult:
-    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch); ``variant`` undoes
+    """One cell on the calibrated costs (``layer_costs`` at the cell's micro-batch; a cell of
+    several model cells per rank carries its ``virtual_stages`` and its own ``balance``); ``variant`` undoes
     one modelling choice (``VARIANTS``); ``shared``: the cell's ranks share this host's cores (real
     cells: ``DeviceModel.ranks_link``; emulated ranks sleep, as separate devices would)."""
     if variant not in VARIANTS:
@@ -220,11 +221,13 @@ def simulate_cell(
         link = replace(link, send_call_s=0.0, recv_call_s=0.0)
     none = variant == "no_overhead"
     return simulate(
-        K, cell["M"], cell["schedule"], cell["checkpoint"], stage_costs(layer_costs, balance),
-        link, 0.0 if none else dm.overhead_s,
+        K, cell["M"], cell["schedule"], cell["checkpoint"],
+        stage_costs(layer_costs, cell.get("balance", balance)), link,
+        0.0 if none else dm.overhead_s,
         sender_busy=variant == "sender_busy" or dm.sender_busy,
         step_overhead_s=(0.0 if none else dm.step_overhead_s) + extra_step_s,
         lookahead=None if variant == "posted" else DEFAULT_LOOKAHEAD,
+        virtual_stages=cell.get("virtual_stages", 1),
     )  # fmt: skip
 
 

@@ -50,8 +50,11 @@ Key = tuple[Any, ...]  # (K, M, schedule, checkpoint per stage, balance)
 
 
 def _cell(key: Key) -> dict:
+    """A configuration as the ranks run it; a balance of K·v cells: v cells per rank (#39)."""
     K, M, schedule, checkpoint, balance = key
-    return {"M": M, "schedule": schedule, "checkpoint": list(checkpoint), "balance": list(balance)}
+    v = len(balance) // K
+    cell = {"M": M, "schedule": schedule, "checkpoint": list(checkpoint), "balance": list(balance)}
+    return cell | ({"virtual_stages": v} if v > 1 else {})
 
 
 def _same(cell: dict) -> tuple[Any, ...]:

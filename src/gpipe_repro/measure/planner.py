@@ -110,6 +110,8 @@ def device_scale(
     K, M, schedule, checkpoint, balance = key
     n = N // M
     cell = {"M": M, "schedule": schedule, "checkpoint": list(checkpoint)}
+    if len(balance) > K:  # K·v cells: v per stage (#39)
+        cell["virtual_stages"] = len(balance) // K
     one = simulate_cell(cell, K, list(balance), prof.costs[n], dm).step_s
     slept, extra = as_emulated(dilated(prof.costs, dilation)[n], overshoot, call_s)
     return one / simulate_cell(cell, K, list(balance), slept, dm, extra).step_s

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from ..engine import Event, Pipeline, init_topology, single_process, stage_slice
+from ..engine.cell import chunk_slices
 from ..engine.checkpoint import stage_mode
 from ..engine.hostmem import apply_host_memory
 from ..memory.activations import state_bytes
@@ -62,8 +63,22 @@ def run_delay_s() -> float:
         return 0.0
 
 
-def _topology(K: int, timeout_s: float) -> Any:
-    return init_topology(K, timeout_s=timeout_s) if K > 1 else single_process()
+def _topology(K: int, timeout_s: float, cells: Sequence[dict] = ()) -> Any:
+    """K ranks; a ring where a cell holds several model cells per rank (``virtual_stages``)."""
+    ring = any(c.get("virtual_stages", 1) > 1 for c in cells)
+    return init_topology(K, timeout_s=timeout_s, ring=ring) if K > 1 else single_process()
+
+
+def _mine(
+    layers: Sequence[Any], cfg: dict, balance: list[int], stage: int, K: int
+) -> tuple[Any, int | list[int]]:
+    """This rank's layers for ``cfg`` and the first global index the Pipeline is given: its cell,
+    or its v cells (``virtual_stages``: the cell's own balance of K·v cells) and each one's."""
+    bal = cfg.get("balance", balance)
+    if cfg.get("virtual_stages", 1) > 1:
+        slices = chunk_slices(bal, K, stage)
+        return [list(layers[sl]) for sl in slices], [sl.start for sl in slices]
+    return layers[stage_slice(bal, stage)], 0  # as before (no seed: the index keys nothing)
 
 
 def _probe(topo: Any) -> float:
@@ -128,7 +143,9 @@ def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], li
     }
 
 
-def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
+def _cell_pipeline(
+    layers: Any, topo: Any, cfg: dict, loss_fn: Any, first: int | list[int] = 0
+) -> Pipeline:
     """The engine for one cell (its M, schedule and checkpoint: one mode, or one per stage) on this
     rank's layers."""
     return Pipeline(
@@ -138,6 +155,8 @@ def _cell_pipeline(layers: Any, topo: Any, cfg: dict, loss_fn: Any) -> Pipeline:
         schedule=cfg["schedule"],
         checkpoint=stage_mode(cfg["checkpoint"], topo.stage),
         loss_fn=loss_fn,
+        virtual_stages=cfg.get("virtual_stages", 1),
+        first_layer=first,
     )
 
 
@@ -168,15 +187,15 @@ def real_rank(
     """One rank of a real K-stage pipeline running ``cells`` (dicts with M, schedule, checkpoint,
     and optionally their own ``balance``); ``memory``: after the timed steps, one more step
     measures the rank's peak (``peak_bytes``)."""
-    topo = _topology(K, timeout_s)
+    topo = _topology(K, timeout_s, cells)
     apply_host_memory("retain")
     vm = model(name)
     every = vm.layers()
     x, y = vm.sample(N)
     out = []
     for cfg in cells:
-        mine = every[stage_slice(cfg.get("balance", balance), topo.stage)]
-        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss)
+        mine, first = _mine(every, cfg, balance, topo.stage, K)
+        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss, first)
         opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
         times = _timed(pipe, opt, x, y, warmup, steps, probe=True)
         res = _result(cfg, pipe, times)
@@ -198,7 +217,7 @@ def emulated_rank(
 ) -> list[dict]:
     """One rank of an emulated K-stage pipeline; ``costs[n]``: every layer's cost at micro-batch n;
     a cell may carry its own ``balance``."""
-    topo = _topology(K, timeout_s)
+    topo = _topology(K, timeout_s, cells)
     apply_host_memory("retain")
     vm = model(name)
     meta = vm.meta_layers()
@@ -206,10 +225,11 @@ def emulated_rank(
     for cfg in cells:
         n = N // cfg["M"]
         layers = emulated_layers(meta, vm.sample(n)[0], costs[n])
-        mine = layers[stage_slice(cfg.get("balance", balance), topo.stage)]
-        pipe = _cell_pipeline(mine, topo, cfg, emulated_loss)
+        mine, first = _mine(layers, cfg, balance, topo.stage, K)
+        pipe = _cell_pipeline(mine, topo, cfg, emulated_loss, first)
         x = vm.sample(N)[0]
-        times = _timed(pipe, None, x, None, warmup, steps, sum(c.cost.update_s for c in mine))
+        flat = [m for c in mine for m in c] if cfg.get("virtual_stages", 1) > 1 else mine
+        times = _timed(pipe, None, x, None, warmup, steps, sum(c.cost.update_s for c in flat))
         out.append(_result(cfg, pipe, times))
     return out
 

@@ -193,11 +193,14 @@ def rule_configs(pred: Predictor, pick: Planned, cap: int) -> dict[str, Planned]
     """Each rule of thumb applied to the pick (module doc): the configuration that fits, or the
     remat-always one over the cap (it does not fit)."""
     c, L = pick.c, len(pred.layers)
+    cells = c.K * c.virtual_stages  # the partition's cells (v per stage: #39)
     always = ("always",) * c.K
     m4 = min(4 * c.K, N)
     variants = {
-        "equal_layers": replace(c, balance=_equal(L, c.K)),
-        "params": replace(c, balance=tuple(balance_by_cost([float(p) for p in pred.params], c.K))),
+        "equal_layers": replace(c, balance=_equal(L, cells)),
+        "params": replace(
+            c, balance=tuple(balance_by_cost([float(p) for p in pred.params], cells))
+        ),
         "M=4K": replace(c, M=m4, micro_batch=N // m4),
         "remat_always": replace(c, checkpoint=always),
     }

@@ -6,7 +6,9 @@
    reference speed).
 2. **Real cells**: ``real_K`` x ``Ms`` x schedules x remat, each model, ``rounds`` rounds of fresh
    processes in a shuffled order (``ranks.real_rank``). The held-out models (``models.HELD_OUT``:
-   families no calibration step runs) take ``held_out_Ms`` and are reported apart.
+   families no calibration step runs) take ``held_out_Ms`` and are reported apart; the schedules
+   since GPipe (``later``: interleaved, zb-h1) at K >= 2 in launches of their own (a cell's v: its
+   balance's cells over K).
 3. **Emulated cells**: ``emulated_K``, the same grid, the engine with every layer sleeping its
    profiled cost times the dilation (``calibration``: why it grows with the ranks per core), the
    emulated call's CPU calibrated on a model that is not emulated.
@@ -108,6 +110,9 @@ class Settings(Calibrated):
     emulated_models: list[str] = field(default_factory=lambda: ["amoebanet", "transformer"])
     Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 32])
     schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b"])
+    # the schedules since GPipe (#39): (schedule, model cells per rank), at K >= 2 (real at K = 2,
+    # emulated at K = 4, 8), in launches of their own (a ring of stages where v > 1)
+    later: list[tuple[str, int]] = field(default_factory=lambda: [("interleaved", 2), ("zb-h1", 1)])
     checkpoints: list[str] = field(default_factory=lambda: ["never", "always"])
     held_out_Ms: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  # the held-out models' M
     rounds: int = 3
@@ -148,6 +153,20 @@ def _grid(s: Settings) -> list[dict]:
         for M in s.Ms
         for sc in s.schedules
         for ck in s.checkpoints
+    ]
+
+
+def _later_grid(s: Settings, K: int, profile: LayerProfile) -> list[dict]:
+    """The later schedules' cells at K: M a multiple of K where v > 1 (and K·v cells at most the
+    layers), each with its own partition of K·v cells."""
+    layers = len(profile.costs[max(profile.sizes)])
+    return [
+        {"M": M, "schedule": sc, "checkpoint": ck, "virtual_stages": v}
+        | ({"balance": _partition(profile, K * v)} if v > 1 else {})
+        for sc, v in s.later
+        for M in s.Ms
+        for ck in s.checkpoints
+        if K >= 2 and (v == 1 or (M % K == 0 and K * v <= layers))
     ]
 
 
@@ -288,19 +307,31 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
             balance = _partition(prof, K)
             if kind == "real":
                 dilation, slept = None, prof.costs
-                cells = s.cells(name, grid)
-                measured = _rounds(
-                    kind, name, K, balance, cells, s.rounds, s, ranks.real_rank, (), log
-                )
+                measured = [
+                    got
+                    for g in (
+                        s.cells(name, grid),
+                        [] if held_out(name) else _later_grid(s, K, prof),
+                    )
+                    if g
+                    for got in _rounds(
+                        kind, name, K, balance, g, s.rounds, s, ranks.real_rank, (), log
+                    )
+                ]
             else:
                 dilation = calib.dilation(K)
                 slept = dilated(prof.costs, dilation)
                 es = replace(s, warmup=s.emulated_warmup, steps=s.emulated_steps)
                 extra = (slept,)
                 fn = ranks.emulated_rank
-                measured = _rounds(
-                    kind, name, K, balance, grid, s.emulated_rounds, es, fn, extra, log
-                )
+                measured = [
+                    got
+                    for g in (grid, _later_grid(s, K, prof))
+                    if g
+                    for got in _rounds(
+                        kind, name, K, balance, g, s.emulated_rounds, es, fn, extra, log
+                    )
+                ]
             for cell, per_round in measured:
                 n = N // cell["M"]
                 call_s = calib.emulation_call_s or 0.0
@@ -317,9 +348,12 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     else res.step_s
                 )
                 evs = per_round[-1].events
+                # v is the balance's cells over K (no column of its own: the committed CSV's)
                 row = {
-                    "model": name, "K": K, **cell, "kind": kind,
-                    "balance": "-".join(map(str, balance)), "micro_batch": n, **m,
+                    "model": name, "K": K,
+                    **{k: x for k, x in cell.items() if k != "virtual_stages"}, "kind": kind,
+                    "balance": "-".join(map(str, cell.get("balance", balance))),
+                    "micro_batch": n, **m,
                     "simulated_step_s": res.step_s,
                     "rel_error": (res.step_s - m["measured_step_s"]) / m["measured_step_s"],
                     "simulated_raw_step_s": sim_raw,

@@ -57,7 +57,14 @@ from ..engine.checkpoint import uses_remat
 from ..engine.microbatch import Batch, as_tuple
 from ..engine.pipeline import DEFAULT_LOOKAHEAD, Cell
 from ..engine.precision import autocast, compute_dtype, fp32_loss
-from ..engine.schedule import gradients_taken, receives_ahead, stage_actions
+from ..engine.schedule import (
+    Action,
+    gradients_taken,
+    splits_backward,
+    stage_actions,
+    virtual_stage,
+)
+from ..engine.split import Tape, backward_input
 from .working import split_working_set
 
 __all__ = [
@@ -104,6 +111,9 @@ class StageActivation:
     # The stage's outputs whole, whatever saves them: what a send holds (and a gradient received
     # for them takes) once the micro-batch's saved tensors are gone or not yet made.
     sent: int = 0
+    # With the backward split (``engine.split``): the gradients B keeps for W, one at each node
+    # that feeds a weight; held from B to W beside the graph.
+    kept: int = 0
 
     def scaled(self, f: float) -> StageActivation:
         return StageActivation(
@@ -114,6 +124,7 @@ class StageActivation:
             round(self.work * f),
             self.work_fixed,
             round(self.sent * f),
+            round(self.kept * f),
         )
 
     @property
@@ -246,6 +257,7 @@ def measure_stage(
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
     weights = sum(seen[k] for k in copies)
     work, fixed = split_working_set(cell, x, loss, precision, device_type) if working else (0, 0)
+    kept = _kept_bytes(layers, x, loss, precision, device_type) if working else 0
     act = StageActivation(
         sum(_nbytes(t) for t in xs),
         sum(seen.values()) - weights,
@@ -254,13 +266,49 @@ def measure_stage(
         work,
         fixed,
         sum(_nbytes(t) for t in as_tuple(y)),
+        kept,
     )
     ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
 
 
+def _kept_bytes(
+    layers: Sequence[nn.Module],
+    x: Batch,
+    loss: Callable[[Any], torch.Tensor] | None,
+    precision: str,
+    device_type: str,
+) -> int:
+    """What a split backward's B keeps for W (``engine.split``): B run on fake tensors through the
+    engine's taped cell, the gradients it kept counted."""
+    mode = FakeTensorMode()
+    cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
+    state = {
+        n: _fake_like(p, mode, device_type, p.requires_grad) for n, p in cell.named_parameters()
+    }
+    buffers = {n: _fake_like(b, mode, device_type) for n, b in cell.named_buffers()}
+    xs = [_fake_like(t, mode, device_type, t.is_floating_point()) for t in as_tuple(x)]
+    tape = Tape()
+    with mode:
+        with autocast(device_type, precision), cell.taped(tape):
+            y = functional_call(
+                cell, {**state, **buffers}, (tuple(xs) if isinstance(x, tuple) else xs[0],)
+            )
+        if loss is not None:
+            outs = [fp32_loss(lambda out, _: loss(out), y, None, device_type)]
+            grads: list[torch.Tensor | None] = [None]
+        else:
+            outs = list({id(t): t for t in as_tuple(y) if t.requires_grad}.values())
+            grads = [torch.ones_like(t) for t in outs]
+        if not outs:
+            return 0
+        params = [t for t in state.values() if t.requires_grad]
+        backward_input(tape, grads, outs, params)
+        return tape.nbytes_kept()
+
+
 def peak_activation_bytes(
-    a: StageActivation,
+    a: StageActivation | Sequence[StageActivation],
     schedule: str,
     checkpoint: str,
     K: int,
@@ -268,6 +316,7 @@ def peak_activation_bytes(
     stage: int,
     working: bool = True,
     lookahead: int = DEFAULT_LOOKAHEAD,
+    virtual_stages: int = 1,
 ) -> int:
     """The stage's peak activation bytes, walking its own action list (``engine.schedule``; an
     unknown schedule is refused there): a kept micro-batch holds input, saved tensors and output
@@ -275,51 +324,108 @@ def peak_activation_bytes(
     and output from the recompute until its backward ends (GPipe §2.3). One micro-batch's working
     set comes on top while it runs forward or backward: counted at each action, so once.
 
+    ``a``: one micro-batch's bytes, or with ``virtual_stages`` v > 1 one per cell of the stage
+    (its model stages stage, stage + K, ...): each action counts its own cell's. Where the
+    schedule splits the backward (``zb-h1``) a micro-batch keeps its graph from B until its W,
+    and the gradients B kept for W (``kept``), its input and output going at B (``engine.split``);
+    on the model's first cell, whose B only takes the gradient, all of it until W.
+
     The transfers hold more. A rematerialised micro-batch's output, sent whole (``sent``), until
     its gradient arrives: after its recompute (the engine recomputes first), before its backward;
-    a kept one's is held by its saved tensors anyway, and the last stage sends none. A stage after
-    the first holds each input gradient it sent (its input's bytes) until the previous stage is
-    known to have taken it (``engine.schedule.gradients_taken``: at most one under 1f1b at its
-    peak, none under gpipe). And the receive buffers posted for the actions ahead
-    (``engine.schedule.receives_ahead`` with the engine's ``lookahead``): an input's bytes each
-    for activations, the outputs' whole for gradients.
+    a kept one's is held by its saved tensors anyway, and the model's last stage sends none. A
+    stage that receives activations holds each input gradient it sent (its input's bytes) until
+    the stage before is known to have taken it (``engine.schedule.gradients_taken``: at most one
+    under 1f1b at its peak, none under gpipe). And the receive buffers posted for the actions
+    ahead (``engine.schedule.receives_ahead`` with the engine's ``lookahead``): an input's bytes
+    each for activations, the outputs' whole for gradients.
 
     The closed forms of the module doc follow from this walk. ``working=False``: without the
     working set, the recomputed output and the transfers, the saved-tensor accounting the
     engine's meter does (``engine.memory``) rather than the allocator's peak."""
+    v = virtual_stages
+    cells = [a] * v if isinstance(a, StageActivation) else list(a)
+    if len(cells) != v:
+        raise ValueError(f"{len(cells)} cells' bytes for virtual_stages={v}; allowed: one per cell")
+    S = K * v
+    split = splits_backward(schedule)
+    acts = stage_actions(schedule, K, M, stage, v)
+    taken = gradients_taken(schedule, K, M, stage, v) if working else {}
+    sent: set[tuple[int, int]] = set()  # input gradients sent (an input's bytes each), not taken
+    sends: set[tuple[int, int]] = set()  # rematerialised outputs sent until their gradient
     held = peak = 0
-    whole = a.input + a.graph + a.output
-    work = a.working if working else 0
-    recomputed = a.graph + (a.output if working else 0)
-    taken = gradients_taken(schedule, K, M, stage) if working else {}
-    sent: set[int] = set()  # input gradients sent (an input's bytes each) not yet known taken
-    sends: set[int] = set()  # rematerialised outputs sent (their whole each) until their gradient
-    sends_out = working and stage < K - 1  # the last stage sends no activation
-    ahead = receives_ahead(schedule, K, M, stage, lookahead)
-    for i, act in enumerate(stage_actions(schedule, K, M, stage)):
+
+    def receive(b: Action) -> int:
+        """The buffer ``b``'s receive holds once posted (0 if it receives nothing)."""
+        s = virtual_stage(K, stage, b.chunk)
+        if K == 1:
+            return 0
+        if b.kind == "F" and s > 0:
+            return cells[b.chunk].input
+        if b.kind == "B" and s < S - 1:
+            return cells[b.chunk].sent
+        return 0
+
+    posted = [receive(b) for b in acts]
+    for i, act in enumerate(acts):
+        c = cells[act.chunk]
+        s = virtual_stage(K, stage, act.chunk)
+        key = (act.chunk, act.mb)
         remat = uses_remat(checkpoint, act.mb, M)
+        work = c.working if working else 0
+        whole = c.input + c.graph + c.output
         if act.kind == "F":
-            sent -= set(taken.get(act.mb, []))
-        # besides the micro-batches held: gradients sent, receives posted ahead
-        extra = (len(sent) + ahead[i][0]) * a.input + ahead[i][1] * a.sent if working else 0
+            sent -= set(taken.get(key, []))
+        # besides the micro-batches held: gradients sent, receives posted ahead, sends in transfer
+        extra = (
+            sum(cells[x].input for x, _ in sent)
+            + sum(posted[i + 1 : i + lookahead])
+            + sum(cells[x].sent for x, _ in sends)
+            if working
+            else 0
+        )
         if act.kind == "F":
-            held += a.input if remat else whole
-            if remat and sends_out:
-                sends.add(act.mb)  # a kept output is held by its saved tensors anyway
-            peak = max(peak, held + len(sends) * a.sent + extra + work)
+            held += c.input if remat else whole
+            if remat and working and s < S - 1:
+                sends.add(key)  # a kept output is held by its saved tensors anyway
+                extra += c.sent
+            peak = max(peak, held + extra + work)
             continue
+        if act.kind == "W" and s == 0:  # the model's first cell: its whole backward is here
+            recomputed = c.graph + (c.output if working else 0)
+            kept = c.kept if working else 0  # B's kept gradients, until its W right after
+            if remat:
+                peak = max(peak, held + recomputed + kept + extra + work)
+                held -= c.input
+            else:
+                peak = max(peak, held + kept + extra + work)
+                held -= whole
+            continue
+        if act.kind == "W":
+            peak = max(peak, held + extra + work)
+            held -= c.graph + c.kept
+            continue
+        if split and s == 0:  # its B only takes the gradient (``engine.pipeline``)
+            peak = max(peak, held + extra)
+            continue
+        recomputed = c.graph + (c.output if working else 0)
+        # a split B makes the gradients it keeps for W while the micro-batch is whole (the
+        # allocator sees both; the engine's meter takes the boundaries off first)
+        kept = c.kept if split and working else 0
         if remat:
             # the recompute (before the gradient arrives, so the send still holds the output), then
             # the backward's working set (the gradient arrived: the send is complete)
-            peak = max(peak, held + recomputed + len(sends) * a.sent + extra)
-            sends.discard(act.mb)
-            peak = max(peak, held + recomputed + len(sends) * a.sent + extra + work)
-            held -= a.input
+            peak = max(peak, held + recomputed + extra)
+            if key in sends:
+                sends.discard(key)
+                extra -= c.sent
+            peak = max(peak, held + recomputed + kept + extra + work)
+            held += (c.graph + c.kept if split else 0) - c.input
         else:
-            peak = max(peak, held + len(sends) * a.sent + extra + work)
-            held -= whole
-        if working and stage > 0:
-            sent.add(act.mb)
+            peak = max(peak, held + kept + extra + work)
+            held -= c.input + c.output - c.kept if split else whole
+        peak = max(peak, held + extra)  # what stays after it (the graph and kept, where split)
+        if working and s > 0 and K > 1:
+            sent.add(key)
     return peak
 
 

@@ -154,39 +154,56 @@ def plan_stages(
     device_type: str = MEASURE_DEVICE,
     weight_decay: float = 0.0,
     lookahead: int = DEFAULT_LOOKAHEAD,
+    virtual_stages: int = 1,
 ) -> list[StagePlan]:
     """Every stage's state, peak activations (sent outputs a transfer still holds included) and the
     optimiser step's temporaries; ``checkpoint``: one remat mode, or one per stage (each stage is
     planned with its own); ``key`` names the model for memoisation; ``precision`` and
     ``device_type``: the activations as the engine keeps them there; ``lookahead``: how many
-    actions ahead the engine posts its receives (``engine.pipeline.DEFAULT_LOOKAHEAD``)."""
-    modes = [checkpoint] * len(balance) if isinstance(checkpoint, str) else list(checkpoint)
-    if len(modes) != len(balance):
+    actions ahead the engine posts its receives (``engine.pipeline.DEFAULT_LOOKAHEAD``).
+    ``virtual_stages`` v: ``balance`` has K·v cells, stage k holds cells k, k+K, ... (its plan
+    sums their state and walks its action list with each cell's bytes); one plan per stage."""
+    v = virtual_stages
+    if len(balance) != K * v:
         raise ValueError(
-            f"checkpoint has {len(modes)} modes for {len(balance)} stages; allowed: one, or one per stage"
+            f"balance has {len(balance)} cells for K={K} x virtual_stages={v}; allowed: {K * v}"
+        )
+    modes = [checkpoint] * K if isinstance(checkpoint, str) else list(checkpoint)
+    if len(modes) != K:
+        raise ValueError(
+            f"checkpoint has {len(modes)} modes for {K} stages; allowed: one, or one per stage"
         )
     meas = (
         _measured(key, layers, _example(sample_fn), loss, precision, device_type)
         if key is not None
         else _Measured(layers, _example(sample_fn), loss, precision, device_type)
     )
+    starts = [sum(balance[:s]) for s in range(len(balance))]
     opt = optim if optim in ("rmsprop", "sgd", "adam") else "rmsprop"
-    out, start = [], 0
-    for k, b in enumerate(balance):
-        params = _params(layers[start : start + b])
-        a = meas.stage(start, start + b)
+    out = []
+    for k in range(K):
+        cells = [(starts[s], starts[s] + balance[s]) for s in range(k, K * v, K)]
+        params = sum(_params(layers[a:b]) for a, b in cells)
         # its state (its parameters', and the optimiser step's temporaries), then its activations
-        # under its schedule and mode
+        # under its schedule and mode, walked with each of its cells' bytes
         state = state_bytes(params, opt)
         step = step_temporary_bytes(params, opt, weight_decay, device_type)
-        unit = replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0)
+        acts = [meas.stage(a, b) for a, b in cells]
+        units = [replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0) for a in acts]
         mode = modes[k]
-        per = peak_activation_bytes(unit, schedule, mode, K, M, k, lookahead=lookahead)
+        per = peak_activation_bytes(
+            units, schedule, mode, K, M, k, lookahead=lookahead, virtual_stages=v
+        )
         fixed = peak_activation_bytes(
-            StageActivation(0, 0, 0, a.weights, 0, a.work_fixed), schedule, mode, K, M, k
+            [StageActivation(0, 0, 0, a.weights, 0, a.work_fixed) for a in acts],
+            schedule,
+            mode,
+            K,
+            M,
+            k,
+            virtual_stages=v,
         )
         out.append(StagePlan(state, round(per * micro_batch) + fixed, float(per), fixed, step))
-        start += b
     return out
 
 

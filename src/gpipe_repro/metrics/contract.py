@@ -153,12 +153,14 @@ class PipelineInfo:
     checkpoint: str = opt(doc="rematerialisation mode")
     schedule: str = opt(doc="schedule")
     balance: list[int] | None = opt(
-        doc="layers per stage as run (null when the run failed before partitioning)"
+        doc="layers per model cell as run, K*virtual_stages of them (null when the run failed "
+        "before partitioning)"
     )
     balance_by: str | None = opt(
         doc="the per-layer cost the partition balanced; null when pipeline.balance gave the cells"
     )
     replicas: int = opt(doc="data-parallel replicas")
+    virtual_stages: int = opt(1, "model cells per rank (v; the model is cut into K*v cells)")
 
 
 @dataclass
@@ -275,7 +277,11 @@ class RunMetrics:
     throughput: float | None = opt(None, "samples per second, from step_time_s")
     tokens_per_s: float | None = opt(None, "tokens per second (sequence models)")
     bubble_fraction: float | None = opt(None, "measured share of stage time idle inside a step")
-    bubble_ideal: float | None = opt(None, "(K-1)/(M+K-1), GPipe §2.3")
+    bubble_ideal: float | None = opt(
+        None,
+        "the schedule's idle share with equal costs (engine.schedule.ideal_bubble): "
+        "(K-1)/(M+K-1) for gpipe and 1f1b (GPipe §2.3); null where none is known",
+    )
     predicted_step_time_s: float | None = opt(
         None,
         "train.predict: the step time the simulator predicts for "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine.events import Event, busy_time, measured_bubble
-from ..engine.schedule import bubble_fraction
+from ..engine.schedule import ideal_bubble
 from .contract import (
     CurvePoint,
     EnvInfo,
@@ -151,6 +151,7 @@ def base_metrics(
             M=p.M,
             checkpoint=p.checkpoint if isinstance(p.checkpoint, str) else ",".join(p.checkpoint),
             schedule=p.schedule,
+            virtual_stages=p.virtual_stages,
             balance=list(p.balance) if p.balance else None,
             # not used when pipeline.balance gave the cells (plan=auto: the planner's, by time)
             balance_by=p.balance_by if p.balance is None or spec.plan.mode == "auto" else None,
@@ -225,7 +226,7 @@ def summarize(
         stages.append(
             StageMetrics(
                 stage=r.stage,
-                layers=r.balance[r.stage],
+                layers=len(r.layer_names),
                 layer_names=r.layer_names,
                 param_count=r.param_count,
                 param_bytes=r.param_bytes,
@@ -271,7 +272,8 @@ def summarize(
         m.throughput = n_sum / t_sum if n_sum else spec.train.batch_size / step_time
         m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
     m.bubble_fraction = statistics.median(bubbles) if bubbles else 0.0
-    m.bubble_ideal = bubble_fraction(K, spec.pipeline.M)
+    p = spec.pipeline
+    m.bubble_ideal = ideal_bubble(p.schedule, K, p.M, p.virtual_stages)
     m.host_wait_share = wait_share([r.sched for r in results])
     m.stages = stages
     m.layer_costs = results[0].costs

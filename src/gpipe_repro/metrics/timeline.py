@@ -13,6 +13,7 @@ COLORS = {
     "forward": "#4C72B0",
     "backward": "#DD8452",
     "recompute": "#55A868",
+    "weight": "#C44E52",  # a split backward's W (zb-h1)
     "wait": "#DDDDDD",
     "send": "#8172B3",
 }
@@ -37,15 +38,17 @@ def plot_timeline(events: Sequence[Event], K: int, path: Path, title: str = "") 
             )
         for (stage, action), bars in groups.items():
             y = K - 1 - stage
-            h = 0.8 if action in ("forward", "backward", "recompute") else 0.3
+            h = 0.8 if action in ("forward", "backward", "recompute", "weight") else 0.3
             ax.broken_barh(bars, (y - h / 2, h), facecolors=COLORS[action])
-        labelled = [e for e in evs if e.action in ("forward", "backward") and e.end > e.start]
+        labelled = [
+            e for e in evs if e.action in ("forward", "backward", "weight") and e.end > e.start
+        ]
         if len(labelled) <= 400:  # beyond that the numbers are unreadable anyway
             for e in labelled:
                 ax.text(
                     (e.start - t0 + (e.end - e.start) / 2) * 1e3,
                     K - 1 - e.stage,
-                    str(e.mb),
+                    str(e.mb) + (f".{e.chunk}" if e.chunk else ""),  # micro-batch.cell
                     ha="center",
                     va="center",
                     fontsize=6,

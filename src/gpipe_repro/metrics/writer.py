@@ -61,7 +61,7 @@ def write_run(out: Path, m: RunMetrics, events: Sequence[Event] = ()) -> list[Pa
         p = m.pipeline
         title = (
             (
-                f"{m.model.name if m.model else ''}  K={p.K}  M={p.M}  {p.schedule}  checkpoint={p.checkpoint}"
+                f"{m.model.name if m.model else ''}  K={p.K}  M={p.M}  {p.schedule}{f' v={p.virtual_stages}' if p.virtual_stages > 1 else ''}  checkpoint={p.checkpoint}"
                 f"  ({m.source}, step {last})"
             )
             if p

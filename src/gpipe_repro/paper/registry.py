@@ -10,6 +10,7 @@ from typing import Any
 from . import (
     fig3,
     fig3_tricks,
+    schedules,
     table1,
     table4,
     table5,
@@ -35,6 +36,7 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         validate_sim.ARTEFACT,
         validate_hw.ARTEFACT,
         validate_plan.ARTEFACT,
+        schedules.ARTEFACT,
         Sweep("sweep", "any sweep folder as a table (--from SWEEP; never published)"),
     )
 }

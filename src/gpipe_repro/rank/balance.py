@@ -111,4 +111,5 @@ def time_balanced(
     times = {i: t for share in shares for i, t in share.items()}
     costs = [times[i] for i in range(len(model.layers))]
     choice = BalanceChoice("time", f"measured by the ranks on {topo.device.type}", costs)
-    return plan.with_balance(choose_balance(costs, spec.pipeline.K), choice)
+    cells = spec.pipeline.K * spec.pipeline.virtual_stages  # every model cell, K*v
+    return plan.with_balance(choose_balance(costs, cells), choice)

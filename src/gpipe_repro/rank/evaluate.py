@@ -42,7 +42,7 @@ class Trained:
     model: ModelPlan
     pipe: Pipeline
     data: Dataset | None
-    offset: int  # the global index of this stage's first layer
+    indices: list[int]  # the global index of each of this stage's layers (``pipe.layers``)
 
 
 Evaluation = Callable[[Trained, bool], "EvalMetrics | None"]
@@ -97,7 +97,7 @@ def by_decoding(t: Trained, curve: bool = False) -> EvalMetrics | None:
 
     topo = t.topo
     reporter = topo.is_last and topo.replica == 0
-    mine = {str(t.offset + i): layer.state_dict() for i, layer in enumerate(t.pipe.cell.layers)}
+    mine = {str(i): layer.state_dict() for i, layer in zip(t.indices, t.pipe.layers)}
     parts: list[Any] = [mine]
     if topo.distributed:
         parts = [None] * topo.world_size

@@ -80,7 +80,11 @@ class Saver:
             raise UserError("train.save_every needs a folder: set train.save_dir")
 
     def restore(
-        self, layers: list[nn.Module], offset: int, opt: torch.optim.Optimizer, n_layers: int
+        self,
+        layers: list[nn.Module],
+        indices: list[int],
+        opt: torch.optim.Optimizer,
+        n_layers: int,
     ) -> tuple[int, list[float]]:
         """Resume from a save (weights, optimiser, RNG, step, losses) or initialise from one (weights
         only, a fresh head). Comes after everything that draws random numbers, or the restored RNG
@@ -96,11 +100,11 @@ class Saver:
             # train.resume_allow=[model]: the model's options may differ (the owner recorded how,
             # runner.resume); every tensor loaded must still match in key and shape
             record = None if "model" in t.resume_allow else self.record
-            rep = load(path, layers, offset, optimizer=opt, model=record, topology=self.topo)
+            rep = load(path, layers, indices, optimizer=opt, model=record, topology=self.topo)
             return rep.step, list(rep.losses) if self.topo.is_last else []
         if t.init_from is not None:
             skip = t.init_skip if t.init_skip is not None else [n_layers - 1]
-            load_weights(t.init_from, layers, offset, skip=skip, model=self.record)
+            load_weights(t.init_from, layers, indices, skip=skip, model=self.record)
         return 0, []
 
     def due(self, done: int, stopped: bool) -> bool:
@@ -111,6 +115,7 @@ class Saver:
         self,
         done: int,
         layers: list[nn.Module],
+        indices: list[int],
         balance: list[int],
         opt: torch.optim.Optimizer,
         losses: list[float],
@@ -123,6 +128,7 @@ class Saver:
             layers,
             balance,
             self.topo,
+            indices=indices,
             model=self.record,
             optimizer=opt,
             losses=losses,

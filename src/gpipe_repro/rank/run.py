@@ -25,7 +25,7 @@ import torch.distributed as dist
 from ..config import RunConfig
 from ..config.device import Device, device_for
 from ..data import DataInfo, Dataset, get_data
-from ..engine import Pipeline, Topology, init_topology, stage_slice
+from ..engine import Pipeline, Topology, chunk_slices, init_topology
 from ..engine.checkpoint import stage_mode
 from ..engine.memory import grad_bytes, optimizer_bytes, param_bytes
 from ..engine.rng import derive_seed
@@ -68,7 +68,7 @@ class RankRun:
     pipe: Pipeline
     opt: torch.optim.Optimizer
     data: Dataset | None  # only the first stage (inputs) and the last (targets) load data
-    offset: int  # the global index of this stage's first layer
+    indices: list[int]  # the global index of each of this stage's layers (``pipe.layers``)
     saver: Saver
     progress: Progress | None  # on the rank that reports the loss
     vote: StopVote
@@ -88,7 +88,10 @@ class RankRun:
         if ctx.ignore_sigint:  # the driver turns Ctrl-C into a stop after the current step
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         p = spec.pipeline
-        self.topo = topo = init_topology(p.K, p.replicas, spec.device, p.timeout_s)
+        # several cells per rank send activations round a ring (the last stage feeds the first)
+        self.topo = topo = init_topology(
+            p.K, p.replicas, spec.device, p.timeout_s, ring=p.virtual_stages > 1
+        )
         if ctx.ignore_sigint and ctx.out_dir is not None:  # let the driver see this rank is alive
             heartbeat(ctx.out_dir / HEARTBEAT_DIR / f"rank-{topo.rank}")
         # A CPU group of the run's own: the plan's exchange and the stop vote never queue behind
@@ -109,16 +112,19 @@ class RankRun:
     # -------------------------------------------------------------------------------- build
     def _build(self, group: Any) -> None:
         spec, topo, model = self.plan.spec, self.topo, self.model
-        sl = stage_slice(self.plan.balance, topo.stage)
-        self.offset = sl.start
+        v = spec.pipeline.virtual_stages
+        slices = chunk_slices(self.plan.balance, topo.K, topo.stage)  # v cells, not adjacent
         # Only this stage's layers get memory; each is initialised from its global index, so the
         # weights (and the losses) are the same whatever K is. The plan's meta layers are copied,
         # never allocated in place: the plan is read again after the ranks (train.predict, eval).
-        mine = materialize(
-            [copy.deepcopy(m) for m in model.layers[sl]], spec.seed, first_index=sl.start
-        )
+        cells = [
+            materialize(
+                [copy.deepcopy(m) for m in model.layers[sl]], spec.seed, first_index=sl.start
+            )
+            for sl in slices
+        ]
         self.pipe = Pipeline(
-            mine,
+            cells[0] if v == 1 else cells,
             topo,
             M=spec.pipeline.M,
             schedule=spec.pipeline.schedule,
@@ -130,8 +136,10 @@ class RankRun:
             # every draw keyed by (seed, step, micro-batch, global layer): the same at any K; each
             # replica keys its own (its micro-batches hold other samples, so they get other masks)
             seed=derive_seed(spec.seed, topo.replica) if topo.replicas > 1 else spec.seed,
-            first_layer=sl.start,
+            first_layer=slices[0].start if v == 1 else [sl.start for sl in slices],
+            virtual_stages=v,
         )
+        self.indices = self.pipe.layer_indices
         self.opt = build_optimizer(self.pipe.parameters(), spec.optim)
         needs_data = topo.is_first or topo.is_last
         self.data = get_data(spec.data.name).build(spec.data) if needs_data else None
@@ -139,7 +147,7 @@ class RankRun:
         record = describe_model(spec.model.name, options, model.layers)
         self.saver = Saver(spec, topo, self.ctx.out_dir, self.ctx.run, record)
         self.start, self.losses = self.saver.restore(
-            list(self.pipe.cell.layers), self.offset, self.opt, len(model.layers)
+            self.pipe.layers, self.indices, self.opt, len(model.layers)
         )
         reporter = topo.is_last and topo.replica == 0  # the rank that knows the loss speaks
         self.progress = Progress(spec, self.ctx.out_dir, self.start) if reporter else None
@@ -180,7 +188,12 @@ class RankRun:
             self.stopped = self.vote.stop()
             if self.saver.due(step + 1, self.stopped):  # collective: every rank, the same step
                 self.saver.save(
-                    step + 1, list(self.pipe.cell.layers), self.plan.balance, self.opt, self.losses
+                    step + 1,
+                    self.pipe.layers,
+                    self.indices,
+                    self.plan.balance,
+                    self.opt,
+                    self.losses,
                 )
             if self.stopped:
                 break
@@ -249,7 +262,7 @@ class RankRun:
 
     # -------------------------------------------------------------------------------- report
     def _trained(self) -> Trained:
-        return Trained(self.plan.spec, self.topo, self.model, self.pipe, self.data, self.offset)
+        return Trained(self.plan.spec, self.topo, self.model, self.pipe, self.data, self.indices)
 
     def evaluate(self) -> EvalMetrics | None:
         if not self.plan.spec.train.eval or self.stopped:
@@ -269,10 +282,10 @@ class RankRun:
             balance=self.plan.balance,
             costs=self.plan.choice.costs,
             balance_cost=self.plan.choice.describe(),
-            layer_names=[type(m).__name__ for m in pipe.cell.layers],
+            layer_names=[type(m).__name__ for m in pipe.layers],
             param_count=sum(q.numel() for q in pipe.parameters()),
-            param_bytes=param_bytes(pipe.cell),
-            grad_bytes=grad_bytes(pipe.cell),
+            param_bytes=sum(param_bytes(cell) for cell in pipe.cells),
+            grad_bytes=sum(grad_bytes(cell) for cell in pipe.cells),
             optimizer_bytes=optimizer_bytes(self.opt, pipe.parameters()),
             activation_bytes=pipe.peak_activation_bytes,
             allocator_peak_bytes=self.peak_bytes,

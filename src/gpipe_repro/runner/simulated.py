@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
+from ..engine.cell import chunk_slices
 from ..engine.events import busy_time
+from ..engine.schedule import ideal_bubble
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from ..metrics.summary import base_metrics, plan_info
@@ -66,18 +68,16 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
     tokens = plan.info.tokens_per_sample
     m.tokens_per_s = m.throughput * tokens if tokens else None
     m.bubble_fraction = res.bubble_fraction
-    m.bubble_ideal = (p.K - 1) / (p.M + p.K - 1)
-    start = 0
-    for k, b in enumerate(balance):
-        names = [type(layer).__name__ for layer in plan.layers[start : start + b]]
-        params = sum(
-            q.numel() for layer in plan.layers[start : start + b] for q in layer.parameters()
-        )
+    m.bubble_ideal = ideal_bubble(p.schedule, p.K, p.M, p.virtual_stages)
+    for k in range(p.K):  # a stage's cells: k, k + K, ... (one with virtual_stages=1)
+        mine = [layer for sl in chunk_slices(balance, p.K, k) for layer in plan.layers[sl]]
+        names = [type(layer).__name__ for layer in mine]
+        params = sum(q.numel() for layer in mine for q in layer.parameters())
         st = mem[k]
         m.stages.append(
             StageMetrics(
                 stage=k,
-                layers=b,
+                layers=len(mine),
                 layer_names=names,
                 param_count=params,
                 param_bytes=4 * params,
@@ -93,7 +93,6 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
                 ),
             )
         )
-        start += b
     m.layer_costs = run.choice.costs
     m.env.device_names = [record.get("device", hw.name)]
     m.env.threads_per_rank = torch.get_num_threads()  # as set for the profile (``hardware_of``)

@@ -127,4 +127,5 @@ def simulate_plan(
         micro_batch=micro_batch,
         replicas=p.replicas,
         layer_grad_bytes=layer_grad_bytes,
+        virtual_stages=p.virtual_stages,
     )

@@ -15,7 +15,7 @@ from torch import nn
 from ..config.schema import RunConfig
 from ..config.validate import engine_error
 from ..data import DataInfo, get_data
-from ..engine import ArgumentError, check_balance
+from ..engine import ArgumentError, check_balance, check_cells
 from ..engine.partition import check_k
 from ..models import ModelSpec, get_model
 
@@ -42,6 +42,7 @@ def plan_model(spec: RunConfig) -> ModelPlan:
         layers = model.layers(info, spec.model)
     try:
         check_k(spec.pipeline.K, len(layers))
+        check_cells(spec.pipeline.K, spec.pipeline.virtual_stages, len(layers))
         if spec.pipeline.balance is not None:
             check_balance(spec.pipeline.balance, len(layers))
     except ArgumentError as err:

@@ -67,8 +67,9 @@ class AutoPlanInfo:
     replicas: int = opt(0, "data-parallel replicas chosen")
     M: int = opt(0, "micro-batches chosen")
     schedule: str = opt("", "schedule chosen")
+    virtual_stages: int = opt(1, "cells per stage chosen (pipeline.virtual_stages)")
     checkpoint: list[str] = opt([], "rematerialisation chosen, one mode per stage")
-    balance: list[int] = opt([], "layers per stage chosen")
+    balance: list[int] = opt([], "layers per model cell chosen (K * virtual_stages of them)")
     micro_batch: int = opt(0, "samples (or target tokens) per micro-batch and replica")
     predicted_step_time_s: float = opt(0.0, "the planner's simulated step time")
     predicted_throughput: float = opt(0.0, "samples per second from predicted_step_time_s")
@@ -159,9 +160,11 @@ class _Planner:
         per_layer = K is not None and K != p.K  # each layer alone: the first stage's mode
         kw: dict[str, Any] = dict(
             K=K or p.K,
+            virtual_stages=1 if per_layer else p.virtual_stages,
             M=M or p.M,
             micro_batch=n,
-            schedule=p.schedule,
+            # each layer alone is one cell per stage: interleaved's is 1F1B's walk
+            schedule="1f1b" if per_layer and p.schedule == "interleaved" else p.schedule,
             checkpoint=stage_mode(p.checkpoint, 0) if per_layer else p.checkpoint,
             optim=s.optim.name,
             key=self.key,
@@ -191,10 +194,11 @@ class _Planner:
         if p.balance is not None:
             return list(p.balance), BalanceChoice("explicit", "pipeline.balance"), False
         kind, measure, stand_in = p.balance_by, False, None
+        cells = p.K * p.virtual_stages
         if kind == "time" and self.costs is not None:
             costs = [c.forward_s + c.backward_s for c in self.costs.layer_costs(n)]
-            return choose_balance(costs, p.K), BalanceChoice("time", self.where, costs), False
-        if kind == "time" and p.K == 1:
+            return choose_balance(costs, cells), BalanceChoice("time", self.where, costs), False
+        if kind == "time" and cells == 1:
             return [len(layers)], BalanceChoice("time", "one stage: nothing to measure"), False
         if kind == "time":  # the ranks measure it on their devices; FLOPs until then
             kind, measure, stand_in = "flops", True, "time"
@@ -206,7 +210,7 @@ class _Planner:
             costs = [float(s.total) for s in each]
             source = "planned per layer, each alone"
         choice = BalanceChoice(kind, source, costs, stand_in)
-        return choose_balance(costs, p.K), choice, measure
+        return choose_balance(costs, cells), choice, measure
 
 
 def _size(n: float) -> str:

@@ -1,7 +1,8 @@
 """Global keys: a stage's tensors and optimiser state named by *global* layer index, and back.
 
 A ``Pipeline`` holds a contiguous slice of the model's flat layer list, so layer ``i`` of this stage's
-cell is layer ``offset + i`` of the model. A save names every tensor by its global layer,
+cell is layer ``offset + i`` of the model — or, holding several cells (``engine.cell.chunk_slices``),
+non-adjacent runs of it: then ``offset`` is the list of each layer's global index. A save names every tensor by its global layer,
 ``layers.<global_i>.<name in the layer's state_dict>`` (weights and persistent buffers such as
 BatchNorm running statistics), and every optimiser-state tensor by its parameter's key,
 ``optim.layers.<global_i>.<param>.<state>`` (e.g. ``...weight.square_avg``). Keys do not depend on
@@ -20,6 +21,8 @@ import torch
 from torch import nn
 
 __all__ = [
+    "Indices",
+    "global_indices",
     "IMPLEMENTATION_HPARAMS",
     "OPTIM_PREFIX",
     "layer_tensors",
@@ -36,21 +39,35 @@ OPTIM_PREFIX = "optim."
 IMPLEMENTATION_HPARAMS = frozenset({"foreach", "fused", "capturable", "differentiable"})
 
 
-def layer_tensors(layers: Sequence[nn.Module], offset: int) -> dict[str, torch.Tensor]:
+Indices = int | Sequence[int]  # the first layer's global index, or every layer's
+
+
+def global_indices(layers: Sequence[nn.Module], offset: Indices) -> list[int]:
+    """The global index of each of ``layers``: ``offset`` onwards, or ``offset`` itself (a list)."""
+    if isinstance(offset, int):
+        return list(range(offset, offset + len(layers)))
+    if len(offset) != len(layers):
+        raise ValueError(
+            f"{len(offset)} global indices for {len(layers)} layers; allowed: one each"
+        )
+    return [int(i) for i in offset]
+
+
+def layer_tensors(layers: Sequence[nn.Module], offset: Indices) -> dict[str, torch.Tensor]:
     """Every parameter and persistent buffer of ``layers`` under its global key (shares storage)."""
     out: dict[str, torch.Tensor] = {}
-    for i, layer in enumerate(layers):
+    for i, layer in zip(global_indices(layers, offset), layers):
         for name, t in layer.state_dict(keep_vars=True).items():
-            out[f"layers.{offset + i}.{name}"] = t.detach()
+            out[f"layers.{i}.{name}"] = t.detach()
     return out
 
 
-def param_keys(layers: Sequence[nn.Module], offset: int) -> dict[nn.Parameter, str]:
+def param_keys(layers: Sequence[nn.Module], offset: Indices) -> dict[nn.Parameter, str]:
     """Each parameter object of ``layers`` -> its global key."""
     keys: dict[nn.Parameter, str] = {}
-    for i, layer in enumerate(layers):
+    for i, layer in zip(global_indices(layers, offset), layers):
         for name, p in layer.named_parameters():
-            keys.setdefault(p, f"layers.{offset + i}.{name}")
+            keys.setdefault(p, f"layers.{i}.{name}")
     return keys
 
 
@@ -79,7 +96,7 @@ def optimizer_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
 
 
 def optimizer_tensors(
-    optimizer: torch.optim.Optimizer, layers: Sequence[nn.Module], offset: int
+    optimizer: torch.optim.Optimizer, layers: Sequence[nn.Module], offset: Indices
 ) -> dict[str, torch.Tensor]:
     """The optimiser's per-parameter state under ``optim.<param key>.<state name>``."""
     keys = param_keys(layers, offset)
@@ -107,7 +124,7 @@ def optimizer_tensors(
 def optimizer_state_dict(
     optimizer: torch.optim.Optimizer,
     layers: Sequence[nn.Module],
-    offset: int,
+    offset: Indices,
     tensors: dict[str, torch.Tensor],
     groups: list[dict[str, Any]] | None,
 ) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from .folder import SaveFolder, open_save, rng_file
 from .keys import (
     IMPLEMENTATION_HPARAMS,
     OPTIM_PREFIX,
+    Indices,
+    global_indices,
     layer_tensors,
     optimizer_groups,
     optimizer_name,
@@ -130,15 +132,16 @@ def _hparam_changes(
 def load(
     path: Path | str,
     layers: Sequence[nn.Module],
-    offset: int,
+    offset: Indices,
     *,
     optimizer: torch.optim.Optimizer | None = None,
     model: Mapping[str, Any] | None = None,
     topology: Topology | None = None,
     hparams: Literal["save", "run"] = "save",
 ) -> LoadReport:
-    """Resume: fill ``layers`` (this stage's cell, the model's layers ``offset ..``) and the
-    optimiser's state from the save at ``path``, and restore this rank's RNG streams.
+    """Resume: fill ``layers`` (this stage's cell, the model's layers ``offset ..``; or its cells,
+    ``offset`` listing each layer's global index) and the optimiser's state from the save at
+    ``path``, and restore this rank's RNG streams.
 
     ``model``: this run's :func:`record.describe_model`, checked against the save's (name, config,
     layers, shapes); ``hparams``: the optimiser's hyper-parameters after loading, the save's (as
@@ -172,21 +175,22 @@ def load(
     return _report(
         folder,
         sorted(targets),
-        rng=_restore_rng(folder, topo, offset, len(layers)),
+        rng=_restore_rng(folder, topo, global_indices(layers, offset)),
         hparams_changed=changed,
     )
 
 
-def _restore_rng(folder: SaveFolder, topo: Topology, offset: int, n_layers: int) -> str:
-    """Restore this rank's own streams if the save has a rank with this very cell, else reseed."""
+def _restore_rng(folder: SaveFolder, topo: Topology, indices: list[int]) -> str:
+    """Restore this rank's own streams if the save has a rank with these very layers, else reseed."""
     layout = folder.meta["layout"]
     balance = layout["balance"]
-    same_cell = (
-        layout["K"] == topo.K
-        and layout["replicas"] == topo.replicas
-        and sum(balance[: topo.stage]) == offset
-        and balance[topo.stage] == n_layers
-    )
+    K = layout["K"]
+    held = [  # the layers the save's rank at this stage held (several cells per stage too)
+        i
+        for s in range(topo.stage, len(balance), K)
+        for i in range(sum(balance[:s]), sum(balance[: s + 1]))
+    ]
+    same_cell = K == topo.K and layout["replicas"] == topo.replicas and held == indices
     try:
         if same_cell:
             rng.restore(_read_json(folder.path / rng_file(topo.stage, topo.replica)), topo.device)
@@ -207,7 +211,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def load_weights(
     path: Path | str,
     layers: Sequence[nn.Module],
-    offset: int,
+    offset: Indices,
     *,
     skip: Iterable[int] = (),
     model: Mapping[str, Any] | None = None,

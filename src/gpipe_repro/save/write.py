@@ -72,6 +72,7 @@ def save(
     balance: Sequence[int],
     topology: Topology | None = None,
     *,
+    indices: Sequence[int] | None = None,
     model: Mapping[str, Any],
     optimizer: torch.optim.Optimizer | None = None,
     losses: Sequence[float] | None = None,
@@ -84,7 +85,9 @@ def save(
 ) -> Path:
     """Save this rank's share of the training state after ``step`` optimiser steps; collective.
 
-    ``layers``: this stage's cell (``pipe.cell.layers``); ``balance``: layers per stage;
+    ``layers``: this stage's cell (``pipe.cell.layers``); ``balance``: layers per stage (per model
+    cell, K·v of them, where a stage holds v cells: then ``indices`` gives each of ``layers``' global
+    index, ``pipe.layer_indices``; None: the stage's contiguous cell of ``balance``);
     ``model``: :func:`record.describe_model` of the whole model; ``losses``: every step's loss so far
     (read on the last stage of replica 0); ``data_position``: where the data stream resumes (``step``
     is always added); ``extra``: any JSON state of the caller (e.g. an LR schedule); ``keep``: then
@@ -99,14 +102,21 @@ def save(
         )
     if step < 0:
         raise ValueError(f"step={step} is invalid; allowed: an integer >= 0")
-    if len(balance) != topo.K or any(b < 1 for b in balance):
+    if len(balance) % topo.K or not balance or any(b < 1 for b in balance):
         raise ValueError(
-            f"balance={list(balance)} is invalid; allowed: {topo.K} positive layer counts"
+            f"balance={list(balance)} is invalid; allowed: {topo.K} (or a multiple of {topo.K}: "
+            "several cells per stage) positive layer counts"
         )
-    if len(layers) != balance[topo.stage]:
+    mine = [
+        i
+        for s in range(topo.stage, len(balance), topo.K)
+        for i in range(sum(balance[:s]), sum(balance[: s + 1]))
+    ]
+    if len(layers) != len(mine) or (indices is not None and list(indices) != mine):
         raise ValueError(
-            f"stage {topo.stage} has {len(layers)} layers, balance={list(balance)} "
-            f"gives it {balance[topo.stage]}"
+            f"stage {topo.stage} has {len(layers)} layers"
+            + (f" at {list(indices)}" if indices is not None else "")
+            + f", balance={list(balance)} gives it {len(mine)} at {mine}"
         )
     if keep is not None and keep < 1:
         raise ValueError(
@@ -116,7 +126,7 @@ def save(
         raise ValueError(
             f"balance={list(balance)} covers {sum(balance)} layers, the model has {model['layers']}"
         )
-    offset = sum(balance[: topo.stage])
+    offset = mine
     tensors = layer_tensors(layers, offset)
     try:  # the record must describe these layers: a wrong offset or model fails here, not at load
         check_shapes(

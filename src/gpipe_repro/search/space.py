@@ -49,22 +49,34 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
 from typing import Any
 
 import numpy as np
 
-from ..engine.errors import ArgumentError
 from ..engine.partition import balance_by_bands, cell_band
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
-from ..engine.schedule import SCHEDULES, inputs_beyond_alive
+from ..engine.schedule import splits_backward
 from ..memory.activations import StageActivation, state_bytes
 from ..sim import CostModel, StageCost, stage_costs
 from ..sim.costs import LayerCost
+from .holds import MODES, alive
+from .holds import Hold as _Hold
+from .holds import coef as _coef
+from .holds import coef_of as _coef_of
+from .holds import hold as _hold
 
-__all__ = ["Candidate", "Stats", "Space", "search", "SCHEDULES", "MODES"]
+__all__ = ["Candidate", "Stats", "Space", "search", "SEARCHED", "MODES", "alive"]
 
-MODES = ("never", "always")
+# the schedules searched, with their cells per stage (``pipeline.virtual_stages``): the paper's
+# fill-drain, 1F1B, zero bubble (one cell and two per stage) and interleaved 1F1B (two and four)
+SEARCHED: tuple[tuple[str, int], ...] = (
+    ("gpipe", 1),
+    ("1f1b", 1),
+    ("zb-h1", 1),
+    ("interleaved", 2),
+    ("interleaved", 4),
+    ("zb-h1", 2),
+)
 MAX_FIT = 2**16  # the largest micro-batch ``fit`` tries
 
 
@@ -75,13 +87,20 @@ class Candidate:
     M: int
     schedule: str
     checkpoint: tuple[str, ...]  # per stage
-    balance: tuple[int, ...]
+    balance: tuple[int, ...]  # per model cell: K * virtual_stages of them
     micro_batch: int  # per replica, dataset units
     batch_size: int  # global
     bound_s: float  # the lower bound on the step time
     step_s: float = 0.0  # simulated
     bubble: float = 0.0
     stage_bytes: tuple[int, ...] = ()  # planned (bound, then exact for shown rows)
+    virtual_stages: int = 1  # cells per stage (interleaved, zb-h1 over v chunks)
+
+    @property
+    def schedule_name(self) -> str:
+        """The schedule as the planner's table names it: ``interleaved v=2``."""
+        v = self.virtual_stages
+        return self.schedule + (f" v={v}" if v > 1 else "")
 
     @property
     def samples_per_s(self) -> float:
@@ -161,6 +180,7 @@ class Space:
             p = prefix(v)
             return p[None, :] - p[:, None]
 
+        self.kept = seg([a.kept for a in self.layers])  # what a split backward keeps for W
         inp = np.array([a.input for a in self.layers], dtype=np.float64)
         self.inp = np.broadcast_to(inp[ii], (L + 1, L + 1))
         self.out = np.broadcast_to(
@@ -224,8 +244,8 @@ class Space:
 
     def memory(self, schedule: str, mode: str, K: int, M: int, n: int) -> np.ndarray:
         """Bytes per cell position k and layer range, shape (K, L+1, L+1), at n samples."""
-        co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 5)
-        return self._bytes([co[:, q][:, None, None] for q in range(5)], n)
+        co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 6)
+        return self._bytes([co[:, q][:, None, None] for q in range(6)], n)
 
     def _bytes(self, c: Sequence[Any], n: int) -> np.ndarray:
         """The working set counts once, whatever the mode and the micro-batches alive."""
@@ -236,6 +256,7 @@ class Space:
                 + (c[1] - 1) * self.saved
                 + c[2] * self.out
                 + c[4] * self.sent
+                + c[5] * self.kept
                 + self.back
             )
             + c[3] * self.weights
@@ -259,7 +280,7 @@ class Space:
         key = (mode, n, h)
         if key not in self._fits:
             c = _coef_of(mode, h)
-            self._fits[key] = self._bytes(c, n) <= self.cap
+            self._fits[key] = self._bytes(c, n) <= self.cap / h.share
         return self._fits[key]
 
 
@@ -272,58 +293,6 @@ def _range_max(v: Sequence[int]) -> np.ndarray:
     return out
 
 
-def alive(schedule: str, K: int, M: int, k: int) -> int:
-    """Micro-batches stage k holds at its peak: M under gpipe, min(K - k, M) under 1f1b
-    (``engine.schedule.peak_in_flight``'s closed form, checked against it in the tests); an
-    unknown schedule is refused, not read as either."""
-    if schedule == "gpipe":
-        return M
-    if schedule == "1f1b":
-        return min(K - k, M)
-    raise ArgumentError("schedule", schedule, f"is unknown; allowed: {', '.join(SCHEDULES)}")
-
-
-@cache
-def _hold(schedule: str, K: int, M: int, k: int, lookahead: int = DEFAULT_LOOKAHEAD) -> _Hold:
-    """What stage k's peak depends on besides its layers (``_Hold``), from the engine's schedule:
-    input-sized transfer buffers beyond the micro-batches alive
-    (``engine.schedule.inputs_beyond_alive``); gradient receives posted ahead, at most
-    lookahead - 1 at once and at most M (``engine.schedule.receives_ahead``: exact under gpipe,
-    a bound under 1f1b, which alternates them with activations; checked in the tests)."""
-    return _Hold(
-        alive(schedule, K, M, k),
-        k == K - 1,
-        inputs_beyond_alive(schedule, K, M, k, lookahead),
-        min(lookahead - 1, M) if k < K - 1 else 0,
-    )
-
-
-def _coef(
-    schedule: str, mode: str, K: int, M: int, k: int, lookahead: int = DEFAULT_LOOKAHEAD
-) -> tuple[float, ...]:
-    """Stage k's peak activations as a linear form of (input, saved, output, weights, sent) of one
-    micro-batch: the memory planner's closed forms (``memory.activations``'s table; its walk,
-    ``peak_activation_bytes``, is checked against them in the tests) — never:
-    n · (in + saved + out + weights); always: n · in + saved + weights + the recomputed output, and
-    the outputs sent but still in transfer (n of them whole, none from the last stage); n = the
-    micro-batches alive; in both, the input-sized transfer buffers (gradients sent and not yet
-    known taken, activation receives posted ahead: ``engine.schedule.inputs_beyond_alive``) and the
-    most gradient receives posted ahead at any action, the outputs' whole each. A bound: exact under remat
-    never with a lookahead of 1; under remat the walk frees a send when its gradient arrives,
-    after the recompute that the closed form counts it beside. One micro-batch's working set comes
-    on top once (``Space._bytes``)."""
-    return _coef_of(mode, _hold(schedule, K, M, k, lookahead))
-
-
-def _coef_of(mode: str, h: _Hold) -> tuple[float, ...]:
-    n = h.alive
-    if mode == "never":
-        return (n + h.inputs, n, n, n, h.ahead_b)
-    if mode == "always":
-        return (n + h.inputs, 1, 1, 1, (0 if h.last else n) + h.ahead_b)
-    raise ValueError(f"mode={mode!r} is not searched; allowed: {', '.join(MODES)}")
-
-
 def _divisors(n: int, most: int) -> list[int]:
     return [m for m in range(1, min(n, most) + 1) if n % m == 0]
 
@@ -331,17 +300,6 @@ def _divisors(n: int, most: int) -> list[int]:
 Parts = list[tuple[tuple[int, ...], tuple[str, ...]]]
 KINDS = ("mixed", "never", "always")
 CHUNK = 2**22  # cost elements solved at once (32 MiB of float64)
-
-
-@dataclass(frozen=True)
-class _Hold:
-    """A stage's peak besides its layers: micro-batches alive, whether it is the last stage, the
-    input-sized and the output-sized transfer buffers (``_coef``)."""
-
-    alive: int
-    last: bool
-    inputs: int  # input-sized buffers beyond those alive: gradients sent, activation receives
-    ahead_b: int
 
 
 @dataclass(frozen=True)
@@ -356,8 +314,13 @@ class _Shape:
     hold: tuple[_Hold, ...]
 
     @staticmethod
-    def of(K: int, M: int, schedule: str, n: int, micro_batch: int) -> _Shape:
-        return _Shape(K, micro_batch, n, tuple(_hold(schedule, K, M, k) for k in range(K)))
+    def of(K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1) -> _Shape:
+        """``K`` stages of ``v`` cells each: the partition has K·v cells (``_Shape.K``), cell s
+        on stage s mod K (``engine.schedule``)."""
+        holds = tuple(
+            _hold(schedule, K, M, s % K, DEFAULT_LOOKAHEAD, v, s // K) for s in range(K * v)
+        )
+        return _Shape(K * v, micro_batch, n, holds)
 
 
 def _masks(space: Space, s: _Shape) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -425,54 +388,86 @@ def _partitions_many(space: Space, shapes: Sequence[_Shape]) -> list[Parts]:
     return [space._parts[s] for s in shapes]
 
 
-def _partitions(space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int) -> Parts:
+def _partitions(
+    space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1
+) -> Parts:
     """The mixed, all-never and all-always min-max partitions that fit (deduplicated)."""
-    return _partitions_many(space, [_Shape.of(K, M, schedule, n, micro_batch)])[0]
+    return _partitions_many(space, [_Shape.of(K, M, schedule, n, micro_batch, v)])[0]
 
 
-def _fits_any(space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int) -> bool:
+def _fits_any(
+    space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1
+) -> bool:
     """Whether some partition fits with every stage in mode always (the least memory)."""
-    masks = _masks(space, _Shape.of(K, M, schedule, n, micro_batch))
-    return bool(_fitting(space, K, [[a for _, a in masks]])[0])
+    masks = _masks(space, _Shape.of(K, M, schedule, n, micro_batch, v))
+    return bool(_fitting(space, K * v, [[a for _, a in masks]])[0])
 
 
-def _largest(space: Space, K: int, M: int, schedule: str) -> int:
+def _largest(space: Space, K: int, M: int, schedule: str, v: int = 1) -> int:
     """The largest micro-batch (samples) some partition fits at, 0 if none (bisection: memory
     grows with the micro-batch)."""
-    if not _fits_any(space, K, M, schedule, 1, space.unit):
+
+    def fits(n: int) -> bool:
+        return _fits_any(space, K, M, schedule, n, n * space.unit, v)
+
+    if not fits(1):
         return 0
     lo, hi = 1, 2
-    while hi <= MAX_FIT and _fits_any(space, K, M, schedule, hi, hi * space.unit):
+    while hi <= MAX_FIT and fits(hi):
         lo, hi = hi, hi * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _fits_any(space, K, M, schedule, mid, mid * space.unit) else (lo, mid)
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
 
 
 def bound(space: Space, c: Candidate) -> float:
-    """The lower bound on ``c``'s step time (module doc)."""
+    """The lower bound on ``c``'s step time (module doc). With several cells per stage only the
+    stages' own work counts (M times their cells' forwards and backwards)."""
     o = space.costs.overhead_s
+    split = splits_backward(c.schedule)
+    v = c.virtual_stages
     fw, bw, chain, start = [], [], [], 0
-    for b, mode in zip(c.balance, c.checkpoint, strict=True):
+    for i, b in enumerate(c.balance):
+        mode = c.checkpoint[i % c.K]
         s = space.cell(c.micro_batch, start, start + b)
         start += b
         remat = mode == "always"
         fw.append((s.forward_nograd_s if remat else s.forward_s) + o)
         extra = s.recompute + space.costs.recompute_overhead_s if remat else 0.0
-        bw.append(s.backward_s + o + extra)
+        bw.append(s.backward_s + o * (2 if split else 1) + extra)
         chain.append(s.backward_s + o)  # the recompute may run before the gradient arrives
     # with replicas, stage k's all-reduce follows its own last backward, and stage 0's follows the
     # end of the gradient chain: both certainly precede the step's end
+    cells = space.grad_bytes(c.balance)  # per cell; a stage all-reduces its cells' together
     ar = (
-        [space.costs.link.allreduce_s(g, c.replicas) for g in space.grad_bytes(c.balance)]
+        [space.costs.link.allreduce_s(sum(cells[k :: c.K]), c.replicas) for k in range(c.K)]
         if c.replicas > 1
         else [0.0] * c.K
     )
-    best = max(
-        sum(fw[:k]) + c.M * (fw[k] + bw[k]) + max(sum(chain[:k]) + ar[0], ar[k]) for k in range(c.K)
-    )
+    if v > 1:
+        best = max(c.M * sum(fw[k :: c.K]) + c.M * sum(bw[k :: c.K]) + ar[k] for k in range(c.K))
+    elif split:  # W passes may overlap the gradient chain: the stage's own work after its input
+        best = max(sum(fw[:k]) + c.M * (fw[k] + bw[k]) + ar[k] for k in range(c.K))
+    else:
+        best = max(
+            sum(fw[:k]) + c.M * (fw[k] + bw[k]) + max(sum(chain[:k]) + ar[0], ar[k])
+            for k in range(c.K)
+        )
     return best + space.costs.step_overhead_s
+
+
+def _searched(K: int, M: int, L: int) -> list[tuple[str, int]]:
+    """The (schedule, cells per stage) pairs worth searching at K stages, M micro-batches, L
+    layers: at M = 1 the schedules do the same work in the same order (gpipe alone); at K = 1
+    gpipe and 1f1b do the same work but 1f1b holds one micro-batch instead of M (zb-h1 and
+    interleaved add nothing there); several cells per stage need M a multiple of K and a layer
+    per cell."""
+    if M == 1:
+        return [SEARCHED[0]]
+    if K == 1:
+        return [(s, v) for s, v in SEARCHED if v == 1 and s in ("gpipe", "1f1b")]
+    return [(s, v) for s, v in SEARCHED if v == 1 or (M % K == 0 and K * v <= L)]
 
 
 def enumerate_candidates(
@@ -483,7 +478,7 @@ def enumerate_candidates(
     L = len(space.layers)
     out: list[Candidate] = []
     for K in range(1, min(devices, L) + 1):
-        configs: list[tuple[int, int, str, int, _Shape | None]] = []
+        configs: list[tuple[int, int, str, int, int, _Shape | None]] = []
         for R in range(1, devices // K + 1):
             if batch is not None and batch % R:
                 continue
@@ -494,23 +489,31 @@ def enumerate_candidates(
                 else _divisors(per // space.unit if space.unit > 1 else per, max_m)
             )
             for M in ms:
-                for schedule in SCHEDULES if M > 1 else SCHEDULES[:1]:  # same at M = 1
+                for schedule, v in _searched(K, M, L):
                     if per is None:
-                        n = _largest(space, K, M, schedule)
+                        n = _largest(space, K, M, schedule, v)
                         mb = n * space.unit
                     else:
                         mb = per // M
                         n = max(1, mb // space.unit)
-                    shape = _Shape.of(K, M, schedule, n, mb) if n else None
-                    configs.append((R, M, schedule, mb, shape))
-        shapes = [c[4] for c in configs if c[4] is not None]
-        solved = iter(_partitions_many(space, shapes))
-        for R, M, schedule, mb, shape in configs:
-            parts = next(solved) if shape is not None else []
+                    shape = _Shape.of(K, M, schedule, n, mb, v) if n else None
+                    configs.append((R, M, schedule, v, mb, shape))
+        # the partitions of one cell count are solved together
+        solved: dict[_Shape, Parts] = {}
+        for cells in sorted({c[5].K for c in configs if c[5] is not None}):
+            group = [c[5] for c in configs if c[5] is not None and c[5].K == cells]
+            solved.update(zip(group, _partitions_many(space, group), strict=True))
+        for R, M, schedule, v, mb, shape in configs:
+            parts = solved[shape] if shape is not None else []
             stats.enumerated += 3
             stats.over_cap += 3 - len(parts)
             for bal, modes in parts:
-                c = Candidate(K, R, M, schedule, modes, bal, mb, mb * M * R, 0.0)
+                per_stage = modes[:K]
+                if v > 1 and any(modes[s] != modes[s % K] for s in range(len(modes))):
+                    continue  # one remat mode per stage: its cells share it
+                c = Candidate(
+                    K, R, M, schedule, per_stage, bal, mb, mb * M * R, 0.0, virtual_stages=v
+                )
                 out.append(replace(c, bound_s=bound(space, c)))
     return out
 

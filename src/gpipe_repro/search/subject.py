@@ -23,7 +23,7 @@ from ..sim import CostModel, Hardware, SimResult
 from ..sim.step import grad_bytes, simulate_step
 from .space import CachedCosts, Candidate, Space
 
-__all__ = ["Subject", "space_of", "exact_peaks", "simulate_candidate"]
+__all__ = ["Subject", "space_of", "exact_peaks", "simulate_candidate", "Point", "schedule_point"]
 
 OPTIMS = ("rmsprop", "sgd", "adam")  # the optimisers whose state the memory planner knows
 
@@ -81,6 +81,7 @@ def exact_peaks(s: Subject, c: Candidate) -> tuple[int, ...]:
         optim=s.planned_optim,
         key=s.key,
         precision=s.precision,
+        virtual_stages=c.virtual_stages,
     )
     return tuple(t.total for t in stages)
 
@@ -101,4 +102,60 @@ def simulate_candidate(
         micro_batch=c.micro_batch,
         replicas=c.replicas,
         layer_grad_bytes=space.grads,
+        virtual_stages=c.virtual_stages,
     )
+
+
+@dataclass(frozen=True)
+class Point:
+    """One schedule at one (K, M) on a hardware profile: its simulated step and each stage's
+    planned peak (``schedule_point``)."""
+
+    candidate: Candidate
+    result: SimResult
+    stage_bytes: tuple[int, ...]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.candidate.batch_size / self.result.step_s
+
+
+def schedule_point(
+    s: Subject,
+    hw: Hardware,
+    space: Space,
+    *,
+    K: int,
+    M: int,
+    schedule: str,
+    checkpoint: str,
+    micro_batch: int,
+    virtual_stages: int = 1,
+) -> Point:
+    """What a schedule buys at K stages and M micro-batches of ``micro_batch``: the exact min-max
+    partition of the profile's per-layer time into K·v cells (GPipe §2.1), its step simulated
+    (``simulate_candidate``: the engine's action lists, B and W as the profile costs them) and each
+    stage's peak planned exactly (``exact_peaks``: the schedule's in-flight counts). The question a
+    comparison of schedules asks, one cell at a time (``engine.schedule.check_schedule`` refuses a
+    (schedule, K, M, v) that cannot run)."""
+    from ..engine.partition import balance_by_cost
+    from ..engine.schedule import check_schedule
+
+    v = virtual_stages
+    check_schedule(schedule, K, M, v)
+    times = [c.forward_s + c.backward_s for c in space.costs.layer_costs(micro_batch)]
+    balance = tuple(balance_by_cost(times, K * v))
+    c = Candidate(
+        K,
+        1,
+        M,
+        schedule,
+        (checkpoint,) * K,
+        balance,
+        micro_batch,
+        micro_batch * M,
+        0.0,
+        virtual_stages=v,
+    )
+    result = simulate_candidate(hw, space, c)
+    return Point(c, result, exact_peaks(s, c))

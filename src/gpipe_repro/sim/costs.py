@@ -33,10 +33,26 @@ class LayerCost:
     # the forward again under remat, None: ``forward_s`` (measured: the stream's recompute, which
     # skips what only a first forward does — BatchNorm's statistics of the micro-batch)
     recompute_s: float | None = None
+    # the backward split in two (``engine.split``, zb-h1): B, the input gradient, and W, the weight
+    # gradient, as profiled (measured apart, or from the input- and weight-gradient operations
+    # counted apart); None: not profiled, ``split`` halves ``backward_s``
+    backward_input_s: float | None = None
+    backward_weight_s: float | None = None
 
     @property
     def recompute(self) -> float:
         return self.forward_s if self.recompute_s is None else self.recompute_s
+
+    @property
+    def split(self) -> tuple[float, float]:
+        """(B, W) seconds: the profiled ones, or half the backward each where none was profiled."""
+        return _split(self.backward_s, self.backward_input_s, self.backward_weight_s)
+
+
+def _split(backward: float, b: float | None, w: float | None) -> tuple[float, float]:
+    if b is None or w is None:
+        return backward / 2, backward / 2
+    return b, w
 
 
 @dataclass(frozen=True)
@@ -49,10 +65,17 @@ class StageCost:
     out_bytes: int  # activations sent to the next stage per micro-batch (0 on the last stage)
     update_s: float = 0.0
     recompute_s: float | None = None  # as ``LayerCost.recompute_s``
+    backward_input_s: float | None = None  # as ``LayerCost``'s
+    backward_weight_s: float | None = None
 
     @property
     def recompute(self) -> float:
         return self.forward_s if self.recompute_s is None else self.recompute_s
+
+    @property
+    def split(self) -> tuple[float, float]:
+        """(B, W) seconds of the split backward (``LayerCost.split``)."""
+        return _split(self.backward_s, self.backward_input_s, self.backward_weight_s)
 
 
 @dataclass(frozen=True)
@@ -115,12 +138,14 @@ class CostModel(Protocol):
 
 
 def stage_costs(layers: Sequence[LayerCost], balance: Sequence[int]) -> list[StageCost]:
-    """Sum per-layer costs over the cells of ``balance``; a stage sends its last layer's output."""
+    """Sum per-layer costs over the cells of ``balance`` (one per model cell: K·v of them with v
+    cells per stage); a cell sends its last layer's output."""
     out: list[StageCost] = []
     start = 0
     for k, n in enumerate(balance):
         cell = layers[start : start + n]
         last = k == len(balance) - 1
+        splits = [c.split for c in cell]
         out.append(
             StageCost(
                 forward_s=sum(c.forward_s for c in cell),
@@ -129,6 +154,8 @@ def stage_costs(layers: Sequence[LayerCost], balance: Sequence[int]) -> list[Sta
                 out_bytes=0 if last else cell[-1].out_bytes,
                 update_s=sum(c.update_s for c in cell),
                 recompute_s=sum(c.recompute for c in cell),
+                backward_input_s=sum(b for b, _ in splits),
+                backward_weight_s=sum(w for _, w in splits),
             )
         )
         start += n

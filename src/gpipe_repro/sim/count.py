@@ -2,7 +2,8 @@
 
 For each layer of a flat layer list, at one micro-batch: every operation of its forward and of its real
 backward (the backward is run, not assumed to be 2x the forward: a first layer whose input needs no
-gradient computes no input gradient), each with
+gradient computes no input gradient) — and that backward once more split as zero bubble runs it
+(``engine.split``: B, the input gradient's operations, and W, the weight gradient's) — each with
 
 - its FLOPs (matrix operations: matmul, convolution, attention, counted by
   ``torch.utils.flop_counter``'s formulas; elementwise work counts none, it is memory-bound),
@@ -32,6 +33,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..engine.microbatch import Batch, as_tuple, from_tuple
+from ..engine.split import Tape, backward_input, backward_weight
 from ..models import class_planning_loss, token_planning_loss
 from .attention import ATTENTION, FUSED, MATERIALIZED, fused_attention
 
@@ -93,6 +95,10 @@ class LayerCount:
     fwd: tuple[OpCount, ...]  # the forward's operations (the loss's included in the last layer)
     bwd: tuple[OpCount, ...]  # the backward's
     backward_counted: bool = True  # False: the backward could not run on meta; bwd = 2x fwd
+    # the backward split as zero bubble runs it (``engine.split``): B, the input gradient's
+    # operations, and W, the weight gradient's; () where the split could not run on meta
+    bwd_input: tuple[OpCount, ...] = ()
+    bwd_weight: tuple[OpCount, ...] = ()
 
     @property
     def fwd_ops(self) -> tuple[float, ...]:
@@ -129,6 +135,8 @@ class LayerCount:
             out_bytes=round(self.out_bytes * f),
             fwd=tuple(o.at(f) for o in self.fwd),
             bwd=tuple(o.at(f) for o in self.bwd),
+            bwd_input=tuple(o.at(f) for o in self.bwd_input),
+            bwd_weight=tuple(o.at(f) for o in self.bwd_weight),
         )
 
 
@@ -243,6 +251,32 @@ def _run(
     return fwd.ops, bwd.ops, y
 
 
+def _split(
+    layer: nn.Module, x: Batch, first: bool, loss_fn: Callable[[Any], torch.Tensor] | None
+) -> tuple[list[_Op], list[_Op]] | None:
+    """(B's operations, W's) of the layer's backward split as the engine's zero-bubble schedule
+    splits it (``engine.split``), or None where it cannot run on meta."""
+    xin = _fresh(x, grad=not first)
+    for p in layer.parameters():
+        p.grad = None
+    tape = Tape()
+    y = layer(xin)
+    tape.record(xin, y)
+    outs = [loss_fn(y)] if loss_fn is not None else [t for t in as_tuple(y) if t.requires_grad]
+    params = [p for p in layer.parameters() if p.requires_grad]
+    try:
+        with _Ops() as b:
+            backward_input(tape, [torch.ones_like(t) for t in outs], outs, params)
+        with _Ops() as w:
+            backward_weight(tape)
+    except (RuntimeError, NotImplementedError):
+        return None
+    finally:
+        for p in layer.parameters():
+            p.grad = None
+    return b.ops, w.ops
+
+
 def _ops(a: list[_Op], b: list[_Op]) -> tuple[OpCount, ...]:
     """Operations counted at twice the batch (a) and four times it (b), as ``OpCount`` at the batch:
     bytes split into a fixed part and a per-sample part (both sizes hold >= 2 samples, so no
@@ -301,6 +335,12 @@ def count_layers(
             if b2 is not None and b4 is not None
             else tuple(OpCount(2 * o.flops, 2 * o.bytes, 2 * o.fixed_bytes, o.op) for o in fwd)
         )
+        s2, s4 = _split(layer, x2, i == 0, lf), _split(layer, x4, i == 0, lf)
+        split = (
+            (_ops(s2[0], s4[0]), _ops(s2[1], s4[1]))
+            if s2 is not None and s4 is not None
+            else ((), ())
+        )
         spec = ([(tuple(t.shape[1:]), t.dtype) for t in as_tuple(y2)], isinstance(y2, tuple))
         count = LayerCount(
             name=type(layer).__name__,
@@ -312,6 +352,8 @@ def count_layers(
             fwd=fwd,
             bwd=bwd,
             backward_counted=counted,
+            bwd_input=split[0],
+            bwd_weight=split[1],
         )
         out.append(count)
         if key is not None:

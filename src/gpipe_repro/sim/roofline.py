@@ -25,6 +25,8 @@ makes normalisation, activations and pooling cost their memory traffic; ``op_min
 shortest kernel: launching one) is what makes a model of many tiny operations cost its count.
 
 - the no-grad forward (first forward of a rematerialised micro-batch) costs the same as the forward;
+- zero bubble's B and W (``engine.split``): the input gradient's and the weight gradient's operations,
+  counted apart (``count``), each timed the same way;
 - ``update_s``: the optimiser step streams ``update_passes`` x parameter bytes through memory
   (RMSProp, the paper's optimiser: read weight, gradient and one slot, write weight and slot = 5);
 - the link and the per-action overhead come from the profile.
@@ -243,6 +245,7 @@ class RooflineCosts:
     def layer_cost(self, c: LayerCount) -> LayerCost:
         """One layer's costs at the batch ``c`` was counted (or scaled) at."""
         fwd = pass_time(self.hw, c.fwd, self.precision)
+        split = bool(c.bwd_input or c.bwd_weight)  # B and W counted apart (``count``)
         return LayerCost(
             forward_s=fwd,
             forward_nograd_s=fwd,
@@ -254,6 +257,8 @@ class RooflineCosts:
                 if self.remat == "full"
                 else pass_time(self.hw, recompute_ops(c.fwd, self.remat), self.precision)
             ),
+            backward_input_s=pass_time(self.hw, c.bwd_input, self.precision) if split else None,
+            backward_weight_s=pass_time(self.hw, c.bwd_weight, self.precision) if split else None,
         )
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]:

@@ -16,12 +16,13 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
   transfer) and posting a receive costs the receiver ``link.recv_call_s``. A receiver that blocked
   waiting sees the message ``link.wake_s(blocked)`` after it arrived (the measured wake-up of a
   blocked thread, which grows with how long it was blocked).
-- A fixed ``overhead_s`` is added to every F and B action (for B, to its backward part).
+- A fixed ``overhead_s`` is added to every F, B and W action (for B, to its backward part).
 - At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
   the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
 - With R > 1 data-parallel replicas (GPipe §2.2: the pipeline is replicated, gradients are summed
   before the synchronous update), each stage all-reduces its gradients (``grad_bytes``) across the R
-  copies of itself once its last backward ends: a ring over the link, ``link.allreduce_s``. It
+  copies of itself once its last backward (its last W where split) ends: a ring over the link,
+  ``link.allreduce_s``. It
   overlaps nothing of the stage's compute (there is none left) but runs beside its outstanding
   sends; the update waits for both. Every replica runs the same step, so one is simulated.
 
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 
 from ..engine.checkpoint import uses_remat
 from ..engine.events import Event, measured_bubble
-from ..engine.schedule import Action, peak_in_flight, stage_actions
+from ..engine.schedule import Action, peak_in_flight, splits_backward, stage_actions
 from .costs import Link, StageCost
 
 __all__ = ["Replay", "SimResult", "ScheduleDeadlock", "simulate"]
@@ -77,10 +78,11 @@ class SimResult:
 class Replay:
     """Per-action and per-message costs that replace the stage costs where given (seconds).
 
-    ``compute[(action, k, mb)]``: a forward, recompute or backward of stage k on micro-batch mb,
-    overheads included; ``before[(k, i)]``: what stage k spends before its i-th action beyond its
-    dependencies (bookkeeping, posting transfers); ``transit[(kind, k, mb)]``: from the send of the
-    activation (kind F) or gradient (kind B) that stage k receives for mb to its arrival."""
+    ``compute[(action, s, mb)]``: a forward, recompute, backward or weight of model cell s (the
+    stage's index with one cell per stage) on micro-batch mb, overheads included;
+    ``before[(k, i)]``: what stage k spends before its i-th action beyond its dependencies
+    (bookkeeping, posting transfers); ``transit[(kind, s, mb)]``: from the send of the activation
+    (kind F) or gradient (kind B) that cell s receives for mb to its arrival."""
 
     compute: dict[tuple[str, int, int], float] = field(default_factory=dict)
     before: dict[tuple[int, int], float] = field(default_factory=dict)
@@ -88,55 +90,72 @@ class Replay:
 
     @classmethod
     def from_events(
-        cls, events: Sequence[Event], K: int, M: int, schedule: str, checkpoint: str
+        cls,
+        events: Sequence[Event],
+        K: int,
+        M: int,
+        schedule: str,
+        checkpoint: str,
+        virtual_stages: int = 1,
     ) -> tuple[Replay, float]:
         """The costs of one logged step (the engine's ``Event`` spans of every stage), and the
         time its replay starts at (the earliest event). Per action: the time before its first span
         (the previous action's send, bookkeeping) is ``before``; its compute runs from the end of
         its wait (or its first span) to the end of its compute span; a message's transit runs from
         the end of its sender's compute to the end of its receiver's wait."""
+        v = virtual_stages
+        S = K * v
         t0 = min(e.start for e in events)
         rp = cls()
-        done: dict[tuple[str, int, int], float] = {}  # (kind, receiving stage, mb) -> sent at
+        done: dict[tuple[str, int, int], float] = {}  # (kind, receiving cell, mb) -> sent at
         waited: dict[tuple[str, int, int], float] = {}
         for k in range(K):
             mine = sorted((e for e in events if e.stage == k), key=lambda e: e.start)
-            spans: dict[tuple[str, int], Event] = {(e.action, e.mb): e for e in mine}
+            spans: dict[tuple[str, int, int], Event] = {(e.action, e.chunk, e.mb): e for e in mine}
 
-            def waits_of(mb: int, mine: list[Event] = mine) -> list[Event]:
-                return [e for e in mine if e.action == "wait" and e.mb == mb]
+            def waits_of(c: int, mb: int, mine: list[Event] = mine) -> list[Event]:
+                return [e for e in mine if e.action == "wait" and e.mb == mb and e.chunk == c]
 
             prev = t0
-            for i, a in enumerate(stage_actions(schedule, K, M, k)):
+            for i, a in enumerate(stage_actions(schedule, K, M, k, v)):
+                g = a.chunk * K + k  # the model cell
+                remote = K > 1
                 if a.kind == "F":
-                    fwd = spans[("forward", a.mb)]
-                    wait = waits_of(a.mb)[0] if k > 0 else None  # a forward's wait: its first
+                    fwd = spans[("forward", a.chunk, a.mb)]
+                    wait = waits_of(a.chunk, a.mb)[0] if g > 0 and remote else None
                     first = wait or fwd
                     rp.before[(k, i)] = first.start - prev
-                    rp.compute[("forward", k, a.mb)] = fwd.end - (wait.end if wait else fwd.start)
+                    rp.compute[("forward", g, a.mb)] = fwd.end - (wait.end if wait else fwd.start)
                     if wait:
-                        waited[("F", k, a.mb)] = wait.end
-                    if k < K - 1:
-                        done[("F", k + 1, a.mb)] = fwd.end
+                        waited[("F", g, a.mb)] = wait.end
+                    if g < S - 1:
+                        done[("F", g + 1, a.mb)] = fwd.end
                     prev = fwd.end
+                elif a.kind == "W":
+                    w = spans[("weight", a.chunk, a.mb)]
+                    rp.before[(k, i)] = w.start - prev
+                    rp.compute[("weight", g, a.mb)] = w.end - w.start
+                    prev = w.end
                 else:
-                    bwd = spans[("backward", a.mb)]
+                    bwd = spans[("backward", a.chunk, a.mb)]
                     rec = (
-                        spans.get(("recompute", a.mb)) if uses_remat(checkpoint, a.mb, M) else None
+                        spans.get(("recompute", a.chunk, a.mb))
+                        if uses_remat(checkpoint, a.mb, M)
+                        else None
                     )
-                    wait = waits_of(a.mb)[-1] if k < K - 1 else None  # a backward's: its last
+                    wait = waits_of(a.chunk, a.mb)[-1] if g < S - 1 and remote else None
                     first = rec or wait or bwd
                     rp.before[(k, i)] = first.start - prev
                     if rec:  # its own span: the clock reads its end apart from the next start
-                        rp.compute[("recompute", k, a.mb)] = rec.end - rec.start
+                        rp.compute[("recompute", g, a.mb)] = rec.end - rec.start
                     # the backward runs from its wait's end, else from the recompute's end (the gap
                     # between two spans is bookkeeping of this action), else from its own start
                     begin = wait.end if wait else rec.end if rec else bwd.start
-                    rp.compute[("backward", k, a.mb)] = bwd.end - begin
+                    rp.compute[("backward", g, a.mb)] = bwd.end - begin
                     if wait:
-                        waited[("B", k, a.mb)] = wait.end
-                    if k > 0:
-                        done[("B", k - 1, a.mb)] = bwd.end
+                        waited[("B", g, a.mb)] = wait.end
+                    if g > 0:
+                        done[("B", g - 1, a.mb)] = bwd.end
                     prev = bwd.end
         rp.transit.update(
             {key: max(0.0, waited[key] - sent) for key, sent in done.items() if key in waited}
@@ -154,9 +173,7 @@ class _Stage:
     last_backward_end: float = 0.0
 
 
-def _check(K: int, M: int, stages: Sequence[StageCost], overhead_s: float) -> None:
-    if len(stages) != K:
-        raise ValueError(f"stages has {len(stages)} entries; allowed: exactly K={K}, one per stage")
+def _check(stages: Sequence[StageCost], overhead_s: float) -> None:
     if overhead_s < 0:
         raise ValueError(f"overhead_s={overhead_s} is invalid; allowed: a number >= 0")
     for k, s in enumerate(stages):
@@ -182,12 +199,14 @@ def simulate(
     replay: Replay | None = None,
     replicas: int = 1,
     grad_bytes: Sequence[int] = (),
+    virtual_stages: int = 1,
 ) -> SimResult:
     """Simulate one training step of ``K`` stages and ``M`` micro-batches (see the module doc).
 
     ``checkpoint``: one remat mode for every stage, or one per stage (a list of K).
-    ``stages[k]`` holds stage k's costs per micro-batch; ``stages[k].out_bytes`` is both the
-    activation sent to k+1 and the gradient sent back from k+1. ``sender_busy``: a send occupies the
+    ``stages[s]`` holds model cell s's costs per micro-batch (K·v cells with ``virtual_stages`` v,
+    cell s on stage s mod K); ``stages[s].out_bytes`` is both the activation sent to s+1 and the
+    gradient sent back from s+1. ``sender_busy``: a send occupies the
     sending stage for its transfer (gloo on CPU, the default) or overlaps with compute (nccl).
     ``step_overhead_s``: a fixed cost per step on every stage (the loss sum, the optimiser call),
     spent after its last send and before its ``update_s`` (measured: each layer's BatchNorm commit is
@@ -197,9 +216,12 @@ def simulate(
     gloo's rendezvous); None: receives are always posted. ``recompute_overhead_s``: a recompute's
     fixed cost beyond its forward (restoring the RNG state). ``replay``: per-action and
     per-message costs replacing these where given (``Replay``). ``replicas``: data-parallel copies
-    of the pipeline; with more than one, ``grad_bytes[k]`` (stage k's gradient bytes) is all-reduced
-    after stage k's last backward (module doc).
+    of the pipeline; with more than one, ``grad_bytes[k]`` (stage k's gradient bytes, its cells
+    together) is all-reduced after stage k's last backward or W (module doc).
     """
+    v = virtual_stages
+    S = K * v
+    split = splits_backward(schedule)
     modes = [checkpoint] * K if isinstance(checkpoint, str) else list(checkpoint)
     if len(modes) != K:
         raise ValueError(
@@ -207,8 +229,14 @@ def simulate(
         )
     for mode in modes:
         uses_remat(mode, 0, M)  # validates the mode
-    acts = [stage_actions(schedule, K, M, k) for k in range(K)]  # validates schedule, K and M
-    _check(K, M, stages, overhead_s)
+    acts = [stage_actions(schedule, K, M, k, v) for k in range(K)]  # validates schedule, K, M, v
+    if len(stages) != S:
+        raise ValueError(
+            f"stages has {len(stages)} entries; allowed: exactly K={K}, one per stage"
+            if v == 1
+            else f"stages has {len(stages)} entries; allowed: exactly K*v={S}, one per model cell"
+        )
+    _check(stages, overhead_s)
     if not step_overhead_s >= 0:
         raise ValueError(f"step_overhead_s={step_overhead_s} is invalid; allowed: a number >= 0")
     if not recompute_overhead_s >= 0:
@@ -228,10 +256,10 @@ def simulate(
         raise ValueError(f"lookahead={lookahead} is invalid; allowed: None or an integer >= 1")
     st = [_Stage(k, acts[k]) for k in range(K)]
     events: list[Event] = []
-    # arrival time of micro-batch m's activation at stage k ("F", k, m) / gradient ("B", k, m)
+    # arrival time of micro-batch m's activation at cell s ("F", s, m) / gradient ("B", s, m)
     arrival: dict[tuple[str, int, int], float] = {}
     # sends posted but not yet timed (the transfer's start needs the receiver's post): key -> (ready,
-    # bytes, sender); timed in consumption order, which on every directed link is the issue order
+    # bytes, sender); timed in consumption order, which on every channel is the issue order
     issued: dict[tuple[str, int, int], tuple[float, int, int]] = {}
     starts: list[list[float]] = [[] for _ in range(K)]  # when each stage began each of its actions
     rp = replay or Replay()
@@ -239,44 +267,54 @@ def simulate(
     def transit(key: tuple[str, int, int], nbytes: int) -> float:
         return rp.transit.get(key, link.time(nbytes))
 
-    def compute(action: str, k: int, mb: int, default: float) -> float:
-        return rp.compute.get((action, k, mb), default)
+    def compute(action: str, g: int, mb: int, default: float) -> float:
+        return rp.compute.get((action, g, mb), default)
 
-    link_free: dict[tuple[int, int], float] = {}
+    # a channel: (sender, receiver, kind); one transfer at a time each, in issue order
+    link_free: dict[tuple[int, int, str], float] = {}
 
-    def ev(action: str, mb: int, start: float, end: float, k: int) -> None:
-        events.append(Event(action, mb, start, end, stage=k))
+    def ev(action: str, mb: int, start: float, end: float, k: int, chunk: int = 0) -> None:
+        events.append(Event(action, mb, start, end, stage=k, chunk=chunk))
 
-    def send(s: _Stage, dst: int, nbytes: int, mb: int, key: tuple[str, int, int]) -> None:
+    def send(
+        s: _Stage, dst: int, nbytes: int, mb: int, key: tuple[str, int, int], chunk: int
+    ) -> None:
+        if K == 1:  # cells of one stage hand over in the process
+            arrival[key] = s.free
+            return
         if not sender_busy:
             s.free += link.send_call_s  # posting the send; the transfer starts once it is posted
         ready = s.free
         if not sender_busy:  # an isend that returns after posting; the link carries it later
-            ev("send", mb, ready - link.send_call_s, ready, s.k)
+            ev("send", mb, ready - link.send_call_s, ready, s.k, chunk)
             issued[key] = (ready, nbytes, s.k)
             return
-        start = max(ready, link_free.get((s.k, dst), 0.0))
+        channel = (s.k, dst, key[0])
+        start = max(ready, link_free.get(channel, 0.0))
         end = start + transit(key, nbytes)
-        link_free[(s.k, dst)] = end
+        link_free[channel] = end
         arrival[key] = end
         s.last_send_end = max(s.last_send_end, end)
-        ev("send", mb, ready, end, s.k)  # the sending thread is busy until the transfer ends
+        ev("send", mb, ready, end, s.k, chunk)  # the sending thread is busy until the transfer ends
         s.free = end
 
     def arrive(s: _Stage, key: tuple[str, int, int]) -> float:
         """When ``key`` reaches stage s, which is at its action ``s.pos`` (whose start is recorded)."""
         if key not in arrival:
             ready, nbytes, src = issued.pop(key)
+            channel = (src, s.k, key[0])
             posted = 0.0 if lookahead is None else starts[s.k][max(0, s.pos - lookahead + 1)]
-            start = max(ready, posted, link_free.get((src, s.k), 0.0))
+            start = max(ready, posted, link_free.get(channel, 0.0))
             if key in rp.transit:  # a logged transit already holds any queueing behind others
                 start = ready
             arrival[key] = start + transit(key, nbytes)
-            link_free[(src, s.k)] = arrival[key]
+            link_free[channel] = arrival[key]
             st[src].last_send_end = max(st[src].last_send_end, arrival[key])
         return arrival[key]
 
-    def wait(s: _Stage, mb: int, key: tuple[str, int, int]) -> None:
+    def wait(s: _Stage, mb: int, key: tuple[str, int, int], chunk: int) -> None:
+        if K == 1:  # in the process: nothing to receive
+            return
         s.free += link.recv_call_s  # posting the receive (the engine posts ahead; same cost)
         arrived = arrive(s, key)
         blocked = arrived - s.free
@@ -285,50 +323,64 @@ def simulate(
             if blocked > 0 and key not in rp.transit
             else max(s.free, arrived)
         )
-        ev("wait", mb, s.free, t, s.k)
+        ev("wait", mb, s.free, t, s.k, chunk)
         s.free = t
 
     def step(s: _Stage) -> bool:
         """Run stage s's next action if its input is there; False when it must wait."""
         k, a = s.k, s.actions[s.pos]
+        c, g = a.chunk, a.chunk * K + k  # the stage's cell and the model cell it is
         remat = uses_remat(modes[k], a.mb, M)
-        cost = stages[k]
+        cost = stages[g]
         if a.kind == "F":
-            key = ("F", k, a.mb)
-            if k > 0 and key not in arrival and key not in issued:
+            key = ("F", g, a.mb)
+            if g > 0 and key not in arrival and key not in issued:
                 return False
             starts[k].append(s.free)
             s.free += rp.before.get((k, s.pos), 0.0)
-            if k > 0:
-                wait(s, a.mb, key)
+            if g > 0:
+                wait(s, a.mb, key, c)
             dur = compute(
                 "forward",
-                k,
+                g,
                 a.mb,
                 (cost.forward_nograd_s if remat else cost.forward_s) + overhead_s,
             )
-            ev("forward", a.mb, s.free, s.free + dur, k)
+            ev("forward", a.mb, s.free, s.free + dur, k, c)
             s.free += dur
-            if k < K - 1:
-                send(s, k + 1, cost.out_bytes, a.mb, ("F", k + 1, a.mb))
+            if g < S - 1:
+                send(s, (k + 1) % K, cost.out_bytes, a.mb, ("F", g + 1, a.mb), c)
+        elif a.kind == "W":
+            starts[k].append(s.free)
+            s.free += rp.before.get((k, s.pos), 0.0)
+            # the model's first cell runs its whole split backward here (its B only took the
+            # gradient: ``engine.pipeline``), its recompute first
+            whole = cost.backward_s + (cost.recompute + recompute_overhead_s if remat else 0.0)
+            dur = compute("weight", g, a.mb, (whole if g == 0 else cost.split[1]) + overhead_s)
+            ev("weight", a.mb, s.free, s.free + dur, k, c)
+            s.free += dur
+            s.last_backward_end = s.free
         else:
-            key = ("B", k, a.mb)
-            if k < K - 1 and key not in arrival and key not in issued:
+            key = ("B", g, a.mb)
+            if g < S - 1 and key not in arrival and key not in issued:
                 return False  # the recompute's timing does not depend on when we get here
             starts[k].append(s.free)
             s.free += rp.before.get((k, s.pos), 0.0)
-            if remat:  # recompute before the gradient arrives (§2.3)
-                dur = compute("recompute", k, a.mb, cost.recompute + recompute_overhead_s)
-                ev("recompute", a.mb, s.free, s.free + dur, k)
+            first_split = split and g == 0  # nothing of it on the critical path: all in W
+            if remat and not first_split:  # recompute before the gradient arrives (§2.3)
+                dur = compute("recompute", g, a.mb, cost.recompute + recompute_overhead_s)
+                ev("recompute", a.mb, s.free, s.free + dur, k, c)
                 s.free += dur
-            if k < K - 1:
-                wait(s, a.mb, key)
-            dur = compute("backward", k, a.mb, cost.backward_s + overhead_s)
-            ev("backward", a.mb, s.free, s.free + dur, k)
+            if g < S - 1:
+                wait(s, a.mb, key, c)
+            backward = 0.0 if first_split else cost.split[0] if split else cost.backward_s
+            dur = compute("backward", g, a.mb, backward + overhead_s)
+            ev("backward", a.mb, s.free, s.free + dur, k, c)
             s.free += dur
-            s.last_backward_end = s.free
-            if k > 0:
-                send(s, k - 1, stages[k - 1].out_bytes, a.mb, ("B", k - 1, a.mb))
+            if not split:
+                s.last_backward_end = s.free
+            if g > 0:
+                send(s, (k - 1) % K, stages[g - 1].out_bytes, a.mb, ("B", g - 1, a.mb), c)
         s.pos += 1
         return True
 
@@ -342,7 +394,8 @@ def simulate(
         if not progressed:
             s = next(s for s in st if s.pos < len(s.actions))
             a = s.actions[s.pos]
-            src = f"stage {s.k - 1}" if a.kind == "F" else f"stage {s.k + 1}"
+            g = a.chunk * K + s.k
+            src = f"cell {g - 1}" if a.kind == "F" else f"cell {g + 1}"
             raise ScheduleDeadlock(
                 f"schedule {schedule!r} deadlocks at K={K}, M={M}: stage {s.k} is blocked at {a} "
                 f"(action {s.pos} of {len(s.actions)}), waiting for micro-batch {a.mb} from {src}"
@@ -357,14 +410,15 @@ def simulate(
             ev("allreduce", -1, s.last_backward_end, reduced, s.k)
             done = max(done, reduced)
         ev("step", -1, 0.0, done, s.k)
-        ev("update", -1, done, done + step_overhead_s + stages[s.k].update_s, s.k)
-        ends.append(done + step_overhead_s + stages[s.k].update_s)
+        update = sum(stages[g].update_s for g in range(s.k, S, K))
+        ev("update", -1, done, done + step_overhead_s + update, s.k)
+        ends.append(done + step_overhead_s + update)
     span, bubble, busy = measured_bubble(events, K)
     return SimResult(
         step_s=max(ends),
         busy_s=busy,
         bubble_fraction=bubble,
-        peak_in_flight=[peak_in_flight(schedule, K, M, k) for k in range(K)],
+        peak_in_flight=[peak_in_flight(schedule, K, M, k, v) for k in range(K)],
         events=events,
         span_s=span,
         stage_end_s=ends,

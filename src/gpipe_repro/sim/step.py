@@ -41,14 +41,18 @@ def simulate_step(
     micro_batch: int,
     replicas: int = 1,
     layer_grad_bytes: Sequence[int] = (),
+    virtual_stages: int = 1,
 ) -> SimResult:
     """One step of K stages cut by ``balance``, M micro-batches of ``micro_batch`` each, on
     ``costs`` from ``hw``; ``checkpoint``: one remat mode, or one per stage. With ``replicas`` > 1,
-    ``layer_grad_bytes`` (``grad_bytes``, one per layer) are summed per stage and all-reduced."""
-    per_stage, start = [], 0
+    ``layer_grad_bytes`` (``grad_bytes``, one per layer) are summed per stage and all-reduced.
+    ``virtual_stages`` v: ``balance`` cuts K·v cells, stage k holding cells k, k+K, ...
+    (``engine.schedule``)."""
+    per_cell, start = [], 0
     for b in balance if layer_grad_bytes else ():
-        per_stage.append(sum(layer_grad_bytes[start : start + b]))
+        per_cell.append(sum(layer_grad_bytes[start : start + b]))
         start += b
+    per_stage = [sum(per_cell[k::K]) for k in range(K)] if per_cell else []
     return simulate(
         K,
         M,
@@ -63,4 +67,5 @@ def simulate_step(
         recompute_overhead_s=costs.recompute_overhead_s,
         replicas=replicas,
         grad_bytes=per_stage,
+        virtual_stages=virtual_stages,
     )

@@ -189,6 +189,7 @@ def test_the_validation_pipeline_writes_its_report(tmp_path):
         emulated_K=[2],
         Ms=[4],
         schedules=["gpipe"],
+        later=[("interleaved", 2)],  # the schedules since GPipe: a launch of their own, on a ring
         checkpoints=["always"],
         rounds=1,
         emulated_rounds=1,
@@ -198,15 +199,20 @@ def test_the_validation_pipeline_writes_its_report(tmp_path):
     )
     with mock.patch.object(Settings, "quick", return_value=s):
         report, written = make(ARTEFACT, None, tmp_path, argparse.Namespace(quick=True), "test")
-    assert [(r.kind, r.K, r.M) for r in report.rows] == [("real", 1, 4), ("emulated", 2, 4)]
+    assert [(r.kind, r.K, r.M, r.schedule) for r in report.rows] == [
+        ("real", 1, 4, "gpipe"),  # no later schedule at K = 1
+        ("emulated", 2, 4, "gpipe"),
+        ("emulated", 2, 4, "interleaved"),
+    ]
+    assert len(report.rows[-1].balance.split("-")) == 4  # K x v cells: v = 2
     with open(tmp_path / "validation.csv") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == columns(CellRow) and len(rows) == 2
+    assert list(rows[0]) == columns(CellRow) and len(rows) == 3
     assert all(float(r["measured_step_s"]) > 0 and float(r["simulated_step_s"]) > 0 for r in rows)
     md = (tmp_path / "sim.md").read_text()
     assert (
         "| real | 1 |" in md
-        and "| emulated | 1 |" in md
+        and "| emulated | 2 |" in md  # gpipe and interleaved
         and "What each modelling choice buys" in md
     )
     assert (tmp_path / "trace_worst_emulated_measured.json").exists()

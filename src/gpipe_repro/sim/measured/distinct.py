@@ -42,9 +42,11 @@ from .profile import (
     checked_stream,
     profile_key,
     records,
+    split_backward,
     stream_lengths,
     time_update,
 )
+from .split import input_shares
 from .stream import StreamTimes, fresh_input, time_stream
 
 __all__ = ["profile_planned", "layer_groups"]
@@ -174,7 +176,19 @@ def profile_planned(
 
             t, over = checked_stream(time_it, f"layer {i} at micro-batch {n} (M={M})")
             overheads.append(over)
-            (per[n],) = records(t, [0], stat)
+            share = input_shares(
+                [lay],
+                x,
+                _to(targets(n), dev) if i == last else None,
+                loss_fn if i == last else None,
+                [0],
+                device=dev,
+                warmup=warmup,
+                repeats=repeats,
+                stat=stat,
+                first=i == 0,
+            )
+            (per[n],) = split_backward(records(t, [0], stat), share)
         upd = time_update(lay, optimizer_fn, dev, warmup, repeats, stat)
         timed[i] = {n: replace(c, update_s=upd) for n, c in per.items()}
         del lay

@@ -12,6 +12,9 @@ timed calls, per layer (``stat``: the median by default):
 - ``backward_s``: the layer's share of the cell's backward (kept and remat steps together), plus its
   share of releasing the micro-batch's autograd graph afterwards (``stream.release``: the engine frees
   a micro-batch's graph when its backward action ends, a gap no engine span covers);
+- ``backward_input_s``, ``backward_weight_s``: that backward divided as zero bubble splits it, B (the
+  input gradient) and W (the weight gradient), by the share B takes when the two are timed apart
+  (``split``; the first layer of a model has no B);
 - ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
 - ``update_s``: what the layer costs once per step after its last action: folding its BatchNorm
   statistics of the stream's M micro-batches (``engine.batchnorm.commit``, timed in the stream) and
@@ -51,6 +54,7 @@ from torch import nn
 from ...engine.microbatch import Batch, as_tuple
 from ..costs import LayerCost
 from . import cache, speed
+from .split import input_shares
 from .stream import StreamTimes, fresh_input, time_stream
 
 __all__ = [
@@ -64,6 +68,7 @@ __all__ = [
     "stream_lengths",
     "groups_of",
     "profile_key",
+    "split_backward",
     "STATS",
 ]
 
@@ -177,6 +182,14 @@ def records(
             )
         )
     return out
+
+
+def split_backward(costs: Sequence[LayerCost], shares: Sequence[float]) -> list[LayerCost]:
+    """Each layer's backward divided into B and W by B's measured share (``split``)."""
+    return [
+        replace(c, backward_input_s=c.backward_s * f, backward_weight_s=c.backward_s * (1 - f))
+        for c, f in zip(costs, shares, strict=True)
+    ]
 
 
 NOISE_FLOOR_REL = 0.05  # of the forward: the least spread a call timed again shows on a shared CPU
@@ -343,6 +356,7 @@ def profile_key(
         "stat": stat,
         # timed inside a stage's stream of micro-batches, the collector's pauses charged (``stream``)
         "method": "stream-collector",
+        "split": "B/W timed apart",  # the backward's division into B and W (``split``)
         "outside_spans": list(OUTSIDE_SPANS),
         "loss": getattr(loss_fn, "__qualname__", None) if loss_fn else None,
         "optimizer": getattr(optimizer_fn, "__qualname__", type(optimizer_fn).__qualname__),
@@ -416,8 +430,11 @@ def profile_layers(
         t, over = checked_stream(time_it, f"micro-batch {n} (M={M})", normalize_to)
         overheads.append(over)
         groups = groups or groups_of(layers, t)
-        costs[n] = records(t, groups, stat, normalize_to)
-        raws[n] = records(t, groups, stat)
+        shares = input_shares(
+            layers, x, y, loss_fn, groups, device=dev, warmup=warmup, repeats=repeats, stat=stat
+        )
+        costs[n] = split_backward(records(t, groups, stat, normalize_to), shares)
+        raws[n] = split_backward(records(t, groups, stat), shares)
         probes += [s.probe_s for s in t.steps]
     updates: dict[int, float] = {}
     for i, layer in enumerate(layers):
