@@ -26,7 +26,7 @@ import time
 import torch
 
 from gpipe_repro.engine.hostmem import apply_host_memory
-from gpipe_repro.paper.validate_sim.models import model
+from gpipe_repro.measure.models import model
 
 
 def _call(layers: list[torch.nn.Module], x: object, y: torch.Tensor, loss: object) -> float:

@@ -29,7 +29,7 @@ import torch
 def _steps(name: str, M: int, steps: int, barrier: Any, q: Any) -> None:
     from gpipe_repro.engine import Pipeline, single_process
     from gpipe_repro.engine.hostmem import apply_host_memory
-    from gpipe_repro.paper.validate_sim.models import N, model
+    from gpipe_repro.measure.models import N, model
 
     torch.set_num_threads(1)
     apply_host_memory("retain")

@@ -3,7 +3,7 @@
     python bench/engine_terms.py outputs/validate-sim [--collector]
 
 Reads a ``validate-sim`` folder (``validation.csv``, ``calibration.json``) and simulates every real
-cell again on its raw profile, as the validation does (``paper.validate_sim.run.simulate_cell``), with
+cell again on its raw profile, as the validation does (``measure.calibration.simulate_cell``), with
 each term the simulator charges for what the engine pays beyond the per-layer profile, and with one
 left out at a time:
 
@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpipe_repro.paper.validate_sim.run import simulate_cell
+from gpipe_repro.measure.calibration import simulate_cell
 from gpipe_repro.sim.costs import LayerCost, Link
 from gpipe_repro.sim.measured.device import DeviceModel
 
@@ -58,7 +58,7 @@ def _collector_shares(models: list[str], sizes: list[int]) -> dict[tuple[str, in
     import torch
 
     from gpipe_repro.engine.hostmem import apply_host_memory
-    from gpipe_repro.paper.validate_sim.models import N, model
+    from gpipe_repro.measure.models import N, model
     from gpipe_repro.sim.measured.stream import fresh_input, time_stream
 
     torch.set_num_threads(1)

@@ -37,7 +37,7 @@ import torch
 
 from gpipe_repro.engine import Pipeline, single_process
 from gpipe_repro.engine.hostmem import apply_host_memory
-from gpipe_repro.paper.validate_sim.models import N, model
+from gpipe_repro.measure.models import N, model
 from gpipe_repro.sim.measured import device_model, profile_layers
 from gpipe_repro.sim.measured.speed import normalized, probe_s, reference_s
 

@@ -88,7 +88,12 @@ def test_the_planners_pick_per_k_is_the_best_of_that_k_the_search_finds(small):
     space = search_space(m.spec, m.plan, m.hw.memory_bytes, m.costs)
 
     def sim(c):
-        spec = replace(m.spec, pipeline=replace(m.spec.pipeline, K=c.K, M=c.M, schedule=c.schedule))
+        spec = replace(
+            m.spec,
+            pipeline=replace(
+                m.spec.pipeline, K=c.K, M=c.M, schedule=c.schedule, virtual_stages=c.virtual_stages
+            ),
+        )
         r = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
         return r.step_s, r.bubble_fraction
 

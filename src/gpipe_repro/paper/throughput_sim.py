@@ -253,7 +253,14 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
             if (c.K, c.replicas) != (K, 1):  # another K or data parallelism: never the pick
                 return math.inf, 0.0
             spec = replace(
-                m.spec, pipeline=replace(m.spec.pipeline, K=K, M=c.M, schedule=c.schedule)
+                m.spec,
+                pipeline=replace(
+                    m.spec.pipeline,
+                    K=K,
+                    M=c.M,
+                    schedule=c.schedule,
+                    virtual_stages=c.virtual_stages,
+                ),
             )
             r = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
             return r.step_s, r.bubble_fraction
@@ -270,7 +277,16 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
             )
             continue
         c = picks[0]
-        spec = replace(m.spec, pipeline=replace(m.spec.pipeline, K=K, M=c.M, schedule=c.schedule))
+        spec = replace(
+            m.spec,
+            pipeline=replace(
+                m.spec.pipeline,
+                K=K,
+                M=c.M,
+                schedule=c.schedule,
+                virtual_stages=c.virtual_stages,
+            ),
+        )
         res = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
         rec = [
             busy_time(e for e in res.events if (e.stage, e.action) == (k, "recompute"))

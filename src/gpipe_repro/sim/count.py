@@ -260,9 +260,10 @@ def _split(
     for p in layer.parameters():
         p.grad = None
     tape = Tape()
-    y = layer(xin)
-    tape.record(xin, y)
-    outs = [loss_fn(y)] if loss_fn is not None else [t for t in as_tuple(y) if t.requires_grad]
+    with _Ops():  # the forward's operations are counted by ``_run``; here they are only recorded
+        y = layer(xin)
+        tape.record(xin, y)
+        outs = [loss_fn(y)] if loss_fn is not None else [t for t in as_tuple(y) if t.requires_grad]
     params = [p for p in layer.parameters() if p.requires_grad]
     try:
         with _Ops() as b:
