@@ -783,6 +783,17 @@ def _answer(res: dict) -> list[str]:
             f"- K = 1, M = 1 overhead against a plain step (goal ≤ 3%, same malloc settings): "
             f"{'met' if ov <= 0.03 else 'not met'}, {ov:+.2%}."
         )
+    sc = (res.get("schedules") or {}).get("rows") or []
+    for name in dict.fromkeys(r["schedule"] for r in sc):
+        rs = [r for r in sc if r["schedule"] == name]
+        worst = min(rs, key=lambda r: r["ratio"])
+        below = [r["M"] for r in rs if r["ours_bubble"] > r["theirs_bubble"]]
+        out.append(
+            f"- {name} v={rs[0]['virtual_stages']} vs `{rs[0]['theirs']}` (goal theirs/ours ≥ 1.0 "
+            f"at every M, same malloc settings): {'met' if worst['ratio'] >= 1 else 'not met'}, "
+            f"{worst['ratio']:.3f} at worst (M = {worst['M']}); measured bubble ours ≤ theirs "
+            + ("at every M." if not below else f"not at M = {', '.join(map(str, below))}.")
+        )
     return out + [""] if out else []
 
 

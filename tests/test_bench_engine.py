@@ -59,3 +59,27 @@ def test_a_failing_variant_is_recorded_and_the_others_run(bench, monkeypatch, tm
     bench.write_markdown(res, tmp_path / "engine.md")
     page = (tmp_path / "engine.md").read_text()
     assert "## What failed" in page and "broken_s M=1: RuntimeError: CUDA out of memory" in page
+
+
+def test_the_page_opens_with_each_later_schedules_verdict_against_the_peer(bench):
+    def row(schedule, M, ratio, ours_b, theirs_b):
+        return {
+            "schedule": schedule, "virtual_stages": 2, "theirs": f"torch_{schedule}", "M": M,
+            "ratio": ratio, "ours_bubble": ours_b, "theirs_bubble": theirs_b,
+        }  # fmt: skip
+
+    res = {
+        "schedules": {
+            "rows": [
+                row("interleaved", 2, 1.04, 0.2, 0.3),
+                row("interleaved", 4, 1.05, 0.1, 0.2),
+                row("zb-h1", 2, 0.99, 0.2, 0.1),
+                row("zb-h1", 4, 1.02, 0.1, 0.2),
+            ]
+        }
+    }
+    lines = [x for x in bench._answer(res) if x]
+    assert len(lines) == 2
+    assert lines[0].startswith("- interleaved v=2 vs `torch_interleaved`")
+    assert ": met, 1.040 at worst (M = 2)" in lines[0] and "ours ≤ theirs at every M." in lines[0]
+    assert ": not met, 0.990 at worst (M = 2)" in lines[1] and "not at M = 2." in lines[1]
