@@ -157,6 +157,18 @@ ENTRIES = (
     ),  # fmt: skip
     Entry("plan", "plan", "make validate-plan", (*TRAIN, *SIMULATE, MEASURE)),
     Entry(
+        "schedules",
+        "schedules",
+        "make schedules",
+        (
+            *TRAIN,
+            *SIMULATE,
+            "conf/experiment/demo.yaml",
+            f"{SRC}/paper/schedules.py",
+            f"{SRC}/paper/schedules_page.py",
+        ),
+    ),  # fmt: skip
+    Entry(
         "engine",
         "engine",
         "make bench-engine",
