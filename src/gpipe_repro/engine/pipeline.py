@@ -74,7 +74,7 @@ from .schedule import (
     stage_actions,
     virtual_stage,
 )
-from .split import Tape, backward_input, backward_weight
+from .split import Tape, backward_input, backward_weight, distinct_grad
 from .topology import Topology
 from .transfers import Transfers
 
@@ -459,7 +459,7 @@ class Pipeline:
             assert held.tape is not None
             with rec.span("backward", m, c):
                 got = backward_input(held.tape, grads or [None], outs, self._params[c])
-            by_id = {id(t): gi for t, gi in zip(_distinct(as_tuple(x)), got)}
+            by_id = {id(t): gi for t, gi in zip(distinct_grad(as_tuple(x)), got)}
             gx = [by_id.get(id(t)) for t in inputs]
             held.x = held.y = held.loss = None
             if meter is not None:  # the boundary tensors go; the graph and the kept gradients stay
@@ -541,13 +541,3 @@ class Pipeline:
 def _graph_key(key: int) -> int:
     """The meter's key for what a micro-batch holds between B and W (apart from its boundaries)."""
     return -1 - key
-
-
-def _distinct(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out = []
-    for t in ts:
-        if t.requires_grad and id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out

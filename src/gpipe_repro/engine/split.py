@@ -49,7 +49,7 @@ def cut(y: Batch) -> Batch:
     return from_tuple(out, isinstance(y, tuple))
 
 
-def _distinct_grad(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def distinct_grad(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The distinct tensors of ``ts`` that need a gradient, in order."""
     seen: set[int] = set()
     out = []
@@ -225,10 +225,10 @@ def backward_input(
         else:
             nxt_in, y = as_tuple(tape.ins[j + 1]), as_tuple(tape.outs[j])
             leaves = {id(a): b for a, b in zip(y, nxt_in)}
-            ys = [t for t in _distinct_grad(y) if given.get(id(leaves[id(t)])) is not None]
+            ys = [t for t in distinct_grad(y) if given.get(id(leaves[id(t)])) is not None]
             given = {id(t): given[id(leaves[id(t)])] for t in ys}
         gs = [given.get(id(t)) for t in ys]
-        xs = _distinct_grad(as_tuple(tape.ins[j]))
+        xs = distinct_grad(as_tuple(tape.ins[j]))
         if j == 0:
             ins0 = xs
         if not ys:

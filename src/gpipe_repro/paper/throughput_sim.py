@@ -252,16 +252,7 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
         def sim(c: Candidate, K: int = K) -> tuple[float, float]:
             if (c.K, c.replicas) != (K, 1):  # another K or data parallelism: never the pick
                 return math.inf, 0.0
-            spec = replace(
-                m.spec,
-                pipeline=replace(
-                    m.spec.pipeline,
-                    K=K,
-                    M=c.M,
-                    schedule=c.schedule,
-                    virtual_stages=c.virtual_stages,
-                ),
-            )
+            spec = _pick_spec(m.spec, c)
             r = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
             return r.step_s, r.bubble_fraction
 
@@ -277,16 +268,7 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
             )
             continue
         c = picks[0]
-        spec = replace(
-            m.spec,
-            pipeline=replace(
-                m.spec.pipeline,
-                K=K,
-                M=c.M,
-                schedule=c.schedule,
-                virtual_stages=c.virtual_stages,
-            ),
-        )
+        spec = _pick_spec(m.spec, c)
         res = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
         rec = [
             busy_time(e for e in res.events if (e.stage, e.action) == (k, "recompute"))
@@ -323,3 +305,12 @@ def studies(
             rows += efficiency(cpu, m, table)
             rows += extrapolation(cpu, table, Ks, Ms)
     return rows, cells
+
+
+def _pick_spec(spec: RunConfig, c: Candidate) -> RunConfig:
+    """``spec`` with the search's pick ``c``: its K, M, schedule and cells per stage."""
+    p = spec.pipeline
+    return replace(
+        spec,
+        pipeline=replace(p, K=c.K, M=c.M, schedule=c.schedule, virtual_stages=c.virtual_stages),
+    )
