@@ -50,6 +50,9 @@ wheelhouse: ## every dependency except torch/torchvision as wheels -> $(WHEELHOU
 wheelhouse-gpu: ## the wheelhouse for the lent GPU host (Python 3.12, manylinux x86-64; its own numpy/scipy/... left out)
 	$(MAKE) wheelhouse WHEEL_PY=$(GPU_WHEEL_PY) WHEEL_PLATFORM=$(GPU_WHEEL_PLATFORM) WHEEL_HOST_BRINGS="$(GPU_HOST_BRINGS)"
 
+tree-manifest: ## .tree.json: HEAD and its files' blob names, so a copy sent without .git (the GPU host) records its commit
+	python3 tools/tree_manifest.py
+
 check-offline-setup: ## from a fresh clone: make wheelhouse, then make setup TORCH=given OFFLINE=1 over another venv's torch, no network; gpipe-run (~90 s on 2 cores)
 	$(PY) tools/check_offline_setup.py
 

@@ -159,6 +159,35 @@ def test_a_published_report_does_not_make_the_tree_dirty_but_code_does(tmp_path)
     assert git_commit(tmp_path) == f"{head}-dirty"
 
 
+def test_a_copy_without_git_states_its_commit_by_its_manifest_and_a_changed_file_is_dirty(tmp_path):
+    import json
+    import shutil
+    import subprocess
+
+    from gpipe_repro.metrics.summary import git_blob_sha, git_commit
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "r.csv").write_text("a\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    ls = subprocess.run(
+        ["git", "-C", str(tmp_path), "ls-files", "-s"], capture_output=True, text=True, check=True
+    ).stdout
+    blobs = {line.split("\t")[1]: line.split()[1] for line in ls.splitlines()}
+    assert blobs["code.py"] == git_blob_sha(b"x = 1\n")  # git's own object name
+    shutil.rmtree(tmp_path / ".git")  # what the device host is sent
+    assert git_commit(tmp_path) is None  # no repository, no manifest: unknown
+    (tmp_path / ".tree.json").write_text(json.dumps({"commit": "abc1234", "files": blobs}))
+    assert git_commit(tmp_path) == "abc1234"
+    (tmp_path / "reports" / "r.csv").write_text("b\n")  # a report written there
+    assert git_commit(tmp_path) == "abc1234"
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == "abc1234-dirty"
+    (tmp_path / "code.py").unlink()
+    assert git_commit(tmp_path) == "abc1234-dirty"
+
+
 def test_an_in_process_artefact_rerenders_from_its_csv_alone_and_its_switch_is_its_variant(
     tmp_path,
 ):

@@ -85,10 +85,44 @@ def timed_from(spec: RunConfig, start: int) -> int:
 REPORTS = "reports"  # generated results: a published report does not make the code dirty
 
 
+TREE_MANIFEST = (
+    ".tree.json"  # a copy of the tree without .git states its commit here (make tree-manifest)
+)
+
+
+def git_blob_sha(data: bytes) -> str:
+    """Git's object name of a file's contents (what ``git ls-files -s`` lists)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def manifest_commit(root: Path) -> str | None:
+    """The commit a ``.tree.json`` states for a copy of the tree that has no ``.git`` (a device host
+    is sent the files alone), ``-dirty`` appended when a listed file outside ``reports/`` is missing
+    or differs from the commit's blob; None without a manifest."""
+    import json
+
+    f = root / TREE_MANIFEST
+    if not f.is_file():
+        return None
+    m = json.loads(f.read_text())
+    changed = False
+    for path, sha in m["files"].items():
+        if path.startswith(REPORTS + "/"):
+            continue
+        p = root / path
+        if not p.is_file() or git_blob_sha(p.read_bytes()) != sha:
+            changed = True
+            break
+    return str(m["commit"]) + ("-dirty" if changed else "")
+
+
 def git_commit(repo: Path | None = None) -> str | None:
     """The project's commit (short hash), ``-dirty`` appended when tracked files differ from it.
     Changes under ``reports/`` do not count: one make target publishes a sweep's report there and
-    then runs its next sweep (``make table2``), whose jobs ran the same code."""
+    then runs its next sweep (``make table2``), whose jobs ran the same code. A copy without
+    ``.git`` is judged by its ``.tree.json`` (``manifest_commit``), else the commit is unknown."""
     root = str(repo or Path(__file__).resolve().parents[3])
 
     def git(*args: str) -> str:
@@ -101,8 +135,10 @@ def git_commit(repo: Path | None = None) -> str | None:
             "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){REPORTS}"
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("-dirty" if dirty else "")) or None
+        head, dirty = "", ""
+    if not head:
+        return manifest_commit(Path(root))
+    return head + ("-dirty" if dirty else "")
 
 
 def env_info(results: Sequence[RankResult] = (), launcher: str = "local") -> EnvInfo:
