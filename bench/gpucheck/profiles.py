@@ -45,12 +45,11 @@ def run(ctx: Ctx) -> StepOutput:
 
     from gpipe_repro.runplan.costing import measured_sizes, model_key, workload
     from gpipe_repro.runplan.plan import plan_model
-    from gpipe_repro.sim.hardware import load_profile
     from gpipe_repro.sim.measured import MeasuredDevice, cache
     from gpipe_repro.sim.measured.committed import (
         CommittedProfile,
+        borrowed_link,
         measured_now,
-        published_for,
         save,
     )
 
@@ -71,8 +70,7 @@ def run(ctx: Ctx) -> StepOutput:
             workload(spec, plan), sizes, spec.sim.profile_stream or spec.pipeline.M
         )
         device = cache.device_name(ctx.device)
-        mine = published_for(device)
-        link = load_profile(mine).link() if mine else None
+        link, link_from = borrowed_link(device)
         committed = CommittedProfile(
             experiment=exp,
             model_key=model_key(spec, plan),
@@ -82,9 +80,7 @@ def run(ctx: Ctx) -> StepOutput:
             overhead_s=costs.overhead_s,
             step_overhead_s=costs.step_overhead_s,
             link=link,
-            link_from=(
-                f"conf/hardware/{mine}.yaml (one GPU cannot measure its link)" if mine else "none"
-            ),
+            link_from=link_from,
             measured=measured_now("make gpu-check (bench/gpucheck/profiles.py)", dry_run=ctx.dry),
         )
         path = save(committed, ctx.out / "profiles" / f"{exp}.json")

@@ -186,6 +186,29 @@ def test_a_copy_without_git_states_its_commit_by_its_manifest_and_a_changed_file
     assert git_commit(tmp_path) == "abc1234-dirty"
     (tmp_path / "code.py").unlink()
     assert git_commit(tmp_path) == "abc1234-dirty"
+    (tmp_path / "code.py").write_text("x = 1\n")
+    # the host may be sent a .git of another commit: the files are the manifest's commit's
+    git_init_commit(tmp_path, "other.py")
+    assert git_commit(tmp_path) == "abc1234"
+    (tmp_path / "code.py").write_text("x = 3\n")  # changed again: git's own answer, dirty
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert git_commit(tmp_path) == f"{head}-dirty"
+
+
+def git_init_commit(root, only):
+    """A repository in ``root`` whose one commit holds ``only`` (the other files then differ)."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+    (root / only).write_text("y = 0\n")
+    git("init", "-q")
+    git("add", only)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    git("add", "code.py")  # tracked, uncommitted: git calls the tree dirty
 
 
 def test_an_in_process_artefact_rerenders_from_its_csv_alone_and_its_switch_is_its_variant(

@@ -107,3 +107,14 @@ def test_a_profile_of_another_model_fails_its_cells_and_says_so(tiny_profile, tm
     assert cells and not any(c.ok for c in cells)
     assert "measured on" in cells[0].error and "for another model" in cells[0].error
     assert replace(cells[0].row).hardware.startswith("measured on ")
+
+
+def test_a_gpu_with_a_published_profile_borrows_its_link_and_another_gets_none():
+    from gpipe_repro.sim.costs import Link
+    from gpipe_repro.sim.hardware import load_profile
+    from gpipe_repro.sim.measured.committed import borrowed_link
+
+    link, source = borrowed_link("NVIDIA H200")  # what torch names the lent host's GPU
+    assert isinstance(link, Link) and link == load_profile("h200").link
+    assert link.bandwidth_Bps > 0 and source.startswith("conf/hardware/h200.yaml")
+    assert borrowed_link("AMD EPYC 7B13") == (None, "none")

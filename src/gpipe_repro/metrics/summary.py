@@ -98,9 +98,10 @@ def git_blob_sha(data: bytes) -> str:
 
 
 def manifest_commit(root: Path) -> str | None:
-    """The commit a ``.tree.json`` states for a copy of the tree that has no ``.git`` (a device host
-    is sent the files alone), ``-dirty`` appended when a listed file outside ``reports/`` is missing
-    or differs from the commit's blob; None without a manifest."""
+    """The commit a ``.tree.json`` states for a copy of the tree sent without its history (the
+    device tool's GPU host gets the files, and a ``.git`` that need not be theirs), ``-dirty``
+    appended when a listed file outside ``reports/`` is missing or differs from the commit's blob;
+    None without a manifest."""
     import json
 
     f = root / TREE_MANIFEST
@@ -121,8 +122,9 @@ def manifest_commit(root: Path) -> str | None:
 def git_commit(repo: Path | None = None) -> str | None:
     """The project's commit (short hash), ``-dirty`` appended when tracked files differ from it.
     Changes under ``reports/`` do not count: one make target publishes a sweep's report there and
-    then runs its next sweep (``make table2``), whose jobs ran the same code. A copy without
-    ``.git`` is judged by its ``.tree.json`` (``manifest_commit``), else the commit is unknown."""
+    then runs its next sweep (``make table2``), whose jobs ran the same code. Where git has no
+    commit or calls the tree dirty, a ``.tree.json`` (``make tree-manifest``) whose every file
+    matches names the commit instead: the files are that commit's, whatever ``.git`` came along."""
     root = str(repo or Path(__file__).resolve().parents[3])
 
     def git(*args: str) -> str:
@@ -136,9 +138,12 @@ def git_commit(repo: Path | None = None) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         head, dirty = "", ""
-    if not head:
-        return manifest_commit(Path(root))
-    return head + ("-dirty" if dirty else "")
+    if head and not dirty:
+        return head
+    stated = manifest_commit(Path(root))
+    if stated and (not head or not stated.endswith("-dirty")):
+        return stated
+    return (head + "-dirty") if head else None
 
 
 def env_info(results: Sequence[RankResult] = (), launcher: str = "local") -> EnvInfo:

@@ -35,6 +35,7 @@ __all__ = [
     "CommittedDevice",
     "CommittedProfile",
     "published_for",
+    "borrowed_link",
     "load",
     "save",
     "measured_now",
@@ -48,6 +49,17 @@ _PUBLISHED = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("V100", "v1
 def published_for(device: str) -> str | None:
     """The published profile whose link a measured ``device`` borrows (None: none is published)."""
     return next((name for word, name in _PUBLISHED if word in device), None)
+
+
+def borrowed_link(device: str) -> tuple[Link | None, str]:
+    """The link a profile measured on one ``device`` carries, and where it is from (its published
+    profile's figures; none where no profile is published)."""
+    from ..hardware import load_profile
+
+    mine = published_for(device)
+    if mine is None:
+        return None, "none"
+    return load_profile(mine).link, f"conf/hardware/{mine}.yaml (one GPU cannot measure its link)"
 
 
 @dataclass
