@@ -181,6 +181,21 @@ ENTRIES = (
         (f"{SRC}/engine", f"{SRC}/benchmark.py", "bench/hostmem.py"),
         provenance="hostmem.provenance.json",
     ),  # fmt: skip
+    Entry(
+        "gpu",
+        "gpu",
+        "make gpu-check (on a CUDA host: README, GPU hosts)",
+        (
+            *TRAIN,
+            *SIMULATE,
+            f"{SRC}/benchmark.py",
+            "bench/gpu_check.py",
+            "bench/gpucheck",
+            "bench/engine.py",
+            "tests/engine/test_cuda.py",
+            "tests/runner/test_gpu.py",
+        ),
+    ),  # fmt: skip
     Entry("soak", "soak", "make soak", (*TRAIN, f"{SRC}/runner/soak.py")),
     Entry(
         "save",
