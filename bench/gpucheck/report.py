@@ -4,13 +4,15 @@ come from (``provenance.json``, the paper artefacts' ``Provenance``)."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Template
 from tabulate import tabulate
+
+from gpipe_repro.paper.gpu_rows import GpuCheckRow, long_rows
+from gpipe_repro.paper.rows import write_csv
 
 __all__ = ["write"]
 
@@ -117,14 +119,6 @@ def write(
         records=records,
     )
     (out / "gpu.md").write_text(page.rstrip("\n") + "\n")
-    with (out / "results.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "case", "quantity", "value"])
-        for name, got in res["outputs"].items():
-            for r in got["rows"]:
-                items = list(r.items())
-                case = items[0][1] if items else ""
-                for k, v in items[1:]:
-                    w.writerow([name, case, k, "" if v is None else v])
+    write_csv(out / "results.csv", GpuCheckRow, long_rows(res["outputs"]))
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     return [out / "gpu.md", out / "results.csv", out / "results.json"]

@@ -125,7 +125,8 @@ class Throughput(Artefact[ThroughputRow]):
         if getattr(opts, "studies", "on") == "on":
             sims, planned = studies(self.table, self.runs, self.profile, self.studies)
             cells += planned
-        cells += gpu_cells(self.table, self.runs)  # profiles make gpu-check committed (if any)
+        # the profiles make gpu-check committed beside these reports (if any)
+        cells += gpu_cells(self.table, self.runs, reports / "gpu" / "profiles")
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / SENSITIVITY, SimRow, sims)
         rows = build(cells, self.table)
