@@ -190,7 +190,10 @@ ENTRIES = (
             *SIMULATE,
             f"{SRC}/benchmark.py",
             "bench/gpu_check.py",
-            "bench/gpucheck",
+            *(
+                f"bench/gpucheck/{m}.py"
+                for m in ("common", "tests", "tf32", "cells", "profiles", "engine")
+            ),
             "bench/engine.py",
             "tests/engine/test_cuda.py",
             "tests/runner/test_gpu.py",
