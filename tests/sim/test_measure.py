@@ -212,3 +212,26 @@ def test_the_overhead_is_the_time_each_compute_action_costs_outside_its_span(mon
     fit = measure_overhead(layers, sample_fn, 16, (1, 2, 4), loss_fn=F.cross_entropy, repeats=2)
     assert fit.overhead_s == pytest.approx(delay, abs=1e-4), fit
     assert abs(fit.fixed_s) < 1e-3, fit  # nothing per step beyond the clock's readings
+
+
+def test_b_and_w_are_costed_by_their_own_time_over_a_whole_backward():
+    """A layer's B and W scale the stream's backward by what each took over a whole backward of the
+    same layer (the split's own overhead included: B + W need not make one backward); the model's
+    first layer, whose input needs no gradient, leaves its work to W."""
+    from gpipe_repro.sim.measured.split import split_factors
+
+    cost = LayerCost(forward_s=1.0, forward_nograd_s=0.8, backward_s=2.0, out_bytes=4)
+    (got,) = profile.split_backward([cost], [(1.25, 0.75)])
+    assert (got.backward_input_s, got.backward_weight_s) == (2.5, 1.5)
+    assert got.split == (2.5, 1.5) and got.backward_s == 2.0  # the whole backward is kept
+
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())
+    x = torch.randn(8, 3, 32, 32)
+    cpu = torch.device("cpu")
+    kw = dict(device=cpu, warmup=1, repeats=5, stat="median")
+    [(b0, w0)] = split_factors([conv], x, None, None, [0], first=True, **kw)
+    [(b1, w1)] = split_factors([conv], x, None, None, [0], first=False, **kw)
+    assert all(f > 0 for f in (b0, w0, b1, w1))
+    assert b0 < w0 / 2  # first: B computes nothing, W the whole backward
+    assert b1 > b0  # later: B computes the input's gradient

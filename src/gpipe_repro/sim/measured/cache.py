@@ -23,7 +23,8 @@ from torch import nn
 
 __all__ = ["cache_dir", "device_name", "key_digest", "load", "save", "structure", "tensor_shapes"]
 
-FORMAT = 1  # bump when the stored layout changes; older files are then re-measured
+FORMAT = 2  # bump when the stored layout or meaning changes; older files are then re-measured
+# 2: a layer's B and W are its split's own cost over a whole backward, no longer B's share of it
 
 
 def cache_dir() -> Path:

@@ -46,7 +46,7 @@ from .profile import (
     stream_lengths,
     time_update,
 )
-from .split import input_shares
+from .split import split_factors
 from .stream import StreamTimes, fresh_input, time_stream
 
 __all__ = ["profile_planned", "layer_groups"]
@@ -176,7 +176,7 @@ def profile_planned(
 
             t, over = checked_stream(time_it, f"layer {i} at micro-batch {n} (M={M})")
             overheads.append(over)
-            share = input_shares(
+            factors = split_factors(
                 [lay],
                 x,
                 _to(targets(n), dev) if i == last else None,
@@ -188,7 +188,7 @@ def profile_planned(
                 stat=stat,
                 first=i == 0,
             )
-            (per[n],) = split_backward(records(t, [0], stat), share)
+            (per[n],) = split_backward(records(t, [0], stat), factors)
         upd = time_update(lay, optimizer_fn, dev, warmup, repeats, stat)
         timed[i] = {n: replace(c, update_s=upd) for n, c in per.items()}
         del lay

@@ -12,9 +12,10 @@ timed calls, per layer (``stat``: the median by default):
 - ``backward_s``: the layer's share of the cell's backward (kept and remat steps together), plus its
   share of releasing the micro-batch's autograd graph afterwards (``stream.release``: the engine frees
   a micro-batch's graph when its backward action ends, a gap no engine span covers);
-- ``backward_input_s``, ``backward_weight_s``: that backward divided as zero bubble splits it, B (the
-  input gradient) and W (the weight gradient), by the share B takes when the two are timed apart
-  (``split``; the first layer of a model has no B);
+- ``backward_input_s``, ``backward_weight_s``: that backward as zero bubble splits it, B (the input
+  gradient) and W (the weight gradient), each scaled by its cost over a whole backward when the
+  three are timed beside each other (``split``: the split's own overhead included; the first layer
+  of a model has no B);
 - ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
 - ``update_s``: what the layer costs once per step after its last action: folding its BatchNorm
   statistics of the stream's M micro-batches (``engine.batchnorm.commit``, timed in the stream) and
@@ -54,7 +55,7 @@ from torch import nn
 from ...engine.microbatch import Batch, as_tuple
 from ..costs import LayerCost
 from . import cache, speed
-from .split import input_shares
+from .split import split_factors
 from .stream import StreamTimes, fresh_input, time_stream
 
 __all__ = [
@@ -184,11 +185,14 @@ def records(
     return out
 
 
-def split_backward(costs: Sequence[LayerCost], shares: Sequence[float]) -> list[LayerCost]:
-    """Each layer's backward divided into B and W by B's measured share (``split``)."""
+def split_backward(
+    costs: Sequence[LayerCost], factors: Sequence[tuple[float, float]]
+) -> list[LayerCost]:
+    """Each layer's B and W: its backward scaled by each part's measured cost over a whole backward
+    (``split``)."""
     return [
-        replace(c, backward_input_s=c.backward_s * f, backward_weight_s=c.backward_s * (1 - f))
-        for c, f in zip(costs, shares, strict=True)
+        replace(c, backward_input_s=c.backward_s * b, backward_weight_s=c.backward_s * w)
+        for c, (b, w) in zip(costs, factors, strict=True)
     ]
 
 
@@ -430,11 +434,11 @@ def profile_layers(
         t, over = checked_stream(time_it, f"micro-batch {n} (M={M})", normalize_to)
         overheads.append(over)
         groups = groups or groups_of(layers, t)
-        shares = input_shares(
+        factors = split_factors(
             layers, x, y, loss_fn, groups, device=dev, warmup=warmup, repeats=repeats, stat=stat
         )
-        costs[n] = split_backward(records(t, groups, stat, normalize_to), shares)
-        raws[n] = split_backward(records(t, groups, stat), shares)
+        costs[n] = split_backward(records(t, groups, stat, normalize_to), factors)
+        raws[n] = split_backward(records(t, groups, stat), factors)
         probes += [s.probe_s for s in t.steps]
     updates: dict[int, float] = {}
     for i, layer in enumerate(layers):
