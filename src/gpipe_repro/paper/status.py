@@ -66,57 +66,34 @@ ENTRIES = (
             f"{SRC}/paper/numbers.py",
         ),
     ),  # fmt: skip
-    Entry(
-        "table2_amoebanet",
-        "table2_amoebanet",
-        "make table2",
-        (*SIMULATE, *_sweep("table2_amoebanet", f"{SRC}/paper/sweep.py")),
-    ),  # fmt: skip
-    Entry(
-        "table2_transformer",
-        "table2_transformer",
-        "make table2",
-        (*SIMULATE, *_sweep("table2_transformer", f"{SRC}/paper/sweep.py")),
-    ),  # fmt: skip
-    Entry(
-        "table2",
-        "table2",
-        "make table2",
-        (
-            *SIMULATE,
-            *_sweep("table2_amoebanet"),
-            "conf/experiment/table2_transformer.yaml",
-            f"{SRC}/paper/throughput.py",
-            f"{SRC}/paper/throughput_sim.py",
-            f"{SRC}/paper/throughput_gpu.py",
-            f"{SRC}/paper/sweep.py",
-        ),
-    ),  # fmt: skip
-    Entry(
-        "table3_amoebanet",
-        "table3_amoebanet",
-        "make table3",
-        (*SIMULATE, *_sweep("table3_amoebanet", f"{SRC}/paper/sweep.py")),
-    ),  # fmt: skip
-    Entry(
-        "table3_transformer",
-        "table3_transformer",
-        "make table3",
-        (*SIMULATE, *_sweep("table3_transformer", f"{SRC}/paper/sweep.py")),
-    ),  # fmt: skip
-    Entry(
-        "table3",
-        "table3",
-        "make table3",
-        (
-            *SIMULATE,
-            *_sweep("table3_amoebanet"),
-            "conf/experiment/table3_transformer.yaml",
-            f"{SRC}/paper/throughput.py",
-            f"{SRC}/paper/throughput_sim.py",
-            f"{SRC}/paper/throughput_gpu.py",
-            f"{SRC}/paper/sweep.py",
-        ),
+    *(
+        entry
+        for n in (2, 3)
+        for entry in (
+            *(
+                Entry(
+                    f"table{n}_{m}",
+                    f"table{n}_{m}",
+                    f"make table{n}",
+                    (*SIMULATE, *_sweep(f"table{n}_{m}", f"{SRC}/paper/sweep.py")),
+                )
+                for m in ("amoebanet", "transformer")
+            ),
+            Entry(
+                f"table{n}",
+                f"table{n}",
+                f"make table{n}",
+                (
+                    *SIMULATE,
+                    *_sweep(f"table{n}_amoebanet"),
+                    f"conf/experiment/table{n}_transformer.yaml",
+                    *(
+                        f"{SRC}/paper/{f}.py"
+                        for f in ("throughput", "throughput_sim", "throughput_gpu", "sweep")
+                    ),
+                ),
+            ),
+        )
     ),  # fmt: skip
     Entry(
         "table4",

@@ -24,9 +24,8 @@ from .plot import figure
 from .provenance import Provenance
 from .template import render
 from .validate_hw.flags import MARK, Anchoring
-from .verdict import TOLERANCE, within
+from .verdict import LINK_OK, TOLERANCE, within
 
-LINK_OK = 0.95  # "not the bottleneck": at least this share of the free link's throughput
 DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
 BATCH = {
     "fixed": "fixed batch",

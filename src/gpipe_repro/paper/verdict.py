@@ -44,6 +44,7 @@ UNTESTABLE = "not testable here"
 VERDICTS = (MEASURED, SIMULATED, NOT, UNTESTABLE)
 
 TOLERANCE = 0.15  # relative: ours / the paper's within 1 +- this (module doc)
+LINK_OK = 0.95  # "communication is not the bottleneck": this share of a free link's throughput
 RULES = {
     "seeded": "Welch's t per comparison (`paper/stats.py`); all beyond the noise the claim's way: "
     "reproduced; any beyond the noise the other way, or inside the noise (the seeds would have seen "

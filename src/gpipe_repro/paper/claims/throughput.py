@@ -19,7 +19,7 @@ from ..rows import read_csv
 from ..throughput_norm import renormalise, series
 from ..throughput_rows import ThroughputRow
 from ..throughput_sim import SimRow
-from ..verdict import NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
+from ..verdict import LINK_OK, NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
 from . import Claim, Missing
 
 Key = tuple[str, str, str, str]  # model, source, hardware, batch mode
@@ -27,7 +27,6 @@ PROFILE = {2: "tpu_v3", 3: "p100_pcie"}
 NAMES = {"tpu_v3": "a TPU v3 profile", "p100_pcie": "a P100 (PCIe) profile",
          "measured": "this CPU's measured costs"}  # fmt: skip
 LINK = "the profile's (16 GB/s, 2 hops)"  # the link study's variant of the paper's set-up
-LINK_OK = 0.95  # "not the bottleneck": at least this share of the free link's throughput
 
 
 def rows(folder: Path) -> list[ThroughputRow]:
