@@ -11,6 +11,7 @@ import pytest
 from gpipe_repro.measure.calibration import (
     Calibration,
     Settings,
+    as_emulated,
     dilated,
     emulation_dilation,
     fit_slope,
@@ -63,6 +64,13 @@ def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope(
         (0.03, 0.015, 0.06, 0.003)
     )
     assert d.out_bytes == 4096
+    # B and W apart (zb-h1) dilate too, and each is its own emulated call: the overshoot added to each
+    s = LayerCost(0.01, 0.005, 0.02, 4096, 0.001, backward_input_s=0.015, backward_weight_s=0.02)
+    (ds,) = dilated({8: [s]}, 3.0)[8]
+    assert ds.split == pytest.approx((0.045, 0.06))
+    ((e,), _) = as_emulated([ds], 0.001, 0.0005)
+    assert e.split == pytest.approx((0.0465, 0.0615)) and e.backward_s == pytest.approx(0.0615)
+    assert as_emulated([d], 0.001, 0.0)[0][0].split == pytest.approx((0.0305, 0.0305))
     with pytest.raises(ValueError, match="dilation=0.5"):
         dilated({8: [c]}, 0.5)
     # residual = 2 ms + 150 us per call: the slope is the per-call cost, the intercept ignored

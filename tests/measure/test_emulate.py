@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import _emulation_workers as w
 import pytest
@@ -11,6 +12,7 @@ from torch import nn
 
 from gpipe_repro.engine import Event, launch, measured_bubble
 from gpipe_repro.engine.checkpoint import uses_remat
+from gpipe_repro.engine.split import Tape, backward_input, backward_weight
 from gpipe_repro.measure import emulate
 from gpipe_repro.measure.emulate import emulated_layers
 from gpipe_repro.models.amoebanet import amoebanet_layers
@@ -123,6 +125,34 @@ def test_each_pass_sleeps_its_own_cost(monkeypatch):
     ]
 
 
+def test_under_a_split_schedule_b_sleeps_the_layers_b_and_w_its_w(monkeypatch):
+    # zb-h1 runs each layer's backward as B (input gradient) then W (weight gradient): the emulated
+    # layer must spend the profiled B in B and W in W, not its whole backward in each
+    f, whole, b, w_s = 0.3, 0.5, 0.2, 0.7
+    asked: list[float] = []
+    monkeypatch.setattr(emulate, "sleep_until", lambda d: asked.append(d - time.perf_counter()))
+    cost = replace(_cost(f, f, whole), backward_input_s=b, backward_weight_s=w_s)
+    (em,) = emulated_layers([nn.Linear(8, 6)], torch.randn(2, 8), [cost], split=True)
+    x = torch.randn(2, 8, requires_grad=True)
+    tape = Tape()
+    y = em(x)
+    tape.record(x, y)
+    (gx,) = backward_input(tape, [torch.ones_like(y)], [y], list(em.parameters()))
+    assert em.weight.grad is None and gx is not None and gx.shape == x.shape
+    backward_weight(tape)
+    assert em.weight.grad is not None
+    assert asked == [pytest.approx(v, abs=0.05) for v in (f, b, w_s)]
+    # the first layer (its input needs no gradient): nothing in B, W its own cost
+    asked.clear()
+    tape = Tape()
+    x0 = torch.randn(2, 8)
+    y = em(x0)
+    tape.record(x0, y)
+    assert backward_input(tape, [torch.ones_like(y)], [y], list(em.parameters())) == []
+    backward_weight(tape)
+    assert asked == [pytest.approx(v, abs=0.05) for v in (f, w_s)]
+
+
 def _counts(events: list[dict], step: int) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in events:
@@ -145,6 +175,9 @@ def _configs(K: int) -> list[dict]:
 
 
 TIMED = [_cost(0.02, b=0.04), _cost(0.03, b=0.05)]  # K = 2, one layer per stage
+SPLIT_CONFIGS = [  # zb-h1 on layers emulated with B and W apart, K = 2
+    {"M": M, "schedule": "zb-h1", "checkpoint": MODES[M % 3]} for M in range(1, 5)
+]
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +189,10 @@ def emulated_runs() -> dict:
     timed = emulated_layers([nn.Linear(16, 16), nn.Linear(16, 16)], torch.randn(4, 16), TIMED)
     runs = [(K, em, _configs(K), 2, None) for K in range(1, K_MAX + 1)]
     runs.append((2, timed, [{"M": 1}], 4, [1, 1]))
+    split = emulated_layers(
+        layers, torch.randn(2, 3, 4, 4), [_cost(1e-3)] * len(layers), split=True
+    )
+    runs.append((2, split, SPLIT_CONFIGS, 2, None))
     t0 = time.perf_counter()
     per_rank = launch(w.phases, K_MAX, (runs,), threads=1)
     print(
@@ -182,6 +219,17 @@ def test_engine_in_emulation_mode_runs_every_schedule_and_M_without_deadlock(emu
                 c = _counts(res["events"], step)
                 assert c["forward"] == M and c["backward"] == M and c.get("recompute", 0) == remat
                 assert c["step"] == 1 and c["update"] == 1
+
+
+@pytest.mark.slow
+def test_a_split_schedule_runs_on_layers_emulated_with_b_and_w_apart(emulated_runs):
+    # tuple boundaries, M < K and M > K, remat cycling: each micro-batch's B and W on every stage
+    phase = [r[K_MAX + 1] for r in emulated_runs["per_rank"][:2]]
+    for p in phase:
+        assert len(p["results"]) == len(SPLIT_CONFIGS)
+        for res, cfg in zip(p["results"], SPLIT_CONFIGS):
+            c = _counts(res["events"], 1)
+            assert c["forward"] == c["backward"] == c["weight"] == cfg["M"], (res["stage"], cfg)
 
 
 @pytest.mark.slow

@@ -172,19 +172,30 @@ def profile_model(
 
 
 def _plus(c: LayerCost, o: float) -> LayerCost:
+    """``c`` with ``o`` added to every emulated call: forward, backward, and B and W apart (each
+    its own sleep under a split schedule)."""
+    b, w = c.backward_input_s, c.backward_weight_s
     return LayerCost(
-        c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s
-    )
+        c.forward_s + o, c.forward_nograd_s + o, c.backward_s + o, c.out_bytes, c.update_s,
+        backward_input_s=None if b is None else b + o,
+        backward_weight_s=None if w is None else w + o,
+    )  # fmt: skip
 
 
 def dilated(costs: dict[int, list[LayerCost]], d: float) -> dict[int, list[LayerCost]]:
-    """Every compute figure times ``d`` (bytes unchanged): what emulated layers sleep."""
+    """Every compute figure times ``d`` (bytes unchanged): what emulated layers sleep. The
+    recompute is dropped: an emulated layer's recompute sleeps its forward."""
     if not d >= 1:
         raise ValueError(f"dilation={d} is invalid; allowed: a number >= 1")
+
+    def scaled(x: float | None) -> float | None:
+        return None if x is None else x * d
+
     return {
         n: [
             LayerCost(c.forward_s * d, c.forward_nograd_s * d, c.backward_s * d, c.out_bytes,
-                      c.update_s * d)
+                      c.update_s * d, backward_input_s=scaled(c.backward_input_s),
+                      backward_weight_s=scaled(c.backward_weight_s))
             for c in cs
         ]
         for n, cs in costs.items()

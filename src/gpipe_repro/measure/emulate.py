@@ -17,7 +17,10 @@ An ``EmulatedLayer`` stands in for one real layer at one micro-batch size:
   shapes produced by a custom ``autograd.Function`` of the input and the parameter, so autograd
   connects the stage; the recompute under remat is a graph-building forward and sleeps ``forward_s``,
   as the engine would spend;
-- backward sleeps ``backward_s`` and returns zero gradients of the input's shapes;
+- backward sleeps ``backward_s`` and returns zero gradients of the input's shapes; under a schedule
+  that splits the backward (zb-h1: ``split``) the input's and the weight's gradients are two nodes,
+  so B sleeps the layer's ``backward_input_s`` and W its ``backward_weight_s``, as the engine's split
+  of the real layer spends them (``LayerCost.split``: its own overhead included);
 - non-float outputs (token ids) are passed through from the input of the same shape and dtype.
 
 Durations are deadlines from the call, so the allocation of the outputs is absorbed. ``time.sleep``
@@ -82,6 +85,22 @@ class _Emulate(torch.autograd.Function):
         return (gw, None, None, None, *gin)
 
 
+class _WeightTerm(torch.autograd.Function):
+    """w -> a zero scalar that depends on w alone; backward sleeps the layer's W."""
+
+    @staticmethod
+    def forward(ctx: Any, w: torch.Tensor, weight_s: float) -> torch.Tensor:
+        ctx.weight_s = weight_s
+        return torch.zeros((), dtype=w.dtype, device=w.device)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        deadline = time.perf_counter() + ctx.weight_s
+        gw = torch.zeros((), dtype=grad.dtype, device=grad.device)
+        sleep_until(deadline)
+        return gw, None
+
+
 class EmulatedLayer(nn.Module):
     """A layer that takes its real counterpart's time and returns tensors of its real shapes."""
 
@@ -93,11 +112,12 @@ class EmulatedLayer(nn.Module):
         out_tuple: bool,
         cost: LayerCost,
         name: str = "",
+        split: bool = False,
     ) -> None:
         super().__init__()
         self.in_specs, self.in_tuple = in_specs, in_tuple
         self.out_specs, self.out_tuple = out_specs, out_tuple
-        self.cost, self.name = cost, name
+        self.cost, self.name, self.split = cost, name, split
         self.weight = nn.Parameter(torch.zeros(()))
 
     def extra_repr(self) -> str:
@@ -115,7 +135,15 @@ class EmulatedLayer(nn.Module):
             )
         dur = self.cost.forward_s if torch.is_grad_enabled() else self.cost.forward_nograd_s
         float_specs = [s for s in self.out_specs if s.is_float]
-        if float_specs:
+        if float_specs and self.split:  # B: the inputs' node alone; W: the weight's term alone
+            b, w = self.cost.split
+            ins = [t for t in xs if t.is_floating_point()]
+            term = _WeightTerm.apply(self.weight, w)
+            floats = tuple(
+                y + term
+                for y in _Emulate.apply(self.weight.detach(), t0 + dur, b, float_specs, *ins)
+            )
+        elif float_specs:
             floats = _Emulate.apply(
                 self.weight,
                 t0 + dur,
@@ -166,10 +194,11 @@ def _shapes_of(layer: nn.Module, x: Batch) -> Batch:
 
 
 def emulated_layers(
-    layers: Sequence[nn.Module], sample: Batch, costs: Sequence[LayerCost]
+    layers: Sequence[nn.Module], sample: Batch, costs: Sequence[LayerCost], split: bool = False
 ) -> list[EmulatedLayer]:
     """One ``EmulatedLayer`` per layer, for micro-batches shaped like ``sample`` (real or meta
-    tensors); ``costs[i]`` is layer i's cost at that micro-batch size. The layers may live on the
+    tensors); ``costs[i]`` is layer i's cost at that micro-batch size; ``split``: the schedule splits
+    the backward into B and W (``engine.schedule.splits_backward``). The layers may live on the
     meta device: only their structure is used."""
     if len(costs) != len(layers):
         raise ValueError(
@@ -187,6 +216,7 @@ def emulated_layers(
                 isinstance(y, tuple),
                 cost,
                 f"{i}:{type(layer).__name__}",
+                split,
             )
         )
         x = y

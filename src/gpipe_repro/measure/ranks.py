@@ -42,6 +42,7 @@ from ..engine import Event, Pipeline, init_topology, single_process, stage_slice
 from ..engine.cell import chunk_slices
 from ..engine.checkpoint import stage_mode
 from ..engine.hostmem import apply_host_memory
+from ..engine.schedule import splits_backward
 from ..memory.activations import state_bytes
 from ..memory.allocator import allocator_peak
 from ..sim.costs import LayerCost
@@ -224,7 +225,7 @@ def emulated_rank(
     out = []
     for cfg in cells:
         n = N // cfg["M"]
-        layers = emulated_layers(meta, vm.sample(n)[0], costs[n])
+        layers = emulated_layers(meta, vm.sample(n)[0], costs[n], splits_backward(cfg["schedule"]))
         mine, first = _mine(layers, cfg, balance, topo.stage, K)
         pipe = _cell_pipeline(mine, topo, cfg, emulated_loss, first)
         x = vm.sample(N)[0]
