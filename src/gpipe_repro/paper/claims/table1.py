@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..rows import read_csv
-from ..table1.findings import KINDS, kind, kind_label, paper, ratios
+from ..table1.findings import KINDS, kind, kind_label, paper, ratios, size_steps
 from ..table1.planned import ResultRow
 from ..verdict import NOT, TOLERANCE, Finding, reproduced, within
 from . import Claim, Missing
@@ -72,12 +72,6 @@ def param_memory(folder: Path) -> Finding:
                    reason or "12 bytes per parameter, the paper's columns in their units")  # fmt: skip
 
 
-def _steps(r: ResultRow) -> int | None:
-    if r.model == "amoebanet_d":
-        return None if r.largest_D is None else (r.largest_D - (r.D or 0)) // 8
-    return None if r.largest_L is None else r.largest_L - r.L
-
-
 def _size(r: ResultRow) -> str:
     if r.largest_L is None:
         return "none fits"
@@ -92,11 +86,11 @@ def naive(folder: Path) -> Finding:
     at = [r for r in rs if r.column == "Naive-1" and kind(r) == k]
     if not at:
         raise Missing("no Naive-1 row")
-    ok = all((s := _steps(r)) is not None and abs(s) <= 1 for r in at)
+    ok = all((s := size_steps(r)) is not None and abs(s) <= 1 for r in at)
     ours = (
         "; ".join(
-            f"{r.model} {_size(r)} ({_steps(r):+d} steps)"
-            if _steps(r) is not None
+            f"{r.model} {_size(r)} ({size_steps(r):+d} steps)"
+            if size_steps(r) is not None
             else f"{r.model} none"
             for r in at
         )
@@ -145,7 +139,7 @@ def pipeline(folder: Path) -> Finding:
     at = [r for r in rs if r.column != "Naive-1" and kind(r) == k]
     if not at:
         raise Missing("no Pipeline row")
-    near = [r for r in at if (s := _steps(r)) is not None and abs(s) <= 1]
+    near = [r for r in at if (s := size_steps(r)) is not None and abs(s) <= 1]
     ours = f"{len(near)} of {len(at)} columns within one step, {_label(k)}"
     ratios_ = ", ".join(
         f"{r.model.split('_')[0]} {r.column} "
@@ -162,24 +156,18 @@ def scaling(folder: Path) -> Finding:
     rs = rows(folder)
     k = stated(rs)
 
-    def growth(model: str, src: str) -> float | None:
+    def growth(model: str) -> float | None:
         by = {r.column: r.largest_param_count for r in rs if r.model == model and kind(r) == k}
-        if src == "paper":
-            return paper(model, "Pipeline-8", "parameters") / paper(
-                model, "Pipeline-1", "parameters"
-            )
         a, b = by.get("Pipeline-1"), by.get("Pipeline-8")
         return b / a if a and b else None
 
-    ga, gt = growth("amoebanet_d", "ours"), growth("transformer_lm", "ours")
+    def paper_growth(model: str) -> float:
+        return paper(model, "Pipeline-8", "parameters") / paper(model, "Pipeline-1", "parameters")
+
+    ga, gt = growth("amoebanet_d"), growth("transformer_lm")
     if ga is None or gt is None:
         raise Missing("no Pipeline-1 and Pipeline-8 of both models")
-    pa = paper("amoebanet_d", "Pipeline-8", "parameters") / paper(
-        "amoebanet_d", "Pipeline-1", "parameters"
-    )
-    pt = paper("transformer_lm", "Pipeline-8", "parameters") / paper(
-        "transformer_lm", "Pipeline-1", "parameters"
-    )
+    pa, pt = paper_growth("amoebanet_d"), paper_growth("transformer_lm")
     ok = ga / gt <= 1 - TOLERANCE
     return Finding(
         reproduced("simulated") if ok else NOT,

@@ -367,16 +367,20 @@ def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[list[str]]
     return out
 
 
+def size_steps(r: ResultRow) -> int | None:
+    """The largest model that fits against the paper's size, in search steps (AmoebaNet: D in 8s;
+    Transformer: L); None where none fits."""
+    if r.model == "amoebanet_d":
+        return None if r.largest_D is None else (r.largest_D - (r.D or 0)) // 8
+    return None if r.largest_L is None else r.largest_L - r.L
+
+
 def naive_sizes(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
     """Naive-1's largest model per model and kind against the paper's size, in search steps
     (AmoebaNet: D in 8s; Transformer: L)."""
     out = []
     for r in (r for r in rs if r.column == "Naive-1"):
-        if r.model == "amoebanet_d":
-            steps = None if r.largest_D is None else (r.largest_D - (r.D or 0)) // 8
-        else:
-            steps = None if r.largest_L is None else r.largest_L - r.L
-        out.append({"row": r, "kind": kind_label(*kind(r)), "steps": steps,
+        out.append({"row": r, "kind": kind_label(*kind(r)), "steps": size_steps(r),
                     "size": _size(r, "largest_L", "largest_D") if r.largest_L else "none",
                     "paper": _size(r)})  # fmt: skip
     return out
