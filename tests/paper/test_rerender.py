@@ -100,8 +100,10 @@ def test_a_published_sweep_rerenders_from_its_csv_to_the_same_page(name, tmp_pat
 
 
 def test_every_template_ships_with_the_package():
-    """setuptools' package data names the templates (a wheel built from this tree holds them)."""
+    """setuptools' package data names the templates and the claims (a wheel built from this tree
+    holds them)."""
     root = Path(__file__).resolve().parents[2]
     assert '"paper/templates/*.md.j2"' in (root / "pyproject.toml").read_text()
+    assert '"paper/claims/claims.yaml"' in (root / "pyproject.toml").read_text()
     templates = sorted((root / "src" / "gpipe_repro" / "paper" / "templates").iterdir())
     assert templates and all(p.name.endswith(".md.j2") for p in templates)

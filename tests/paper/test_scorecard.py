@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpipe_repro.paper import scorecard
-from gpipe_repro.paper.claims import anchor, of, registry
-from gpipe_repro.paper.verdict import VERDICTS
+from gpipe_repro.paper.claims import _claim, anchor, of, registry
+from gpipe_repro.paper.claims.throughput import cells_within
+from gpipe_repro.paper.verdict import UNTESTABLE, VERDICTS
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
@@ -44,6 +45,41 @@ def test_every_claim_has_one_of_the_four_verdicts_and_a_row():
     sections = " ".join(c.section for c in claims)
     for part in ("§2.2", "§2.3", "Table 1", "Table 2", "Table 3", "Table 4", "Table 5", "Fig. 3"):
         assert part in sections, part
+
+
+def _entry(**change):
+    c = registry()[0]
+    entry = {f: getattr(c, f) for f in ("key", "section", "statement", "paper", "report", "page",
+                                         "heading", "rows", "rule", "judge")}  # fmt: skip
+    return {**entry, **change}
+
+
+def test_a_claim_of_claims_yaml_is_refused_in_one_line_naming_its_field():
+    """A typo in the data file stops the registry with the claim and the field, not a traceback
+    from a judge met later."""
+    assert _claim(_entry()).find(REPORTS / registry()[0].report) == registry()[0].find(
+        REPORTS / registry()[0].report
+    )
+    for change, words in (
+        ({"rule": "roughly"}, "rule 'roughly' is none of"),
+        ({"judge": "algorithm.no_such"}, "judge 'algorithm.no_such' is no function of"),
+        ({"judge": "os.getcwd"}, "judge 'os.getcwd' is no function of"),
+        ({"verdict": "reproduced"}, "field 'verdict' is unknown; allowed:"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            _claim(_entry(**change))
+    entry = _entry()
+    del entry["heading"]
+    with pytest.raises(ValueError, match="field 'heading' is missing"):
+        _claim(entry)
+
+
+def test_a_judges_arguments_come_from_the_data():
+    """``args`` reach the judge after the folder: Table 2's and 3's cell claims share a judge."""
+    t2, t3 = (next(c for c in registry() if c.key == k) for k in ("t2-cells", "t3-cells"))
+    assert t2.judge == t3.judge and (t2.args, t3.args) == ((2,), (3,))
+    assert t3.find(REPORTS / "table3") == cells_within(REPORTS / "table3", 3)
+    assert t3.find(REPORTS / "table3").verdict != UNTESTABLE
 
 
 @pytest.mark.parametrize("claim", registry(), ids=lambda c: c.key)

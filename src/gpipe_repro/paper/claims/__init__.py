@@ -1,13 +1,14 @@
 """Every claim of the paper, as data: where it stands, what it says, which report's rows judge it, by which rule.
 
-A ``Claim`` names its section of the paper (§2-§5, Tables 1-5, Fig. 3), the statement and the paper's
+The claims are listed in ``claims.yaml`` (its header names the fields), in the paper's order. A
+``Claim`` names its section of the paper (§2-§5, Tables 1-5, Fig. 3), the statement and the paper's
 number, the report folder (``reports/<report>/``) and the heading of its page that shows the
-evidence, the rows that judge it, and its rule (``paper.verdict``): a function of that report's
-files alone, so the same claim gets the same verdict on the report's own page (its first lines,
-``answers``) and in the scorecard (``reports/README.md``, ``paper.scorecard``), from any copy of the
-report. A report adds its claims in a module of this package listed in ``MODULES``, each module a
-tuple ``CLAIMS``; the modules are imported on first use, so an artefact's page code can import this
-package and a claim module can import the artefact's row types.
+evidence, the rows that judge it, and its rule (``paper.verdict``), applied by its judge: a
+function of one of the modules in ``MODULES`` that reads that report's files alone, so the same
+claim gets the same verdict on the report's own page (its first lines, ``answers``) and in the
+scorecard (``reports/README.md``, ``paper.scorecard``), from any copy of the report. The modules
+are imported on first use, so an artefact's page code can import this package and a judge's module
+can import the artefact's row types.
 
 A judge that finds no rows to judge (a quick variant, a failed sweep) raises ``Missing``: the claim
 is then *not testable here* with that line as its reason.
@@ -18,13 +19,17 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ..verdict import RULES, UNTESTABLE, Finding
 
 MODULES = ("algorithm", "table1", "throughput", "transfer", "translation")
+DATA = Path(__file__).with_name("claims.yaml")
 
 
 class Missing(Exception):
@@ -42,11 +47,16 @@ class Claim:
     heading: str  # the heading of the page's section that shows the evidence
     rows: str  # which rows judge it
     rule: str  # a key of ``verdict.RULES``
-    judge: Callable[[Path], Finding]  # the rule applied to the report folder's files
+    judge: str  # "<module>.<function>" of this package: function(folder, *args) -> Finding
+    args: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"claim {self.key}: rule {self.rule!r} is none of {', '.join(RULES)}")
+        if _function(self.judge) is None:
+            raise ValueError(
+                f"claim {self.key}: judge {self.judge!r} is no function of {', '.join(MODULES)}"
+            )
 
     @property
     def link(self) -> str:
@@ -55,10 +65,21 @@ class Claim:
 
     def find(self, folder: Path) -> Finding:
         """The verdict from the files in ``folder`` (the report's own, or where it is rendered)."""
+        judge = _function(self.judge)
+        assert judge is not None  # checked when the claim was made
         try:
-            return self.judge(folder)
+            return judge(folder, *self.args)
         except Missing as why:
             return Finding(UNTESTABLE, "—", f"no rows to judge it here: {why}")
+
+
+def _function(judge: str) -> Callable[..., Finding] | None:
+    """``"<module>.<function>"`` of this package's ``MODULES``, or None."""
+    module, _, name = judge.partition(".")
+    if module not in MODULES:
+        return None
+    f = getattr(importlib.import_module(f"{__name__}.{module}"), name, None)
+    return f if callable(f) else None
 
 
 def anchor(heading: str) -> str:
@@ -67,10 +88,24 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def _claim(entry: dict[str, Any]) -> Claim:
+    names = {f.name for f in fields(Claim)}
+    key = entry.get("key", "?")
+    unknown = sorted(set(entry) - names)
+    if unknown:
+        raise ValueError(
+            f"claim {key}: field {unknown[0]!r} is unknown; allowed: {', '.join(sorted(names))}"
+        )
+    missing = sorted(names - set(entry) - {"args"})
+    if missing:
+        raise ValueError(f"claim {key}: field {missing[0]!r} is missing")
+    return Claim(**{**entry, "args": tuple(entry.get("args", ()))})
+
+
 @cache
 def registry() -> tuple[Claim, ...]:
-    """Every claim, in the paper's order (the modules' order, then each module's)."""
-    claims = tuple(c for m in MODULES for c in importlib.import_module(f"{__name__}.{m}").CLAIMS)
+    """Every claim, in the paper's order (``claims.yaml``'s)."""
+    claims = tuple(_claim(e) for e in yaml.safe_load(DATA.read_text(encoding="utf-8")))
     keys = [c.key for c in claims]
     dup = {k for k in keys if keys.count(k) > 1}
     if dup:

@@ -16,7 +16,7 @@ from ..rows import read_csv
 from ..sweep import SweepRow
 from ..throughput_sim import SimRow
 from ..verdict import NOT, TOLERANCE, Finding, exact, reproduced
-from . import Claim, Missing
+from . import Missing
 
 SHARE = 0.85  # of the bubble's bound: the engine benchmark's goal at M = 8 (bench/engine.py)
 
@@ -88,43 +88,3 @@ def partition(folder: Path) -> Finding:
     ok = gain > TOLERANCE
     return Finding(reproduced("simulated") if ok else NOT, ours,
                    f"{ours_row.model}, simulated on the sweeps' profile, timing only")  # fmt: skip
-
-
-DEMO = dict(report="demo", page="results.md")
-CLAIMS = (
-    Claim(
-        "sync",
-        "§2.2",
-        "the update is synchronous: the same whatever the number of partitions",
-        'no number ("consistent regardless of the number of partitions")',
-        heading="GPipe's claims in this sweep",
-        rows="results.csv: every ok job's final loss, per M across K",
-        rule="exact",
-        judge=synchronous,
-        **DEMO,
-    ),  # fmt: skip
-    Claim(
-        "bubble",
-        "§2.3",
-        "the bubble costs (K−1)/(M+K−1) of the time, negligible at M ≥ 4K",
-        "M ≥ 4K",
-        heading="GPipe's claims in this sweep",
-        rows="results.csv: the deepest K at its largest M ≥ 4K, speed-up over K = 1 at the same M",
-        rule="threshold",
-        judge=bubble,
-        **DEMO,
-    ),  # fmt: skip
-    Claim(
-        "partition",
-        "§2.3",
-        "imbalanced layers (AmoebaNet) slow the pipeline; a better "
-        "partitioning than the paper's heuristic could improve it",
-        "no number",
-        report="table2",
-        page="table2.md",
-        heading="AmoebaNet-D(18, 256): the partition",
-        rows="sensitivity.csv: the partition study at its largest K and M",
-        rule="exceeds",
-        judge=partition,
-    ),  # fmt: skip
-)

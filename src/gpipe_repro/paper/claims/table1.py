@@ -18,7 +18,7 @@ from ..rows import read_csv
 from ..table1.findings import KINDS, kind, kind_label, paper, ratios, size_steps
 from ..table1.planned import ResultRow
 from ..verdict import NOT, TOLERANCE, Finding, reproduced, within
-from . import Claim, Missing
+from . import Missing
 
 STATED = ("fp32", "xla-like")
 EAGER = ("fp32", "eager")
@@ -111,7 +111,7 @@ def naive(folder: Path) -> Finding:
     return Finding(reproduced("simulated") if ok else NOT, ours, reason)
 
 
-def _ratio(folder: Path, note: str) -> Finding:
+def headline_ratio(folder: Path, note: str) -> Finding:
     """Rule *ratio*: one of §3's headline ratios under the stated accounting."""
     rs = rows(folder)
     k = stated(rs)
@@ -174,99 +174,3 @@ def scaling(folder: Path) -> Finding:
         f"Pipeline-1 → 8: AmoebaNet {ga:.2f}×, Transformer {gt:.2f}× ({ga / gt:.2f}), {_label(k)}",
         f"the paper: {pa:.2f}× and {pt:.2f}× ({pa / pt:.2f}); 8× the accelerators would be linear",
     )
-
-
-T1 = dict(report="table1", page="table1.md")
-RATIO_HEAD = "The paper's headline ratios (GPipe §3)"
-CLAIMS = (
-    Claim(
-        "t1-params",
-        "§3, Table 1",
-        "the configurations' sizes (AmoebaNet-D(L, D), Transformer-L)",
-        "82M … 1.8B; 282.2M … 83.9B parameters",
-        heading="AmoebaNet-D, 224×224, batch 128, 8 GiB per accelerator",
-        rows="results.csv: param_count per column",
-        rule="ratio",
-        judge=counts,
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-param-memory",
-        "§3, Table 1",
-        "total parameter memory: 12 bytes per parameter (RMSProp), summed over accelerators",
-        "1.05 GB … 24.62 GB; 11.7 G … 937.9 G",
-        heading="Where and why ours differ",
-        rows="results.csv: param_memory_bytes per column, eager fp32",
-        rule="ratio",
-        judge=param_memory,
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-naive1",
-        "§3, Table 1",
-        "without GPipe one accelerator holds AmoebaNet-D(18, 208) and Transformer-3",
-        "82M; 282.2M",
-        heading="Naive-1: the largest model on one accelerator",
-        rows="results.csv: Naive-1's largest size, the stated accounting",
-        rule="size step",
-        judge=naive,
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-remat",
-        "§3, Table 1",
-        "rematerialisation alone lets one accelerator hold a 3.9× "
-        "larger AmoebaNet (6.26 → 3.46 GB of activations)",
-        "3.9× (318M / 82M)",
-        heading=RATIO_HEAD,
-        rows="results.csv: largest Pipeline-1 / largest Naive-1, AmoebaNet",
-        rule="ratio",
-        judge=lambda f: _ratio(f, "remat alone"),
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-8-accelerators",
-        "§3, Table 1",
-        "8 accelerators hold a 25× larger AmoebaNet",
-        "25× (1.8B)",
-        heading=RATIO_HEAD,
-        rows="results.csv: largest Pipeline-8 / largest Naive-1, AmoebaNet",
-        rule="ratio",
-        judge=lambda f: _ratio(f, "8 accelerators"),
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-128-partitions",
-        "§3, Table 1",
-        "128 partitions hold a 298× larger Transformer",
-        "298× (83.9B)",
-        heading=RATIO_HEAD,
-        rows="results.csv: largest Pipeline-128 / largest Naive-1, Transformer",
-        rule="ratio",
-        judge=lambda f: _ratio(f, "128 partitions"),
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-pipeline",
-        "§3, Table 1",
-        "with GPipe, K accelerators hold the table's models (Pipeline-1 … Pipeline-128)",
-        "AmoebaNet (18, 416) … (72, 512); Transformer L = 13 … 1663",
-        heading="Where and why ours differ",
-        rows="results.csv: each Pipeline column's largest size, the stated accounting",
-        rule="size step",
-        judge=pipeline,
-        **T1,
-    ),  # fmt: skip
-    Claim(
-        "t1-scaling",
-        "§3, Table 1",
-        "AmoebaNet scales sub-linearly (parameters unevenly spread "
-        "over layers), the Transformer linearly",
-        "1.8B / 318M = 5.7× vs 5.3B / 785.8M = 6.7× (Pipeline-1 → 8)",
-        heading="Where and why ours differ",
-        rows="results.csv: largest Pipeline-8 / largest Pipeline-1, both models",
-        rule="contrast",
-        judge=scaling,
-        **T1,
-    ),  # fmt: skip
-)

@@ -20,7 +20,7 @@ from ..throughput_norm import renormalise, series
 from ..throughput_rows import ThroughputRow
 from ..throughput_sim import SimRow
 from ..verdict import LINK_OK, NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
-from . import Claim, Missing
+from . import Missing
 
 Key = tuple[str, str, str, str]  # model, source, hardware, batch mode
 PROFILE = {2: "tpu_v3", 3: "p100_pcie"}
@@ -264,89 +264,3 @@ def link(folder: Path) -> Finding:
         + tail
     )
     return Finding(reproduced("simulated") if ok else NOT, ours, reason)
-
-
-T2 = dict(report="table2", page="table2.md")
-T3 = dict(report="table3", page="table3.md")
-CLAIMS = (
-    Claim(
-        "t2-m1-flat",
-        "§3, Table 2",
-        "at M = 1 the throughput barely grows with K (one accelerator busy at a time)",
-        "AmoebaNet 1 → 1.38, Transformer 1 → 1.3 (K = 2 → 8)",
-        heading="AmoebaNet-D(18, 256)",
-        rows="results.csv, M = 1, K = 2 (or the first K that ran) and 8, "
-        "per model on its first design series",
-        rule="at most",
-        judge=m1_flat,
-        **T2,
-    ),  # fmt: skip
-    Claim(
-        "t2-transformer",
-        "§3, Table 2",
-        "Transformer-48: almost linear speed-up, 3.5× for 4× the accelerators",
-        "1.8 → 6.3 (K = 2 → 8, M = 32)",
-        heading="Transformer-48",
-        rows="results.csv, Transformer-48, M = 32, K = 2 (else 4) and 8",
-        rule="ratio",
-        judge=transformer_linear,
-        **T2,
-    ),  # fmt: skip
-    Claim(
-        "t2-amoebanet",
-        "§3, Table 2",
-        "AmoebaNet-D(18, 256): sub-linear speed-up (imbalanced computation)",
-        "1.21 → 3.48 (K = 2 → 8, M = 32): 2.88×",
-        heading="AmoebaNet-D(18, 256)",
-        rows="results.csv, AmoebaNet, M = 32, K = 2 and 8; sensitivity.csv, the partition study",
-        rule="ratio",
-        judge=amoebanet_sublinear,
-        **T2,
-    ),  # fmt: skip
-    Claim(
-        "t2-contrast",
-        "§3, Table 2",
-        "the central contrast: the Transformer scales almost linearly, AmoebaNet sub-linearly",
-        "AmoebaNet 2.88× / Transformer 3.5× = 0.82 (K = 2 → 8, M = 32)",
-        heading="AmoebaNet-D(18, 256): the partition",
-        rows="results.csv, both "
-        "models, M = 32, K = 2 and 8, one source; sensitivity.csv, the partition study",
-        rule="contrast",
-        judge=contrast,
-        **T2,
-    ),  # fmt: skip
-    Claim(
-        "t2-cells",
-        "§3, Table 2",
-        "normalised training throughput per K and M (18 cells)",
-        "Table 2",
-        heading="AmoebaNet-D(18, 256)",
-        rows="results.csv, every cell of each model's first design series",
-        rule="ratio",
-        judge=lambda f: cells_within(f, 2),
-        **T2,
-    ),  # fmt: skip
-    Claim(
-        "t3-cells",
-        "§3, Table 3",
-        "normalised throughput on GPUs without NVLink, M = 32",
-        "AmoebaNet 1 → 1.7 → 2.7, Transformer 1 → 1.8 → 3.3 (K = 2, 4, 8)",
-        heading="AmoebaNet-D(18, 128)",
-        rows="results.csv, every cell of each model's first design series",
-        rule="ratio",
-        judge=lambda f: cells_within(f, 3),
-        **T3,
-    ),  # fmt: skip
-    Claim(
-        "t3-link",
-        "§2.3, §3, Table 3",
-        "communication is not the bottleneck: only boundary "
-        "tensors cross, so scaling needs no fast interconnect",
-        "no number (Table 3's scaling over PCIe)",
-        heading="AmoebaNet-D(18, 128): the link (M = 32)",
-        rows=f"sensitivity.csv, the link study: {LINK}, every K, both models",
-        rule="threshold",
-        judge=link,
-        **T3,
-    ),  # fmt: skip
-)

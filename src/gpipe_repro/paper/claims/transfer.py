@@ -18,7 +18,7 @@ from ..rows import read_csv
 from ..stats import Comparison
 from ..table4.results import RunRow, group, versus
 from ..verdict import UNTESTABLE, Finding, seeded
-from . import Claim, Missing
+from . import Missing
 
 SAME = "same domain"  # RunRow.domain of a target of the pre-training's domain
 
@@ -52,35 +52,3 @@ def transfer(folder: Path) -> Finding:
 def unavailable(folder: Path) -> Finding:
     return Finding(UNTESTABLE, "—", "needs ImageNet-2012 and the seven datasets at 480×480 "
                    "(data.root) and TPU-scale compute; the small analogue is the row above")  # fmt: skip
-
-
-T4 = dict(report="table4", page="table4.md")
-CLAIMS = (
-    Claim(
-        "t4-transfer",
-        "§4, Table 4",
-        "transfer learning: a network pre-trained on a large "
-        "set, its softmax replaced and fine-tuned, does well on a new task (ours: against the "
-        "same network trained from scratch)",
-        "state of the art on 5 of 7 datasets (Table 4)",
-        heading="Ours (measured): fine-tuned vs trained from scratch, K = 1",
-        rows="runs.csv: accuracy per seed, "
-        "fine-tuned and from scratch, targets of the pre-training's domain, K = 1",
-        rule="seeded",
-        judge=transfer,
-        **T4,
-    ),  # fmt: skip
-    Claim(
-        "t4-accuracy",
-        "§4, Table 4",
-        "AmoebaNet-B(18, 512), 557M parameters: 84.4% top-1 on "
-        "ImageNet; fine-tuned on CIFAR-10/100, Cars, Pets, Food-101, Aircraft, Birdsnap",
-        "84.4%; 99.0, 91.3, 94.6, 95.9, 93.0, 92.7, 83.6%",
-        heading="The paper's Table 4 "
-        "(AmoebaNet-B(18, 512), ImageNet pre-training, 480x480; GPipe §4)",
-        rows="none: its data and scale",
-        rule="unavailable",
-        judge=unavailable,
-        **T4,
-    ),  # fmt: skip
-)

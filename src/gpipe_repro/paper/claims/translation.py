@@ -15,7 +15,7 @@ from .. import fig3_tricks as tricks
 from .. import table5 as t5
 from ..rows import read_csv
 from ..verdict import UNTESTABLE, Finding, seeded
-from . import Claim, Missing
+from . import Missing
 
 
 def _fig3(folder: Path) -> list[f3.Fig3Row]:
@@ -110,101 +110,6 @@ def batch_size(folder: Path) -> Finding:
     return Finding(seeded(cs), ours, reason)
 
 
-def unavailable(what: str) -> Finding:
+def unavailable(folder: Path, what: str) -> Finding:
+    """Not testable here, for the reason ``what`` (the claim's data and scale)."""
     return Finding(UNTESTABLE, "—", what)
-
-
-F3 = dict(report="fig3", page="fig3.md")
-CLAIMS = (
-    Claim(
-        "f3-capacity",
-        "§5, Fig. 3",
-        "translation quality (BLEU) rises with model capacity",
-        "Fig. 3: 400M → 6B parameters, +BLEU on every language group",
-        heading="1. BLEU rises with capacity (each language; bigger model against T1)",
-        rows="results.csv: test BLEU "
-        "per language and seed, T(4,512,4) and T(2,1024,8) against T(1,512,4)",
-        rule="seeded",
-        judge=capacity,
-        **F3,
-    ),  # fmt: skip
-    Claim(
-        "f3-low-resource",
-        "§5, Fig. 3",
-        "the gain from capacity is largest on low-resource languages",
-        "Fig. 3 (curves)",
-        heading="2. ... most for low-resource languages",
-        rows="results.csv: per seed, low- minus high-resource BLEU, bigger against smallest",
-        rule="seeded",
-        judge=low_resource,
-        **F3,
-    ),  # fmt: skip
-    Claim(
-        "f3-deep-wide",
-        "§5, Fig. 3",
-        "a deep model beats a wide one of the same parameters on low-resource languages",
-        "T(24,8192,16) over T(12,16384,32), 1.3B each",
-        heading="3. Deep beats wide on low-resource languages (the same parameters)",
-        rows="results.csv: low-resource BLEU per seed, T(4,512,4) against T(2,1024,8)",
-        rule="seeded",
-        judge=deep_wide,
-        **F3,
-    ),  # fmt: skip
-    Claim(
-        "f3-tricks",
-        "§5",
-        "deep models train with two tricks: feed-forward initialisation "
-        "scaled by depth, logits clipped",
-        "no number (needed at 64+ layers)",
-        report="fig3_tricks",
-        page="fig3_tricks.md",
-        heading="Are the tricks needed at depth? (computed by `gpipe_repro.paper.stats`)",
-        rows="results.csv: T(16,512,4) with and without, test "
-        "BLEU and NLL per seed, largest training loss",
-        rule="seeded",
-        judge=trainability,
-    ),  # fmt: skip
-    Claim(
-        "f3-scale",
-        "§5, Fig. 3",
-        "one model for 102 languages -> English, up to 6B parameters "
-        "(128 layers), trained on 25B examples",
-        "Fig. 3's BLEU per language",
-        report="fig3",
-        page="fig3.md",
-        heading="Fig. 3 — many->English BLEU per language vs model capacity",
-        rows="none: its data and scale",
-        rule="unavailable",
-        judge=lambda f: unavailable(
-            "102 languages and 25B examples need the paper's corpus and TPU pods; tested on a "
-            "3-language analogue (the rows above)"
-        ),
-    ),  # fmt: skip
-    Claim(
-        "t5-batch",
-        "§5, Table 5",
-        "a bigger batch (tokens) gives better BLEU and NLL, the same optimiser settings",
-        "BLEU 30.92 → 31.86 → 32.71, NLL 2.58 → 2.51 → 2.46 (260K → 1M → 4M)",
-        report="table5",
-        page="table5.md",
-        heading="Same updates (the paper's design, dev split)",
-        rows="results.csv: dev BLEU and NLL at update U per seed, per batch",
-        rule="seeded",
-        judge=batch_size,
-    ),  # fmt: skip
-    Claim(
-        "t5-numbers",
-        "§5, Table 5",
-        "German->English, Transformer-Big, batches of 260K-4M tokens",
-        "BLEU 30.92-32.71",
-        report="table5",
-        page="table5.md",
-        heading="Table 5 — batch size (tokens) vs BLEU and NLL",
-        rows="none: its data and scale",
-        rule="unavailable",
-        judge=lambda f: unavailable(
-            "WMT German->English at 4M-token batches needs the paper's data and TPUs; tested on "
-            "es->en at 1-4K tokens (the row above)"
-        ),
-    ),  # fmt: skip
-)
