@@ -15,6 +15,7 @@ from gpipe_repro.paper.validate_sim.split import (
     NOISE,
     GroupRow,
     SplitRow,
+    by_m,
     group_rows,
     split_rows,
     verdicts,
@@ -95,6 +96,22 @@ def test_the_split_keeps_kinds_apart_and_splits_remat_and_schedule():
     assert splits["real", "never", "all"].median_abs == pytest.approx(0.03)
     assert splits["emulated", "always", "all"].median_signed == pytest.approx(-0.5)
     assert ("real", "never", "1f1b") not in splits  # no such cells: no row
+
+
+def test_the_error_per_m_sits_beside_the_share_of_the_step_posting_messages_takes():
+    """Per kind and M, cells of K >= 2 only: the error and the median of 1 - no_calls / step."""
+    rows = [
+        _cell("mlp", "never", 1, 0.01, 0.0, simulated_no_calls_s=0.101 * 0.98),
+        _cell("mlp", "always", 1, 0.03, 0.0, simulated_no_calls_s=0.103 * 0.96),
+        _cell("mlp", "never", 32, 0.40, 0.0, simulated_no_calls_s=0.14 * 0.7),
+        _cell("mlp", "never", 32, 0.9, 0.0, K=1),  # one stage: no messages, not in the table
+        _cell("mlp", "never", 4, -0.1, 0.0, kind="emulated", K=4),  # no variant simulated: "—"
+    ]
+    assert by_m(rows) == [
+        ["real", 1, "32", 2, "+2.0%", "2.0%", "3.0%", "3.0%"],
+        ["real", 32, "1", 1, "+40.0%", "40.0%", "40.0%", "30.0%"],
+        ["emulated", 4, "8", 1, "-10.0%", "10.0%", "10.0%", "—"],
+    ]
 
 
 def test_the_page_is_rendered_from_the_split_csvs(tmp_path: Path):

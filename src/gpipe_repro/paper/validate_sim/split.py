@@ -1,4 +1,4 @@
-"""The validation's error split by what users decide: remat and schedule, and per (model, K, remat).
+"""The validation's error split by what users decide: remat and schedule, per (model, K, remat), and per M.
 
 Issue #21's target for the simulator is a *bias* target: in every (model, K, remat) group the median
 signed error within ±5% (bias distorts a table; noise averages out). Remat (GPipe §2.3) and the
@@ -9,7 +9,8 @@ group says so instead of "met".
 
 Typed rows (``SplitRow``, ``GroupRow``) are computed from ``validation.csv``'s rows, written to
 ``split.csv`` and ``groups.csv``, and the page's sections and verdicts are read from what those
-CSVs hold (``summary``).
+CSVs hold (``summary``). The error per number of micro-batches (``by_m``) sets it beside the share of
+the simulated step that posting messages takes, which grows with M at a fixed batch.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...measure.simulator import CellRow
+from ...measure.simulator import VARIANTS, CellRow
 from ..markdown import pct
 from ..rows import read_csv, write_csv
 
@@ -140,6 +141,30 @@ def verdicts(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> list[dic
     return out
 
 
+def by_m(rows: Sequence[CellRow]) -> list[list[Any]]:
+    """Per kind and M, over the cells of two stages or more: the micro-batch sizes, the error, and
+    the median share of the simulated step that posting sends and receives takes (one minus the
+    step simulated with posting free, ``simulated_no_calls_s``, over the step)."""
+    out: list[list[Any]] = []
+    for kind in KINDS:
+        ks = [r for r in rows if r.kind == kind and r.K >= 2]
+        for M in sorted({r.M for r in ks}):
+            rs = [r for r in ks if r.M == M]
+            n, signed, med_abs, max_abs = _errors(rs)
+            mbs = sorted({r.micro_batch for r in rs})
+            shares = [
+                1 - float(r.simulated_no_calls_s) / float(r.simulated_step_s)
+                for r in rs
+                if r.simulated_no_calls_s is not None and r.simulated_step_s
+            ]
+            out.append(
+                [kind, M, f"{mbs[0]}" if len(mbs) == 1 else f"{mbs[0]}–{mbs[-1]}", n,
+                 pct(signed, 1, True), pct(med_abs), pct(max_abs),
+                 pct(statistics.median(shares)) if shares else "—"]
+            )  # fmt: skip
+    return out
+
+
 def _name(g: GroupRow) -> str:
     return f"{g.model} K = {g.K} {g.checkpoint} {pct(g.median_signed, 1, True)}"
 
@@ -164,4 +189,5 @@ def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
             for g in groups
         ],
         "verdicts": verdicts(splits, groups),
+        "by_m": by_m(rows), "no_calls": VARIANTS["no_calls"],
     }  # fmt: skip
