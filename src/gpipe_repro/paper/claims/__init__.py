@@ -89,6 +89,8 @@ def anchor(heading: str) -> str:
 
 
 def _claim(entry: dict[str, Any]) -> Claim:
+    """One entry of ``claims.yaml`` as a ``Claim``; a field unknown or missing, a rule or a judge
+    that does not exist: ``ValueError`` in one line naming the claim and the field."""
     names = {f.name for f in fields(Claim)}
     key = entry.get("key", "?")
     unknown = sorted(set(entry) - names)
