@@ -71,7 +71,7 @@ TEST_MARKS := not target and not long
 # again costs seconds; tests/test_makefile.py checks that every TIMED entry's file is here).
 TIMED_FILES := $(shell sed -n '/^TIMED = (/,/^)/s/^ *"\([^":]*\).*/\1/p' tests/conftest.py | sort -u)
 # Both phases run whatever the first gives; the exit status is the worse of the two.
-test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~4 min on 2 cores: 4 min 0 s in a fresh clone at 9998dfb; the longest: make test-long, make test-targets)
+test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~7 min on 2 cores: 345 s + 53 s of timed tests in a fresh clone at 909b86d; the longest: make test-long, make test-targets)
 	@rc=0; \
 	$(BIN)/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile -m "$(TEST_MARKS) and not timed" || rc=$$?; \
 	$(BIN)/python -m pytest -q --durations=10 -m "$(TEST_MARKS) and timed" $(TIMED_FILES) || rc=$$?; \
@@ -139,7 +139,7 @@ table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16; headline ra
 	$(BIN)/python -m gpipe_repro.paper table1 --publish
 
 .PHONY: table4 table4-quick
-table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; capacity ladder D=8,16,32; K=1 vs K=2) -> reports/table4/ (~21 min predicted)
+table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; capacity ladder D=8,16,32; K=1 vs K=2) -> reports/table4/ (14 min in a clean clone on 2 AMD EPYC cores at 5929e43)
 	$(BIN)/python -m gpipe_repro.paper table4 --publish
 
 table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)
@@ -152,7 +152,7 @@ FIG3_QUICK := train.steps=12 train.eval_every=6 train.curve_limit=10 train.eval_
 # the tricks' smoke test at 4 layers (34 would take minutes per run)
 FIG3_TRICKS_QUICK := mt_size=T4-512-4,T4-512-4-notricks train.steps=6 train.eval_every=3 train.curve_limit=10 train.eval_limit=10 seed=0,1
 
-table5: $(STAMP) ## Table 5: BLEU/NLL vs batch (grown through M), token-matched and same-updates, es->en, 5 seeds -> reports/table5/ (~55 min)
+table5: $(STAMP) ## Table 5: BLEU/NLL vs batch (grown through M), token-matched and same-updates, es->en, 5 seeds -> reports/table5/ (57 min in a clean clone on 2 AMD EPYC cores at 5929e43)
 	$(BIN)/gpipe-run -m experiment=table5
 
 table5-quick: $(STAMP) ## Table 5 in a few minutes (U = 8 updates, 2 seeds); report beside the sweep in multirun/
@@ -166,13 +166,13 @@ fig3-quick: $(STAMP) ## Fig. 3 in a few minutes (3 models + the tricks pair, a f
 	$(BIN)/gpipe-run -m experiment=fig3 $(FIG3_QUICK) $(call AT,fig3)
 	$(BIN)/gpipe-run -m experiment=fig3_tricks $(FIG3_TRICKS_QUICK) $(call AT,fig3_tricks)
 
-validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (measured from a fresh clone: ~25 min on an Intel Xeon, 11 min on an AMD EPYC)
+validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emulation (K=4,8) -> reports/sim/ (29 min in a clean clone on 2 AMD EPYC cores at 909b86d)
 	$(BIN)/python -m gpipe_repro.paper validate-sim --publish
 
 validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
 	$(BIN)/python -m gpipe_repro.paper validate-hw --publish
 
-validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (measured from a fresh clone: ~40 min on an Intel Xeon, 18 min on an AMD EPYC; needs a quiet machine)
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (49 min in a clean clone on 2 AMD EPYC cores at 5658003, every schedule searched; needs a quiet machine)
 	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
 
 validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
@@ -181,13 +181,13 @@ validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> 
 schedules: $(STAMP) ## what the schedules since GPipe buy: gpipe/1f1b/interleaved/zb-h1 on Table 2's models, simulated on tpu_v3 and this CPU, measured at K=2 -> reports/schedules/
 	$(BIN)/python -m gpipe_repro.paper schedules --publish
 
-table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/
+table2: $(STAMP) ## Table 2 (throughput vs K, M; measured on K GPUs, else simulated on TPU v3 and here) -> reports/table2/ (29 min the first time on 2 AMD EPYC cores at 767d7f6, profiling this CPU)
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
 	-$(BIN)/gpipe-run -m experiment=table2_amoebanet
 	-$(BIN)/gpipe-run -m experiment=table2_transformer
 	$(BIN)/python -m gpipe_repro.paper table2 --publish
 
-table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else simulated on P100 PCIe and here) -> reports/table3/
+table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else simulated on P100 PCIe and here) -> reports/table3/ (20 min the first time on 2 AMD EPYC cores at 5929e43)
 	@# a cell whose batch cannot fit fails its job by design (the table shows it): report regardless
 	-$(BIN)/gpipe-run -m experiment=table3_amoebanet
 	-$(BIN)/gpipe-run -m experiment=table3_transformer
