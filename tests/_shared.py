@@ -1,10 +1,11 @@
 """Helpers shared by the test files: gpipe-run as a subprocess (to its end, or started in a session of
 its own to be signalled, with bounded waits), a run's final weights read back from its save, a parallel
-corpus written to a folder, and the skip of a network test when the Debian archive cannot be
-reached."""
+corpus written to a folder, a script of ``bench/`` imported as a module, and the skip of a network
+test when the Debian archive cannot be reached."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -22,6 +24,17 @@ from gpipe_repro.errors import UserError
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "WANDB_MODE": "disabled", "GPIPE_PROGRESS": "0"}
+
+
+def bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``bench/<name>.py`` imported as the module ``bench_<name>`` (for this test only)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, f"bench_{name}", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
 
 # A small K = 2 run with a final save (train.save_every larger than its steps: a save at the end
 # only); the session's ``k2_run`` fixture (tests/conftest.py) runs it once through gpipe-run.

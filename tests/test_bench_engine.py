@@ -3,23 +3,13 @@ others still run (issue #34: on a GPU one failing variant stopped the whole benc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from _shared import bench_module
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "bench" / "engine.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_engine", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("engine", monkeypatch)
 
 
 def test_a_failing_variant_is_recorded_and_the_others_run(bench, monkeypatch, tmp_path):

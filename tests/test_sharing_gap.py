@@ -3,26 +3,17 @@ each M's residual per message (measured - simulated over the 2M messages a stage
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from _shared import ROOT, bench_module
 
 from gpipe_repro.sim.measured.sharing import SharingFit
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def gap(monkeypatch):
-    spec = importlib.util.spec_from_file_location("sharing_gap", ROOT / "bench" / "sharing_gap.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "sharing_gap", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("sharing_gap", monkeypatch)
 
 
 def test_bad_input_is_one_line_and_exit_2(gap, tmp_path, capsys):
