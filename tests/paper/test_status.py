@@ -77,3 +77,22 @@ def test_every_committed_report_is_listed_once(capsys):
     assert main(["--root", str(root)]) == 0
     out = capsys.readouterr().out
     assert all(f"| {e.name} |" in out for e in ENTRIES) and "report(s) stale" in out
+
+
+def test_a_report_that_records_its_commit_in_its_own_json_is_read_there(tmp_path):
+    """The soak writes no provenance.json: its soak.json records both runs' commit, ``a/b`` where
+    they differ."""
+    root, made = _repo(tmp_path)
+    entry = Entry("s", "s", "make s", ("src/measuring",), provenance="s.json", commit_field="git")
+    folder = root / "reports" / "s"
+    folder.mkdir(parents=True)
+    assert state(root, entry)[1:] == (True, "no s.json: made before reports recorded their commit")
+    (folder / "s.json").write_text(json.dumps({"git": made, "steps": 3}))
+    assert state(root, entry) == (made, False, "no code it depends on changed since")
+    (folder / "s.json").write_text(json.dumps({"git": f"{made}/abc1234"}))
+    assert state(root, entry)[1] and "2 commits" in state(root, entry)[2]
+    (folder / "s.json").write_text(json.dumps({"steps": 3}))
+    assert state(root, entry)[1] and "not recorded" in state(root, entry)[2]
+    _commit(root, "src/measuring/a.py", "x = 2\n")
+    (folder / "s.json").write_text(json.dumps({"git": made}))
+    assert state(root, entry)[:2] == (made, True)

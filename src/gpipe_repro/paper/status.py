@@ -15,6 +15,7 @@ that holds both a report's collect and its page code counts whole.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class Entry:
     make: str
     depends: tuple[str, ...]
     provenance: str = FILE  # the file in the folder that records its commit
+    commit_field: str = ""  # set: that file is the report's own JSON, its commits in this field
 
 
 def _sweep(exp: str, *extra: str) -> tuple[str, ...]:
@@ -176,7 +178,14 @@ ENTRIES = (
             "tests/runner/test_gpu.py",
         ),
     ),  # fmt: skip
-    Entry("soak", "soak", "make soak", (*TRAIN, f"{SRC}/runner/soak.py")),
+    Entry(
+        "soak",
+        "soak",
+        "make soak",
+        (*TRAIN, f"{SRC}/runner/soak.py"),
+        provenance="soak.json",
+        commit_field="git_commit",
+    ),  # fmt: skip
     Entry(
         "save",
         "save",
@@ -192,12 +201,25 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _recorded(path: Path, field: str) -> Provenance:
+    """The commits a report's own JSON records in ``field`` (``a/b`` where its runs had two)."""
+    try:
+        value = json.loads(path.read_text()).get(field) or ""
+    except (OSError, ValueError, AttributeError):
+        value = ""
+    return Provenance(0, commits=tuple(c for c in str(value).split("/") if c))
+
+
 def state(root: Path, e: Entry, head: str = "HEAD") -> tuple[str, bool, str]:
     """(the report's commit, whether it is stale, why) for ``e`` in the repository at ``root``."""
     path = root / "reports" / e.folder / e.provenance
     if not path.exists():
         return "—", True, f"no {e.provenance}: made before reports recorded their commit"
-    prov = Provenance.load(path.parent, path.name)
+    prov = (
+        _recorded(path, e.commit_field)
+        if e.commit_field
+        else Provenance.load(path.parent, path.name)
+    )
     if prov.problem():
         return ", ".join(prov.commits) or "—", True, str(prov.problem())
     commit = prov.commits[0]
