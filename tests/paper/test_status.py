@@ -4,7 +4,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from gpipe_repro.paper.status import ENTRIES, Entry, main, state
+from gpipe_repro.paper.status import ENTRIES, GPU_PROFILES, Entry, main, state
+from gpipe_repro.paper.throughput_gpu import GPU_PROFILES as READ
 
 
 def _git(root: Path, *args: str) -> str:
@@ -96,3 +97,22 @@ def test_a_report_that_records_its_commit_in_its_own_json_is_read_there(tmp_path
     _commit(root, "src/measuring/a.py", "x = 2\n")
     (folder / "s.json").write_text(json.dumps({"git": made}))
     assert state(root, entry)[:2] == (made, True)
+
+
+def test_the_tables_that_read_the_gpu_profiles_go_stale_when_a_gpu_check_replaces_them(tmp_path):
+    """Tables 2 and 3 simulate a series from ``reports/gpu/profiles``: that folder is one of their
+    dependencies (the one the page reads), and a new profile committed there makes them stale."""
+    assert READ.as_posix() == GPU_PROFILES
+    readers = {e.name for e in ENTRIES if GPU_PROFILES in e.depends}
+    assert readers == {"table2", "table3"}
+    repo, made = _repo(tmp_path)
+    (repo / GPU_PROFILES).mkdir(parents=True)
+    (repo / GPU_PROFILES / "p.json").write_text("{}\n")
+    _git(repo, "add", ".")
+    _commit(repo, "src/rendering/page.py", "y = 2\n")
+    made = _git(repo, "rev-parse", "--short", "HEAD")
+    _report(repo, [made])
+    entry = Entry("r", "r", "make r", ("src/measuring", GPU_PROFILES))
+    assert state(repo, entry)[1] is False
+    _commit(repo, f"{GPU_PROFILES}/p.json", '{"layers": []}\n')
+    assert state(repo, entry)[1] is True and GPU_PROFILES in state(repo, entry)[2]

@@ -4,7 +4,8 @@ A report is **stale** — to be made again by its make target — when code its 
 changed since the commit its ``provenance.json`` records (``git diff --quiet <commit> HEAD --
 <paths>``), or when that file is missing, names several commits or a tree with uncommitted changes.
 Each report's dependencies are declared below as data: the paths of the measuring code (and configs)
-its numbers come from. Rendering-only code is not among them: a page re-rendered from its CSV is
+its numbers come from, and the committed data of another report that it reads (the GPU profiles).
+Rendering-only code is not among them: a page re-rendered from its CSV is
 byte-identical (``tests/paper/test_rerender.py``), so a change there makes no report stale; a module
 that holds both a report's collect and its page code counts whole.
 
@@ -34,6 +35,9 @@ TRAIN = tuple(
 SIMULATE = tuple(f"{SRC}/{p}" for p in ("sim", "memory", "search", "runplan", "engine/schedule.py",
                                         "engine/partition.py", "models", "config")) + ("conf/hardware",)  # fmt: skip
 MEASURE = f"{SRC}/measure"
+# Data a report reads from another: Tables 2 and 3 simulate a series from the per-layer costs that
+# make gpu-check measured and committed, so a new GPU check makes them stale too.
+GPU_PROFILES = "reports/gpu/profiles"
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ ENTRIES = (
                         f"{SRC}/paper/{f}.py"
                         for f in ("throughput", "throughput_sim", "throughput_gpu", "sweep")
                     ),
+                    GPU_PROFILES,
                 ),
             ),
         )
