@@ -62,6 +62,7 @@ class Arms:
     updates: int
     bleu: tuple[Sample, Sample]  # with, without
     nll: tuple[Sample, Sample]
+    spikes: tuple[Sample, Sample]  # the largest training loss after update SKIP
     results: list[tuple[str, Comparison]]  # each: the claim's way is a positive difference
     vocab: int | None
     vocab_from: str
@@ -85,22 +86,21 @@ def arms(rows: Sequence[Fig3Row]) -> Arms | None:
     if on is None or off is None or on[:3] != off[:3]:
         return None
     jobs = {r.job: r for r in rows}.values()
-    spikes = [
-        sample([r.max_train_loss for r in jobs if _key(r) == m and r.status == "ok"])
-        for m in (on, off)
-    ]
+
+    def spike(m: Model) -> Sample:
+        return sample([r.max_train_loss for r in jobs if _key(r) == m and r.status == "ok"])
+
+    spikes = (spike(on), spike(off))
+    nll, bleu = (of(rows, on, "all", "nll"), of(rows, off, "all", "nll")), (of(rows, on, "all"), of(rows, off, "all"))  # fmt: skip
     judged = [
-        (f"largest training loss after update {SKIP} (without - with)", spikes[0], spikes[1]),
-        ("test NLL (without - with)", of(rows, on, "all", "nll"), of(rows, off, "all", "nll")),
-        ("test BLEU (with - without)", of(rows, off, "all"), of(rows, on, "all")),
+        (f"largest training loss after update {SKIP} (without - with)", *spikes),
+        ("test NLL (without - with)", *nll),
+        ("test BLEU (with - without)", bleu[1], bleu[0]),
     ]
     vocab, where = vocabulary(rows)
     updates = max((r.step or 0 for r in rows if r.split == "test"), default=0)
-    return Arms(
-        on, off, updates, (of(rows, on, "all"), of(rows, off, "all")),
-        (of(rows, on, "all", "nll"), of(rows, off, "all", "nll")),
-        [(what, compare(a, b)) for what, a, b in judged], vocab, where,
-    )  # fmt: skip
+    results = [(what, compare(a, b)) for what, a, b in judged]
+    return Arms(on, off, updates, bleu, nll, spikes, results, vocab, where)
 
 
 def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
@@ -111,23 +111,16 @@ def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
     a = arms(rows)
     if a is None:
         return out
-    on, off = a.on, a.off
-    spikes = [
-        sample([r.max_train_loss for r in jobs if _key(r) == m and r.status == "ok"])
-        for m in (on, off)
-    ]
     cells = []
-    for m, spike in zip((on, off), spikes):
+    for m, spike, nll, bleu in zip((a.on, a.off), a.spikes, a.nll, a.bleu):
         mine = [r for r in jobs if _key(r) == m]
-        cells.append(
-            ["with" if m[3] else "without", len(mine), sum(r.status == "diverged" for r in mine),
-             spike.text(), of(rows, m, "all", "nll").text(3), of(rows, m, "all").text()]
-        )  # fmt: skip
+        cells.append(["with" if m[3] else "without", len(mine),
+                      sum(r.status == "diverged" for r in mine), spike.text(), nll.text(3), bleu.text()])  # fmt: skip
     needed = any(c.beyond and c.delta > 0 for _, c in a.results) or any(
         r.status == "diverged" and not r.tricks for r in jobs
     )  # where both arms trained: worse without them beyond the noise, or diverged
     failed = failures((r.job, r.status, r.error) for r in rows)
-    return {**out, "pair": True, "model": label(on), "skip": SKIP, "cells": cells, "arms": a,
+    return {**out, "pair": True, "model": label(a.on), "skip": SKIP, "cells": cells, "arms": a,
             "results": a.results, "needed": needed, "trained_bleu": TRAINED_BLEU, "rule": RULE, "failed": failed}  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from ..rows import Row, read_csv
 from ..verdict import RULES, UNTESTABLE, Finding
 
 MODULES = ("algorithm", "table1", "throughput", "transfer", "translation")
@@ -34,6 +35,14 @@ DATA = Path(__file__).with_name("claims.yaml")
 
 class Missing(Exception):
     """The report's rows lack what a claim is judged on (one line: what)."""
+
+
+def results(folder: Path, row: type[Row], name: str = "results.csv") -> list[Row]:
+    """The report's ``name`` read as ``row``s; ``Missing`` where the report has none."""
+    path = folder / name
+    if not path.exists():
+        raise Missing(f"no {name}")
+    return read_csv(path, row)
 
 
 @dataclass(frozen=True)

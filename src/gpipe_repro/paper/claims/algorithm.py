@@ -12,20 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rows import read_csv
 from ..sweep import SweepRow
-from ..throughput_sim import SimRow
 from ..verdict import NOT, TOLERANCE, Finding, exact, reproduced
-from . import Missing
+from . import Missing, results
+from .throughput import studies
 
 SHARE = 0.85  # of the bubble's bound: the engine benchmark's goal at M = 8 (bench/engine.py)
 
 
 def demo_rows(folder: Path) -> list[SweepRow]:
-    path = folder / "results.csv"
-    if not path.exists():
-        raise Missing(f"no {path.name}")
-    return [r for r in read_csv(path, SweepRow) if r.status == "ok" and r.K and r.M]
+    return [r for r in results(folder, SweepRow) if r.status == "ok" and r.K and r.M]
 
 
 def synchronous(folder: Path) -> Finding:
@@ -70,8 +66,7 @@ def bubble(folder: Path) -> Finding:
 def partition(folder: Path) -> Finding:
     """Rule *exceeds*: at the study's largest (K, M), the partition by measured time beats the
     cruder ones (equal layers, by parameters) by more than the tolerance."""
-    path = folder / "sensitivity.csv"
-    rs = [r for r in read_csv(path, SimRow) if r.study == "partition"] if path.exists() else []
+    rs = studies(folder, "partition")
     if not rs:
         raise Missing("no partition study in sensitivity.csv")
     K, M = max((r.K, r.M) for r in rs)

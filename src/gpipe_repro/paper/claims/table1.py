@@ -14,21 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..rows import read_csv
 from ..table1.findings import KINDS, kind, kind_label, paper, ratios, size_steps
 from ..table1.planned import ResultRow
 from ..verdict import NOT, TOLERANCE, Finding, reproduced, within
-from . import Missing
+from . import Missing, results
 
 STATED = ("fp32", "xla-like")
 EAGER = ("fp32", "eager")
 
 
 def rows(folder: Path) -> list[ResultRow]:
-    path = folder / "results.csv"
-    if not path.exists():
-        raise Missing(f"no {path.name}")
-    return read_csv(path, ResultRow)
+    return results(folder, ResultRow)
 
 
 def stated(rs: Sequence[ResultRow]) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from ..throughput_norm import renormalise, series
 from ..throughput_rows import ThroughputRow
 from ..throughput_sim import SimRow
 from ..verdict import LINK_OK, NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
-from . import Missing
+from . import Missing, results
 
 Key = tuple[str, str, str, str]  # model, source, hardware, batch mode
 PROFILE = {2: "tpu_v3", 3: "p100_pcie"}
@@ -30,10 +30,7 @@ LINK = "the profile's (16 GB/s, 2 hops)"  # the link study's variant of the pape
 
 
 def rows(folder: Path) -> list[ThroughputRow]:
-    path = folder / "results.csv"
-    if not path.exists():
-        raise Missing(f"no {path.name}")
-    return renormalise(read_csv(path, ThroughputRow))
+    return renormalise(results(folder, ThroughputRow))
 
 
 def studies(folder: Path, study: str) -> list[SimRow]:

@@ -13,16 +13,12 @@ from pathlib import Path
 from .. import fig3 as f3
 from .. import fig3_tricks as tricks
 from .. import table5 as t5
-from ..rows import read_csv
 from ..verdict import UNTESTABLE, Finding, seeded
-from . import Missing
+from . import Missing, results
 
 
 def _fig3(folder: Path) -> list[f3.Fig3Row]:
-    path = folder / "results.csv"
-    if not path.exists():
-        raise Missing(f"no {path.name}")
-    return read_csv(path, f3.Fig3Row)
+    return results(folder, f3.Fig3Row)
 
 
 def _each(parts: list[tuple[str, object]]) -> str:
@@ -88,10 +84,7 @@ def trainability(folder: Path) -> Finding:
 def batch_size(folder: Path) -> Finding:
     """Bigger batches, better BLEU and NLL, on the paper's design (the same updates); the
     confound (token-matched: the same data seen) in the reason."""
-    path = folder / "results.csv"
-    if not path.exists():
-        raise Missing(f"no {path.name}")
-    rs = read_csv(path, t5.Table5Row)
+    rs = results(folder, t5.Table5Row)
     same, matched = t5.series(rs, True), t5.series(rs, False)
     if len(same) < 2:
         raise Missing("fewer than two batch sizes at the same updates")

@@ -16,12 +16,11 @@ from pathlib import Path
 from ...memory.table1 import COLUMNS, Column, GiB
 from ..artefact import Artefact, Report
 from ..claims import LEAD, answers
-from ..numbers import quote
 from ..plot import figure
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
 from ..template import render
-from .findings import summary
+from .findings import KINDS, kind, kind_label, paper, summary
 from .planned import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
 
 TITLE = "Table 1 — the largest model that fits, per number of accelerators"
@@ -125,27 +124,14 @@ def plot(rs: list[ResultRow], path: Path) -> None:
             (axes[0], "amoebanet_d", "AmoebaNet-D (8 GiB / accelerator)"),
             (axes[1], "transformer_lm", "Transformer-L (16 GiB / accelerator)"),
         ]:
-            eager = [r for r in rs if (r.accounting or "eager") == "eager"]
-            sub = [r for r in eager if r.model == model and r.precision == "fp32"]
+            sub = [r for r in rs if r.model == model and kind(r) == ("fp32", "eager")]
             xs = list(range(len(sub)))
-            ax.plot(xs, [quote(1, f"{model} {r.column}", "parameters").value for r in sub], "s--",
-                    label="paper")  # fmt: skip
-            for precision, acct, style in (("fp32", "eager", "o-"), ("bf16", "eager", "^-"),
-                                           ("fp32", "xla-like", "o:"), ("bf16", "xla-like", "^:")):  # fmt: skip
-                ours = {
-                    r.column: r
-                    for r in rs
-                    if r.model == model
-                    and r.precision == precision
-                    and (r.accounting or "eager") == acct
-                }
+            ax.plot(xs, [paper(model, r.column, "parameters") for r in sub], "s--", label="paper")
+            for k, style in zip(KINDS, ("o-", "^-", "o:", "^:")):
+                ours = {r.column: r.largest_param_count or 0 for r in rs if r.model == model and kind(r) == k}  # fmt: skip
                 if ours:
-                    fit = [
-                        ours[r.column].largest_param_count or 0 if r.column in ours else 0
-                        for r in sub
-                    ]
-                    what = precision + (", XLA-like" if acct == "xla-like" else "")
-                    ax.plot(xs, fit, style, label=f"ours, {what}: largest that fits")
+                    ax.plot(xs, [ours.get(r.column, 0) for r in sub], style,
+                            label=f"ours, {kind_label(*k)}: largest that fits")  # fmt: skip
             ax.set_xticks(xs, [r.column for r in sub], rotation=20)
             ax.set(yscale="log", ylabel="parameters", title=title)
             ax.legend(fontsize=7)

@@ -26,6 +26,7 @@ from ..claims import TARGETS_LEAD, Answer, anchor
 from ..markdown import DASH, num, pct
 from ..plot import figure
 from ..provenance import Provenance
+from ..stats import median
 from ..template import render
 from .findings import Summary, peaks, summarize, targets, verdict
 
@@ -158,7 +159,7 @@ def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any
             for s in sums
         ],  # fmt: skip
         "errors": errs,
-        "errors_median": statistics.median(errs) if errs else None,
+        "errors_median": median(errs),
         "deciles": statistics.quantiles(errs, n=10) if len(errs) >= 2 else errs * 9,
         "under": sum(e < 0 for e in errs) / len(errs) if errs else None,
     }

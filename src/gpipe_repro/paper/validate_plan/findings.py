@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ...measure.planner import PlanRow
 from ...measure.scenarios import RULES
-from ..stats import spearman
+from ..stats import median, spearman
 
 __all__ = [
     "PlanRow",
@@ -120,11 +120,11 @@ def summarize(rows: Sequence[PlanRow]) -> list[Summary]:
                 1 - best.measured_step_s / pick.measured_step_s,
                 best.planner_rank or 0,
                 _rho(cands),
-                statistics.median(reps) if reps else None,
-                max(mp) if mp else None,
+                median(reps),
+                max(mp, default=None),
                 gains,
                 {k: _rho([r for r in cands if r.kind == k]) for k in ("real", "emulated")},
-                statistics.median(waits) if waits else None,
+                median(waits),
             )
         )
     return out

@@ -28,6 +28,7 @@ from ...measure.models import MODELS, held_out
 from ...measure.simulator import CellRow
 from ..markdown import pct
 from ..rows import read_csv, write_csv
+from ..stats import median
 
 MEDIAN, MAX, BIAS = 0.05, 0.10, 0.05  # issue #38: raw median |error|, max |error|, group bias
 SETS = ("calibration", "held-out")
@@ -70,9 +71,7 @@ def _row(set_: str, model: str, K: int | None, ck: str, rs: Sequence[CellRow]) -
         if r.rel_error_raw is not None and r.speed is not None
     ]
     speeds = [float(r.speed) for r in rs if r.speed is not None]
-    med = statistics.median(abs(e) for e in raw) if raw else None
-    top = max(abs(e) for e in raw) if raw else None
-    bias = statistics.median(raw) if raw else None
+    med, top, bias = median([abs(e) for e in raw]), max(map(abs, raw), default=None), median(raw)
     if bias is None or med is None or top is None:
         met = None
     elif model == ALL:
@@ -82,9 +81,7 @@ def _row(set_: str, model: str, K: int | None, ck: str, rs: Sequence[CellRow]) -
     return HeldOutRow(
         set_, model, K, ck, len(rs), med, top, bias,
         statistics.median(abs(e) for e in probed), statistics.median(probed),
-        statistics.median(d for d, _ in split) if split else None,
-        statistics.median(e for _, e in split) if split else None,
-        statistics.median(speeds) if speeds else None, met,
+        median([d for d, _ in split]), median([e for _, e in split]), median(speeds), met,
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from ...measure.simulator import VARIANTS, CellRow
 from ..markdown import pct
 from ..rows import read_csv, write_csv
+from ..stats import median
 
 BIAS = 0.05  # issue #21: every (model, K, remat) group's median signed error within ±5%
 NOISE = "inside this machine's noise"
@@ -99,7 +100,7 @@ def group_rows(rows: Sequence[CellRow]) -> list[GroupRow]:
         rs = [r for r in rows if (r.kind, r.model, r.K, r.checkpoint) == (kind, model, K, ck)]
         n, signed, med_abs, max_abs = _errors(rs)
         spreads = [float(r.round_spread) for r in rs if r.round_spread is not None]
-        spread = statistics.median(spreads) if spreads else None
+        spread = median(spreads)
         v = verdict(signed, spread)
         out.append(
             GroupRow(kind, model, K, ck, n, signed, med_abs, max_abs, spread, abs(signed) > BIAS, v)
