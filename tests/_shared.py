@@ -1,5 +1,5 @@
 """Helpers shared by the test files: gpipe-run as a subprocess (to its end, or started in a session of
-its own to be signalled, with bounded waits), a run's final weights read back from its save, a parallel
+its own to be signalled, with bounded waits), a make target run in a session of its own, a run's final weights read back from its save, a parallel
 corpus written to a folder, a script of ``bench/`` imported as a module, and the skip of a network
 test when the Debian archive cannot be reached."""
 
@@ -91,6 +91,29 @@ def finish(proc: subprocess.Popen[str], bound: float) -> tuple[int, str, float]:
         proc.communicate(timeout=30)
         raise AssertionError(f"still running {bound:.0f} s after the fault") from None
     return proc.returncode, err, time.monotonic() - t0
+
+
+def make(target: str, sweep_root: Path, bound: float, cwd: Path = ROOT) -> str:
+    """``make -s TARGET SWEEP_ROOT=...`` in the repository, in a process group of its own: its stderr
+    on success; past ``bound`` seconds the whole group (make and the runs it started) is killed and
+    the test fails, so no run outlives the test."""
+    proc = subprocess.Popen(
+        ["make", "-s", target, f"SWEEP_ROOT={sweep_root}"],
+        cwd=cwd,
+        env={**os.environ, "WANDB_MODE": "disabled"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=bound)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        raise AssertionError(f"make {target} still running after {bound:.0f} s") from None
+    assert proc.returncode == 0, err[-2000:]
+    return err
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:

@@ -1,6 +1,6 @@
 """`make test` and `make test-fast` run the `timed` tests (tests/conftest.py's TIMED) in a second
 phase that collects only their files: a TIMED entry whose file the Makefile misses would silently
-never run."""
+never run. And the helper that runs a make target bounds it, its whole process group killed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _shared import make, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,3 +74,20 @@ def test_make_demo_writes_its_sweep_folder_and_only_demo_publish_writes_reports(
     assert f"# make demo  ==  {demo.removeprefix('.venv/bin/')}" in header
     words = " ".join((ROOT / "README.md").read_text().split())
     assert "`make demo` never touches the committed `reports/demo/` (`make demo-publish`" in words
+
+
+def test_a_make_target_past_its_bound_leaves_no_process_behind(tmp_path):
+    """The quick-target tests run ``make``, which starts the runs: past the bound the helper kills
+    the whole group, not make alone (a run orphaned by a killed make kept 2 cores busy)."""
+    (tmp_path / "Makefile").write_text("slow:\n\tsleep 300 & echo $$! > pid; sleep 300\n")
+    with pytest.raises(AssertionError, match="still running after 1 s"):
+        make("slow", tmp_path, bound=1, cwd=tmp_path)
+    pid = int((tmp_path / "pid").read_text())
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_for(gone, 10, "the recipe's background sleep to be killed")

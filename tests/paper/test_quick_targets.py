@@ -5,11 +5,10 @@ Minutes each: ``make test-targets`` runs them, ``make test`` does not."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from _shared import make
 
 from gpipe_repro.paper.stats import BEYOND, INSIDE, UNTESTABLE
 
@@ -18,16 +17,7 @@ VERDICTS = (BEYOND, INSIDE, UNTESTABLE)
 
 
 def _make(target: str, root: Path) -> None:
-    env = {**os.environ, "WANDB_MODE": "disabled"}
-    done = subprocess.run(
-        ["make", "-s", target, f"SWEEP_ROOT={root}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    make(target, root, bound=540)
 
 
 def _report(sweep: Path, name: str, jobs: int) -> str:

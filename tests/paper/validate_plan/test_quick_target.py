@@ -5,31 +5,19 @@ Minutes: ``make test-targets`` runs it, ``make test`` does not."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
+from _shared import make
 
 from gpipe_repro.measure.planner import PlanRow
 from gpipe_repro.paper.rows import read_csv
 from gpipe_repro.paper.validate_plan.findings import summarize
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 @pytest.mark.target
 @pytest.mark.timeout(900)
 def test_validate_plan_quick_writes_its_report(tmp_path):
-    done = subprocess.run(
-        ["make", "-s", "validate-plan-quick", f"SWEEP_ROOT={tmp_path}"],
-        cwd=ROOT,
-        env={**os.environ, "WANDB_MODE": "disabled"},
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    make("validate-plan-quick", tmp_path, bound=840)
     out = tmp_path / "validate-plan"
     rows = read_csv(out / "validation.csv", PlanRow)
     sums = summarize(rows)
