@@ -80,7 +80,9 @@ def start(args: Sequence[str], cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def finish(proc: subprocess.Popen[str], bound: float) -> tuple[int, str, float]:
+def finish(
+    proc: subprocess.Popen[str], bound: float, what: str = "the run"
+) -> tuple[int, str, float]:
     """Wait at most ``bound`` seconds for ``proc``: (exit code, stderr, seconds); past the bound its
     whole group is killed and the test fails."""
     t0 = time.monotonic()
@@ -89,7 +91,7 @@ def finish(proc: subprocess.Popen[str], bound: float) -> tuple[int, str, float]:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
-        raise AssertionError(f"still running {bound:.0f} s after the fault") from None
+        raise AssertionError(f"{what} still running after {bound:.0f} s") from None
     return proc.returncode, err, time.monotonic() - t0
 
 
@@ -106,13 +108,8 @@ def make(target: str, sweep_root: Path, bound: float, cwd: Path = ROOT) -> str:
         text=True,
         start_new_session=True,
     )
-    try:
-        _, err = proc.communicate(timeout=bound)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-        raise AssertionError(f"make {target} still running after {bound:.0f} s") from None
-    assert proc.returncode == 0, err[-2000:]
+    code, err, _ = finish(proc, bound, f"make {target}")
+    assert code == 0, err[-2000:]
     return err
 
 
