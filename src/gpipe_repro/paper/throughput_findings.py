@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.schedule import bubble_fraction
-from .markdown import DASH, num
+from .markdown import DASH, mib, num, yes
 from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
@@ -62,8 +62,7 @@ def _cells(r: Any, anchors: Anchoring) -> list[str]:
 
 
 def _series(r: Any, anchors: Anchoring) -> list[Any]:
-    fits = {True: "yes", False: "**no**"}.get(r.fits_memory, DASH)
-    head = [r.M or DASH, r.K, r.batch_size or DASH, r.micro_batch or DASH, fits]
+    head = [r.M or DASH, r.K, r.batch_size or DASH, r.micro_batch or DASH, yes(r.fits_memory)]
     if r.normalized is None:
         return [*head, DASH, "failed", num(r.paper_normalized), *[DASH] * 6, r.why]
     factors = (r.bound, r.balance, r.overlap, r.transfers, r.efficiency)
@@ -136,7 +135,7 @@ def _by_model(rows: Sequence[Any]) -> Iterator[tuple[str, list[Any], list[str]]]
 
 
 def _mib(text: str) -> str:
-    return ", ".join(f"{int(b) / 2**20:.1f}" for b in text.split(";") if b) or DASH
+    return ", ".join(mib(int(b), 1) for b in text.split(";") if b) or DASH
 
 
 def _partition(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, Any]]:
@@ -175,11 +174,8 @@ def _link(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: s
             if r.reference == f"K={r.K}, M={r.M}":
                 continue
             free = next((q for q in rs if q.variant == "free link" and q.K == r.K), None)
-            agree = (
-                f"within ±{TOLERANCE:.0%} of"
-                if within(r.normalized or 0, r.paper_normalized or 1)
-                else f"outside ±{TOLERANCE:.0%} of"
-            )
+            inside = within(r.normalized or 0, r.paper_normalized or 1)
+            agree = f"{'within' if inside else 'outside'} ±{TOLERANCE:.0%} of"
             ours.append((r, agree, free))
         out.append({
             "name": names.get(mod, mod), "M": rs[0].M,
