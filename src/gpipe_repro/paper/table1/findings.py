@@ -375,15 +375,14 @@ def size_steps(r: ResultRow) -> int | None:
     return None if r.largest_L is None else r.largest_L - r.L
 
 
-def naive_sizes(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
+def naive_sizes(rs: Sequence[ResultRow]) -> list[list[Any]]:
     """Naive-1's largest model per model and kind against the paper's size, in search steps
     (AmoebaNet: D in 8s; Transformer: L)."""
-    out = []
-    for r in (r for r in rs if r.column == "Naive-1"):
-        out.append({"row": r, "kind": kind_label(*kind(r)), "steps": size_steps(r),
-                    "size": _size(r, "largest_L", "largest_D") if r.largest_L else "none",
-                    "paper": _size(r)})  # fmt: skip
-    return out
+    return [
+        [r.model, kind_label(*kind(r)), _size(r, "largest_L", "largest_D") if r.largest_L else "none",
+         _size(r), "—" if (n := size_steps(r)) is None else f"{n:+d}"]
+        for r in rs if r.column == "Naive-1"
+    ]  # fmt: skip
 
 
 def summary(
@@ -406,15 +405,6 @@ def summary(
             f"{k[0]}{'/' + k[1] if k[1] else ''}: {reason}" for k, reason in FUSED_AWAY.items()
         ),
         "fused_cells": fused(rs, saved),
-        "naive_sizes_cells": [
-            [
-                n["row"].model,
-                n["kind"],
-                n["size"],
-                n["paper"],
-                "—" if n["steps"] is None else f"{n['steps']:+d}",
-            ]
-            for n in naive_sizes(rs)
-        ],  # fmt: skip
+        "naive_sizes_cells": naive_sizes(rs),
         "has_xla": any(accounting(r) == "xla-like" for r in rs),
     }
