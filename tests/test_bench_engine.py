@@ -73,3 +73,36 @@ def test_the_page_opens_with_each_later_schedules_verdict_against_the_peer(bench
     assert lines[0].startswith("- interleaved v=2 vs `torch_interleaved`")
     assert ": met, 1.040 at worst (M = 2)" in lines[0] and "ours ≤ theirs at every M." in lines[0]
     assert ": not met, 0.990 at worst (M = 2)" in lines[1] and "not at M = 2." in lines[1]
+
+
+def test_a_receive_inside_a_computation_span_counts_as_idle(bench):
+    # one step, K = 2: rank 0 computes 0-4 s, then a 'backward' span 4-10 s that is all a receive
+    # (zb-h1's first cell takes its gradient inside B); rank 1 computes 2-10 s
+    spans = [[[(0.0, 4.0), (4.0, 10.0)]], [[(2.0, 10.0)]]]
+    waits = [[[(4.0, 10.0)]], [[]]]
+    [(bubble, busy)] = bench._span_bubble(spans, 2, waits)
+    assert busy == (4.0 + 8.0) / 2
+    assert bubble == 1 - 12.0 / 20.0
+    [(bubble_spans_only, _)] = bench._span_bubble(spans, 2)  # counting the receive as work
+    assert bubble_spans_only < bubble
+
+
+def test_a_slower_cell_is_judged_and_its_gap_located(bench):
+    row = {
+        "schedule": "zb-h1", "virtual_stages": 2, "theirs": "torch_zb", "M": 4, "ratio": 0.95,
+        "ours_s": 0.2, "theirs_s": 0.19, "ours_bubble": 0.10, "theirs_bubble": 0.15,
+        "ours_busy_s": 0.18, "theirs_busy_s": 0.16,
+        "ours_samples_s": [0.200, 0.201, 0.199, 0.202, 0.200],
+        "theirs_samples_s": [0.190, 0.191, 0.189, 0.190, 0.192],
+    }  # fmt: skip
+    c = bench.judged(row)
+    assert c is not None and c.beyond and 9.0 < c.delta < 11.0  # ms, ours slower
+    [line] = [x for x in bench._answer({"schedules": {"rows": [row]}}) if x]
+    assert (
+        ": not met, 0.950 at worst (M = 4); at M = 4 the ratio is 0.950, ours − theirs +10.0 ms (means of the repetitions), "
+        in line
+    )
+    assert "beyond the noise, p < 0.001" in line
+    assert "our computation per rank +12.5% of theirs and our bubble 0.100 against 0.150" in line
+    noisy = dict(row, ours_samples_s=[0.18, 0.23, 0.19, 0.22, 0.20])
+    assert not bench.judged(noisy).beyond  # the same medians, a spread that hides the gap

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...engine.schedule import SCHEDULES
 from ...measure.calibration import Calibration
 from ...measure.models import N
 from ...measure.planner import PlanRow, run
@@ -112,6 +113,7 @@ def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any
     marked = [(t.what, t.value, t.goal, "met" if t.met else "**not met**") for t in targets(sums)]
     return {
         "summaries": sums,
+        "schedules": ", ".join(s for s in SCHEDULES if any(r.schedule == s for r in rows)),
         "calib": calib,
         "dilations": ", ".join(
             f"{k} ×{v:g}" for k, v in (calib.dilations if calib else {}).items()
