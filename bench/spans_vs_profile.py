@@ -1,0 +1,191 @@
+"""Where does each schedule's step go against the per-layer profile? K = 2 spans per action kind, a diagnostic.
+
+    python bench/spans_vs_profile.py [--models amoebanet transformer imbalanced] [--M 8]
+                                     [--schedules gpipe 1f1b zb-h1] [--rounds 3] [--json out.json]
+
+``reports/sim/sim.md`` (error by schedule) finds the real zb-h1 cells simulated short while gpipe's
+and 1f1b's are not. The simulator builds a stage's step from each layer's profiled costs: forward,
+whole backward, and under zb-h1 B and W timed apart (``sim.measured.split``). This runs each model at
+K = 2 on the real engine (the validation's partition, remat never, M micro-batches), under each
+schedule, and sums per stage the spans of each action kind, less the receives taken inside them,
+against the profile's charge for the same layers:
+
+- forward: M x the layers' forward;
+- backward (gpipe, 1f1b): M x the whole backward;
+- zb-h1: B against M x B and W against M x W. The model's first cell has no B: its B span only takes
+  the gradient, and its W runs the whole split backward, M x (B + W).
+
+A ratio above 1 is time the engine's spans take that the profile does not charge. *Other* is the rest
+of the stage's step (waits, sends, bookkeeping), in ms. Both sides are raw seconds, the profile
+taken just before the runs (one thread, the engine's host-memory setting). Nothing here is used by
+the simulator. Run it on an idle machine, under the CPU lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from gpipe_repro.engine import balance_by_cost, launch, stage_slice
+from gpipe_repro.engine.events import COMPUTE
+from gpipe_repro.engine.hostmem import apply_host_memory
+from gpipe_repro.engine.schedule import SCHEDULES
+from gpipe_repro.measure.calibration import profile_model
+from gpipe_repro.measure.models import MODELS, N
+from gpipe_repro.sim.costs import LayerCost
+
+K = 2
+KINDS = ("forward", "backward", "weight")
+
+
+def spans(events: Sequence[dict], stage: int) -> dict[str, float]:
+    """Seconds per computing action kind on ``stage``, each span less the receives inside it."""
+    waits = [
+        (e["start"], e["end"]) for e in events if e["stage"] == stage and e["action"] == "wait"
+    ]
+    out: dict[str, float] = {}
+    for e in events:
+        if e["stage"] != stage or e["action"] not in COMPUTE:
+            continue
+        a, b = e["start"], e["end"]
+        inside = sum(max(0.0, min(b, d) - max(a, c)) for c, d in waits)
+        out[e["action"]] = out.get(e["action"], 0.0) + (b - a) - inside
+    return out
+
+
+def charged(costs: Sequence[LayerCost], M: int, schedule: str, first: bool) -> dict[str, float]:
+    """What the profile charges a stage of ``costs`` per step, per action kind (module doc)."""
+    fwd = M * sum(c.forward_s for c in costs)
+    if schedule != "zb-h1":
+        return {"forward": fwd, "backward": M * sum(c.backward_s for c in costs)}
+    b = M * sum(c.split[0] for c in costs)
+    w = M * sum(c.split[1] for c in costs)
+    return {"forward": fwd, "backward": 0.0, "weight": b + w} if first else {
+        "forward": fwd, "backward": b, "weight": w
+    }  # fmt: skip
+
+
+def _rank(name: str, balance: list[int], cells: list[dict], steps: int) -> list[dict[str, Any]]:
+    """One rank running each of ``cells`` (as ``measure.ranks.real_rank`` does) for 2 warm-up and
+    ``steps`` timed steps; per cell and timed step the spans per kind (``spans``) and the step."""
+    import copy
+    import time
+
+    from gpipe_repro.measure.models import model
+    from gpipe_repro.measure.ranks import _cell_pipeline, _mine, _topology
+
+    topo = _topology(K, 120.0, cells)
+    apply_host_memory("retain")
+    vm = model(name)
+    every = vm.layers()
+    x, y = vm.sample(N)
+    out = []
+    for cfg in cells:
+        mine, first = _mine(every, cfg, balance, topo.stage, K)
+        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss, first)
+        opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
+        rows = []
+        for s in range(2 + steps):
+            t0 = time.perf_counter()
+            pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            if s >= 2:
+                last = pipe.recorder.step - 1
+                ev = [e.to_dict() for e in pipe.recorder.events if e.step == last]
+                rows.append({**spans(ev, topo.stage), "step": time.perf_counter() - t0})
+        out.append({"schedule": cfg["schedule"], "stage": topo.stage, "rows": rows})
+    return out
+
+
+def measure(
+    name: str, M: int, schedules: Sequence[str], rounds: int, steps: int
+) -> list[dict[str, Any]]:
+    """Per schedule and stage: the median over ``rounds`` x ``steps`` steps of the spans per kind
+    and of the step, beside the profile's charge (taken just before)."""
+    n = N // M
+    profile = profile_model(name, sorted({n, N}), repeats=5, seed=0, ref=None)
+    balance = balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[N]], K)
+    got: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for r in range(rounds):  # the schedules' order turned each round
+        order = list(schedules[r % len(schedules) :]) + list(schedules[: r % len(schedules)])
+        cells = [{"M": M, "schedule": s, "checkpoint": "never"} for s in order]
+        for per_rank in launch(_rank, K, (name, balance, cells, steps), threads=1):
+            for res in per_rank:
+                got.setdefault((res["schedule"], res["stage"]), []).extend(res["rows"])
+    out = []
+    for (schedule, stage), rows in got.items():
+        costs = profile.costs[n][stage_slice(balance, stage)]
+        med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in (*KINDS, "step")}
+        out.append(
+            {
+                "model": name, "M": M, "micro_batch": n, "balance": balance, "schedule": schedule,
+                "stage": stage, "steps": len(rows), "measured": med,
+                "profile": charged(costs, M, schedule, first=stage == 0),
+            }
+        )  # fmt: skip
+    return out
+
+
+def line(r: dict[str, Any]) -> str:
+    m, p = r["measured"], r["profile"]
+    ratios = " | ".join(
+        f"{m[k] / p[k]:.3f}" if p.get(k) else ("   -  " if not m.get(k) else f"{m[k] * 1e3:.1f} ms")
+        for k in KINDS
+    )
+    other = m["step"] - sum(m[k] for k in KINDS)
+    return (
+        f"{r['model']} {r['schedule']:6s} stage {r['stage']} | {ratios} | "
+        f"{m['step'] * 1e3:.1f} | {other * 1e3:.1f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["amoebanet", "transformer", "imbalanced"])
+    ap.add_argument("--M", type=int, default=8, help="micro-batches per step (divides the batch)")
+    ap.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b", "zb-h1"])
+    ap.add_argument("--rounds", type=int, default=3, help="launches of fresh ranks")
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per launch")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    bad = (
+        [f"--models {m!r} is unknown; allowed: {', '.join(MODELS)}" for m in a.models if m not in MODELS]
+        + [
+            f"--schedules {s!r} is not run here; allowed: gpipe, 1f1b, zb-h1"
+            for s in a.schedules
+            if s not in SCHEDULES or s == "interleaved"
+        ]
+        + ([f"--M={a.M} is invalid; allowed: a divisor of the batch {N}"] if a.M < 1 or N % a.M else [])
+        + ([f"--rounds={a.rounds} is invalid; allowed: >= 1"] if a.rounds < 1 else [])
+        + ([f"--steps={a.steps} is invalid; allowed: >= 1"] if a.steps < 1 else [])
+    )  # fmt: skip
+    if bad:
+        print(f"spans_vs_profile: error: {bad[0]}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)  # as a rank runs: one thread, freed memory kept mapped
+    apply_host_memory("retain")
+    print(
+        "model schedule stage | forward span/profile | backward (B) span/profile | "
+        "W span/profile | step ms | other ms"
+    )
+    out: list[dict[str, Any]] = []
+    for name in a.models:
+        rows = measure(name, a.M, a.schedules, a.rounds, a.steps)
+        for r in sorted(rows, key=lambda r: (a.schedules.index(r["schedule"]), r["stage"])):
+            print(line(r), flush=True)
+        out += rows
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
