@@ -99,3 +99,20 @@ def test_a_replay_of_a_simulated_trace_is_that_step(name, v):
 def test_cells_must_match_k_times_v():
     with pytest.raises(ValueError, match=r"exactly K\*v=4, one per model cell"):
         simulate(2, 4, "interleaved", "never", [cell(1.0, 2.0)] * 2, FREE, virtual_stages=2)
+
+
+def test_zb_h1s_first_cell_runs_its_whole_split_backward_in_w():
+    """The engine's first cell takes only the gradient at B and runs B's and W's passes at W
+    (``engine.pipeline``): its W costs B + W as split, which on a small layer exceeds the whole
+    backward (the split's own calls), not the whole backward."""
+    K, M = 2, 4
+    first = StageCost(
+        forward_s=1.0, forward_nograd_s=1.0, backward_s=2.0, out_bytes=0,
+        backward_input_s=1.5, backward_weight_s=1.3,
+    )  # fmt: skip
+    r = simulate(K, M, "zb-h1", "never", [first, cell(1.0, 2.0, 1.0)], FREE)
+    w0 = [e.end - e.start for e in r.events if e.action == "weight" and e.stage == 0]
+    b0 = [e.end - e.start for e in r.events if e.action == "backward" and e.stage == 0]
+    assert w0 == pytest.approx([2.8] * M) and b0 == pytest.approx([0.0] * M)
+    w1 = [e.end - e.start for e in r.events if e.action == "weight" and e.stage == 1]
+    assert w1 == pytest.approx([1.0] * M)  # a later cell's W is its own part alone

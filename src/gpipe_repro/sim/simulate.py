@@ -353,9 +353,9 @@ def simulate(
         elif a.kind == "W":
             starts[k].append(s.free)
             s.free += rp.before.get((k, s.pos), 0.0)
-            # the model's first cell runs its whole split backward here (its B only took the
-            # gradient: ``engine.pipeline``), its recompute first
-            whole = cost.backward_s + (cost.recompute + recompute_overhead_s if remat else 0.0)
+            # the model's first cell runs its whole split backward here, B's passes and W's (its B
+            # only took the gradient: ``engine.pipeline``), its recompute first
+            whole = sum(cost.split) + (cost.recompute + recompute_overhead_s if remat else 0.0)
             dur = compute("weight", g, a.mb, (whole if g == 0 else cost.split[1]) + overhead_s)
             ev("weight", a.mb, s.free, s.free + dur, k, c)
             s.free += dur
