@@ -68,3 +68,24 @@ def test_the_cap_verdict_names_the_paper_choice_only_where_it_is_fastest(built):
             continue
         fastest_is_paper = line[4].startswith(PAPER)
         assert (line[-1] == "**yes**") == (fastest_is_paper and int(line[4].split("M = ")[1]) >= 8)
+
+
+def test_make_schedules_runs_again_over_its_own_measured_runs(tmp_path, monkeypatch):
+    """The measured demo cells run in the report's own folder (``out/runs``); making the report
+    again replaces them instead of stopping at the first folder that holds a run's results."""
+    import gpipe_repro.runner as runner
+
+    asked = []
+
+    def fake_run(spec, folder):
+        asked.append((spec.train.overwrite, folder))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    s = Settings(demo=("experiment=demo", "train.steps=4", "train.warmup_steps=1"), demo_Ms=(4,))
+    from gpipe_repro.paper.schedules import measured
+
+    rows = measured(s, tmp_path)
+    assert len(asked) == len(SCHEDULES) == len(rows)
+    assert all(overwrite for overwrite, _ in asked)
+    assert all(folder.parent == tmp_path / "runs" for _, folder in asked)
+    assert all(r.status == "the run failed" for r in rows)

@@ -163,7 +163,8 @@ def measured(s: Settings, out: Path) -> list[ScheduleRow]:
                 [
                     *s.demo, "pipeline.K=2", f"pipeline.M={M}", f"pipeline.schedule={schedule}",
                     f"pipeline.checkpoint={remat}", f"pipeline.virtual_stages={vs}",
-                    "train.predict=true", "logger=none",
+                    # the report's own runs: making it again replaces them
+                    "train.predict=true", "logger=none", "train.overwrite=true",
                 ]
             )  # fmt: skip
             row = ScheduleRow(
