@@ -16,9 +16,11 @@ against the profile's charge for the same layers:
   the gradient, and its W runs the whole split backward, M x (B + W).
 
 A ratio above 1 is time the engine's spans take that the profile does not charge. *Other* is the rest
-of the stage's step (waits, sends, bookkeeping), in ms. Both sides are raw seconds, the profile
-taken just before the runs (one thread, the engine's host-memory setting). Nothing here is used by
-the simulator. Run it on an idle machine, under the CPU lock.
+of the stage's step (waits, sends, bookkeeping), in ms. Both sides are put on the speed probe's
+reference speed (``sim.measured.speed``: the profile as the validation takes it, each step by the
+probe taken before it), so the host's drift between profiling and running is taken out; the profile
+is taken just before the runs (one thread, the engine's host-memory setting). Nothing here is used
+by the simulator. Run it on an idle machine, under the CPU lock.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gpipe_repro.engine.schedule import SCHEDULES
 from gpipe_repro.measure.calibration import profile_model
 from gpipe_repro.measure.models import MODELS, N
 from gpipe_repro.sim.costs import LayerCost
+from gpipe_repro.sim.measured.speed import normalized, reference_s
 
 K = 2
 KINDS = ("forward", "backward", "weight")
@@ -72,35 +75,33 @@ def charged(costs: Sequence[LayerCost], M: int, schedule: str, first: bool) -> d
 
 
 def _rank(name: str, balance: list[int], cells: list[dict], steps: int) -> list[dict[str, Any]]:
-    """One rank running each of ``cells`` (as ``measure.ranks.real_rank`` does) for 2 warm-up and
-    ``steps`` timed steps; per cell and timed step the spans per kind (``spans``) and the step."""
-    import copy
-    import time
+    """One rank of the validation's real cells (``measure.ranks.real_rank``, 2 warm-up and
+    ``steps`` timed steps) keeping every timed step's events, not only the last one's; per cell
+    and timed step the spans per kind (``spans``) and the step, raw seconds."""
+    from gpipe_repro.measure import ranks
 
-    from gpipe_repro.measure.models import model
-    from gpipe_repro.measure.ranks import _cell_pipeline, _mine, _topology
+    result = ranks._result
 
-    topo = _topology(K, 120.0, cells)
-    apply_host_memory("retain")
-    vm = model(name)
-    every = vm.layers()
-    x, y = vm.sample(N)
+    def every_step(cfg: dict, pipe: Any, timed: Any) -> dict:
+        res = result(cfg, pipe, timed)
+        res["events"] = [e.to_dict() for e in pipe.recorder.events]
+        return res
+
+    ranks._result = every_step  # this rank's process only
     out = []
-    for cfg in cells:
-        mine, first = _mine(every, cfg, balance, topo.stage, K)
-        pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss, first)
-        opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
-        rows = []
-        for s in range(2 + steps):
-            t0 = time.perf_counter()
-            pipe.train_step(x if topo.is_first else None, y if topo.is_last else None)
-            opt.step()
-            opt.zero_grad(set_to_none=False)
-            if s >= 2:
-                last = pipe.recorder.step - 1
-                ev = [e.to_dict() for e in pipe.recorder.events if e.step == last]
-                rows.append({**spans(ev, topo.stage), "step": time.perf_counter() - t0})
-        out.append({"schedule": cfg["schedule"], "stage": topo.stage, "rows": rows})
+    for res in ranks.real_rank(name, K, balance, cells, 2, steps):
+        rows = [
+            {**spans([e for e in res["events"] if e["step"] == 2 + i], res["stage"]), "step": t}
+            for i, t in enumerate(res["times"])
+        ]
+        out.append(
+            {
+                "schedule": res["cell"]["schedule"],
+                "stage": res["stage"],
+                "rows": rows,
+                "probes": res["probes"],  # the first rank's, before each step (0 elsewhere)
+            }
+        )
     return out
 
 
@@ -110,15 +111,20 @@ def measure(
     """Per schedule and stage: the median over ``rounds`` x ``steps`` steps of the spans per kind
     and of the step, beside the profile's charge (taken just before)."""
     n = N // M
-    profile = profile_model(name, sorted({n, N}), repeats=5, seed=0, ref=None)
+    ref = reference_s()
+    profile = profile_model(name, sorted({n, N}), repeats=5, seed=0, ref=ref)
     balance = balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[N]], K)
     got: dict[tuple[str, int], list[dict[str, float]]] = {}
     for r in range(rounds):  # the schedules' order turned each round
         order = list(schedules[r % len(schedules) :]) + list(schedules[: r % len(schedules)])
         cells = [{"M": M, "schedule": s, "checkpoint": "never"} for s in order]
-        for per_rank in launch(_rank, K, (name, balance, cells, steps), threads=1):
-            for res in per_rank:
-                got.setdefault((res["schedule"], res["stage"]), []).extend(res["rows"])
+        for per_cell in zip(*launch(_rank, K, (name, balance, cells, steps), threads=1)):
+            probes = next(r["probes"] for r in per_cell if r["stage"] == 0)
+            for res in per_cell:  # every rank's step on the first rank's probe before it
+                got.setdefault((res["schedule"], res["stage"]), []).extend(
+                    {k: normalized(v, p, ref) for k, v in row.items()}
+                    for row, p in zip(res["rows"], probes)
+                )
     out = []
     for (schedule, stage), rows in got.items():
         costs = profile.costs[n][stage_slice(balance, stage)]
