@@ -1,7 +1,8 @@
 """Where does each schedule's step go against the per-layer profile? K = 2 spans per action kind, a diagnostic.
 
     python bench/spans_vs_profile.py [--models amoebanet transformer imbalanced] [--M 8]
-                                     [--schedules gpipe 1f1b zb-h1] [--rounds 3] [--json out.json]
+                                     [--schedules gpipe 1f1b zb-h1] [--rounds 3] [--steps 6]
+                                     [--json out.json]
 
 ``reports/sim/sim.md`` (error by schedule) finds the real zb-h1 cells simulated short while gpipe's
 and 1f1b's are not. The simulator builds a stage's step from each layer's profiled costs: forward,
