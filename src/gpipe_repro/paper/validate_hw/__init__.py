@@ -3,12 +3,9 @@
     python -m gpipe_repro.paper validate-hw --publish    # make validate-hw -> reports/hw/
     python -m gpipe_repro.paper validate-hw --no-cpu     # the anchors alone (seconds; not published)
 
-Experiments: every published profile of ``conf/hardware/`` (``sim.hardware.published_names``: a
-YAML file a user adds is one) with its anchors, simulated by ``sim.anchors.check``; the experiments
-that simulate on those profiles (``uses``); this CPU's roofline against its measured layer costs
-(``measure.roofline_check``). Collect: ``results.csv`` (``profiles.AnchorRow``), ``devices.csv``, ``uses.csv``,
-``cpu.csv`` and ``cpu.yaml``. Summary: ``profiles`` (per device, per layer kind, what rests on which
-profile). Page: ``templates/hw.md.j2`` and ``hw.png``, from those files alone.
+Every published profile (``sim.hardware.published_names``) with its anchors (``sim.anchors.check``),
+the experiments that simulate on them (``uses``) and this CPU's roofline against its measured layer
+costs (``measure.roofline_check``); summary: ``profiles``; page: ``templates/hw.md.j2``, ``hw.png``.
 """
 
 from __future__ import annotations
@@ -17,6 +14,8 @@ import argparse
 import statistics
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from ...config.compose import CONF_DIR
 from ...measure.roofline_check import measure_cpu, write_profile
@@ -81,10 +80,11 @@ class ValidateHw(Artefact[AnchorRow]):
 
     def markdown(self, report: Report[AnchorRow], out: Path) -> str:
         cpu = read_csv(out / "cpu.csv", CpuRow) if (out / "cpu.csv").exists() else []
+        profile = OmegaConf.load(out / "cpu.yaml") if (out / "cpu.yaml").exists() else None
         summaries = read_csv(out / "devices.csv", DeviceSummary)
         s = summary(report.rows, summaries, read_csv(out / "uses.csv", UseRow), cpu)
         return render("hw", report.provenance, TITLE, answer(summaries), TARGETS_LEAD,
-                      profile=_cpu_profile(out / "cpu.yaml"), **s)  # fmt: skip
+                      profile=profile, **s)  # fmt: skip
 
     def plot(self, report: Report[AnchorRow], path: Path) -> None:
         cpu = path.parent / "cpu.csv"
@@ -162,20 +162,6 @@ def summary(
         "kinds_within": sum(k.within for k in ks),
         "median": statistics.median(e for k in ks for _, e in k.errors) if ks else None,
     }
-
-
-def _cpu_profile(path: Path) -> str:
-    """The CPU profile's measured fields in words (empty when it was not written)."""
-    if not path.exists():
-        return ""
-    from omegaconf import DictConfig, OmegaConf
-
-    p = OmegaConf.load(path)
-    assert isinstance(p, DictConfig)
-    return (
-        f"peak {p['peak_flops_fp32'] / 1e9:.1f} GFLOP/s, copy {p['mem_bandwidth_Bps'] / 1e9:.1f} "
-        f"GB/s, one operator call {p['op_min_s'] * 1e6:.1f} us"
-    )
 
 
 def plot(rows: list[AnchorRow], cpu: list[CpuRow], path: Path) -> None:

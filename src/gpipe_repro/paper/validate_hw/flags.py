@@ -1,10 +1,8 @@
 """Which cells of a table rest on a hardware profile not anchored well enough, from a validate-hw report.
 
-A cell simulated on a published profile (Tables 2 and 3, GPipe §3: TPU v3, P100) is only as good as
-that profile's roofline. ``make validate-hw`` judges each profile per input a model is fed
-(``profiles.problems``: its anchors and this CPU's per-layer check); a table reads that judgement from
-the report's ``devices.csv`` and ``cpu.csv`` and marks every cell it covers — the same decision,
-made by the same function, never a second copy of it.
+A table simulated on a published profile (Tables 2 and 3, GPipe §3) marks every cell whose profile
+``profiles.problems`` judges unanchored for its model's input, reading the report's ``devices.csv``
+and ``cpu.csv``: the same decision, made by the same function, never a second copy of it.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from ..plot import figure
 from ..provenance import Provenance
 from ..stats import median
 from ..template import render
-from .findings import Summary, peaks, summarize, targets, verdict
+from .findings import Summary, peaks, real_picks, summarize, targets, verdict
 
 TITLE = "The planner against every configuration measured (gpipe-plan, issue #19)"
 
@@ -83,14 +83,12 @@ def answer(rows: Sequence[PlanRow]) -> list[Answer]:
     if not ts:
         return []
     missed = [t.what for t in ts if not t.met]
-    emulated = sum(s.pick.kind == "emulated" for s in sums)
-    real = len(sums) - emulated
+    real, n = real_picks(sums)
     cond = (
         f"all {len(sums)} picks are emulated configurations (K ≥ 4: the engine in emulation "
         "mode, each layer sleeping its profiled cost), none ran for real"
         if not real
-        else f"{real} of {len(sums)} picks ran for real (K ≤ 2), {emulated} are emulated "
-        "configurations"
+        else f"{real} of {n} picks ran for real (K ≤ 2), {n - real} are emulated configurations"
     )
     verdict = "every target met" if not missed else f"not met: {', '.join(missed)}"
     return [Answer(verdict, "the planner's pick against every configuration measured, "

@@ -1,24 +1,13 @@
 """The planner's validation in numbers: one row per measured configuration, a summary per scenario.
 
-A *scenario* is one model under one memory cap. Its rows are the planner's ranked candidates
-(``planner_rank`` 1 = the pick) and the configurations the rules of thumb give (``rules``), each
-with the planner's prediction (step time, per-stage peak) and, where it fits the cap, its
-measurement. From the rows alone (``summarize``):
-
-- **regret**: 1 - the pick's measured samples/s over the best measured candidate's (0: the pick is
-  the best);
-- **rank of the best**: the best measured candidate's place in the planner's list;
-- **Spearman**: rank correlation of predicted and measured step time over the measured candidates;
-- **repeatability**: the same configuration measured in two rounds, |a - b| / mean, the median over
-  the scenario's candidates: differences below it are the machine's noise, not the planner's;
-- **gain over each rule of thumb**: the rule's measured step time over the pick's, minus 1 (None:
-  the rule's configuration does not fit the cap);
-- **memory**: the pick's largest measured per-stage peak against the cap (real cells only).
-
-``targets`` turns the summaries into the issue's target lines, each met or not from the numbers;
-``verdict`` says in one line how many were met and what share of the picks ran for real (the real
-engine, K x replicas <= 2 here) rather than emulated: a target met on emulated picks rests on the
-emulation as much as on the planner (issue #38).
+A *scenario* is one model under one memory cap; its rows are the planner's ranked candidates
+(``planner_rank`` 1 = the pick) and the configurations the rules of thumb give, each predicted and,
+where it fits the cap, measured. ``summarize`` gives per scenario the pick's regret against the best
+measured candidate, that one's rank, Spearman of predicted and measured step, the repeatability of
+the same configuration in two rounds (the machine's noise), the pick's gain over each rule and its
+memory against the cap. ``targets`` turns them into the issue's target lines; ``verdict`` adds the
+share of the picks that ran for real rather than emulated: a target met on emulated picks rests on
+the emulation as much as on the planner (issue #38).
 """
 
 from __future__ import annotations
@@ -30,18 +19,6 @@ from dataclasses import dataclass
 from ...measure.planner import PlanRow
 from ...measure.scenarios import RULES
 from ..stats import median, spearman
-
-__all__ = [
-    "PlanRow",
-    "Summary",
-    "RULES",
-    "summarize",
-    "targets",
-    "Target",
-    "repeatability",
-    "real_picks",
-    "verdict",
-]
 
 
 def peaks(text: str) -> list[float]:

@@ -3,13 +3,8 @@
     python -m gpipe_repro.paper validate-sim --publish     # make validate-sim -> reports/sim/
     python -m gpipe_repro.paper validate-sim --quick       # a smoke run of every step
 
-Experiments and measurement: ``measure.simulator`` (the grid: its ``Settings``; ``--quick``: fewer
-cells, one round, two steps), which writes ``events.jsonl``, ``cpu.yaml`` and ``calibration.json``
-and returns the rows of ``validation.csv`` and ``roofline.csv``. Summary: ``findings`` and ``split``
-(the error by remat, schedule and (model, K, remat) group: ``split.csv``, ``groups.csv``) and
-``heldout`` (the real cells' raw error, calibration and held-out models apart, and its split into
-the host's drift and the engine's part: ``heldout.csv``). Page:
-``templates/sim.md.j2``, the plots and the traces (``figures``), from those files alone.
+Measurement: ``measure.simulator``. Summary: ``findings``, ``split`` (by remat, schedule and group)
+and ``heldout`` (calibration and held-out models apart). Page: ``templates/sim.md.j2`` and ``figures``.
 """
 
 from __future__ import annotations
@@ -29,6 +24,10 @@ from . import findings, heldout, split
 from .figures import plot_cells, trace_cell
 
 TRACES = ("cell", "worst_real", "worst_emulated")
+# what ``render`` writes, in order: the summary's CSVs, the page, the plots, the traces
+WRITTEN = "split.csv groups.csv heldout.csv sim.md validation.png roofline.png".split() + [
+    f"trace_{t}{e}" for t in TRACES for e in ("_measured.json", "_simulated.json", ".png")
+]
 
 
 class ValidateSim(Artefact[CellRow]):
@@ -49,8 +48,8 @@ class ValidateSim(Artefact[CellRow]):
         return Report(v.rows, Provenance.here(v.device.device))
 
     def render(self, report: Report[CellRow], out: Path) -> list[Path]:
-        """``sim.md``, ``split.csv`` and ``groups.csv``, the plots and the traces of the chosen cell
-        and of the worst real and emulated cells, from the rows and the files beside them."""
+        """The page, the summary's CSVs, the plots and the traces, from the rows and the files
+        beside them."""
         rows, calib = report.rows, Calibration.load(out) or Calibration()
         plot_cells(rows, out / "validation.png")
         summ = findings.summarize(rows)
@@ -93,14 +92,7 @@ class ValidateSim(Artefact[CellRow]):
             roofline=findings.roofline(out),
         )  # fmt: skip
         (out / "sim.md").write_text(page)
-        names = ["sim.md", "validation.png", "roofline.png"]
-        names += [
-            f"trace_{t}{e}" for t in TRACES for e in ("_measured.json", "_simulated.json", ".png")
-        ]
-        written = [
-            out / n for n in ("split.csv", "groups.csv", "heldout.csv") if (out / n).exists()
-        ]
-        return written + [out / n for n in names if (out / n).exists()]
+        return [out / n for n in WRITTEN if (out / n).exists()]
 
 
 ARTEFACT = ValidateSim()

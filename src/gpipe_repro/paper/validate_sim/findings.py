@@ -1,10 +1,7 @@
 """What the simulator's validation page says, from ``validation.csv`` and the files beside it.
 
-Per kind of cell (real, emulated): the errors against the targets, with and without the speed
-probe, and the rounds' spread (``summarize``); the error by model, kind and K; what each modelling
-choice buys; the worst cells; every cell; this CPU's roofline against the measured layers
-(``roofline.csv``). ``templates/sim.md.j2`` words them; every number is read from the files, none is
-typed.
+Per kind of cell (real, emulated): the errors against the targets, by group, per modelling choice,
+per cell, and this CPU's roofline; ``templates/sim.md.j2`` words them.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
         errs = [abs(r.rel_error) for r in rs]
         rho = spearman([r.measured_step_s for r in rs], [r.simulated_step_s for r in rs])
         med_t, max_t = TARGETS[kind]
+        quiet = [abs(r.rel_error) for r in rs if (r.core_wait_share or 0.0) <= QUIET]
         signed_raw = [r.rel_error_raw for r in rs if r.rel_error_raw is not None]
         raw = [abs(e) for e in signed_raw]
         spread = [r.round_spread for r in rs if r.round_spread is not None]
@@ -55,20 +53,19 @@ def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
             "wait": statistics.median(r.core_wait_share or 0.0 for r in rs),
             "normalized": bool(speeds),
             "raw_median": median(raw),
-            "raw_max": max(raw) if raw else None,
+            "raw_max": max(raw, default=None),
             "raw_bias": median(signed_raw),
             "spread_median": median(spread),
-            "spread_max": max(spread) if spread else None,
+            "spread_max": max(spread, default=None),
             "spread_raw_median": median(spread_raw),
-            "spread_raw_max": max(spread_raw) if spread_raw else None,
-            "speed_min": min(speeds) if speeds else None,
+            "spread_raw_max": max(spread_raw, default=None),
+            "speed_min": min(speeds, default=None),
             "speed_median": median(speeds),
-            "speed_max": max(speeds) if speeds else None,
+            "speed_max": max(speeds, default=None),
+            "quiet": len(quiet),
+            "quiet_median": median(quiet),
+            "quiet_max": max(quiet, default=None),
         }
-        quiet = [abs(r.rel_error) for r in rs if (r.core_wait_share or 0.0) <= QUIET]
-        out[kind]["quiet"] = len(quiet)
-        out[kind]["quiet_median"] = statistics.median(quiet) if quiet else None
-        out[kind]["quiet_max"] = max(quiet) if quiet else None
     return out
 
 

@@ -1,19 +1,11 @@
 """The real cells' raw error, calibration and held-out models apart, and the raw error split in two.
 
-Issue #38: what a user sees is the raw prediction (``gpipe-run backend=sim hardware=measured``
-against ``gpipe-run`` of the same configuration, no speed probe), and a simulator judged on the
-models it was calibrated on says nothing about the next one. So the real cells are split by the rule
-fixed in ``measure.models`` (``held_out``: a held-out family no calibration step runs) and each set,
-and each of its (model, K, remat) groups, gets its raw error against the targets: median |error| ≤
-5%, max ≤ 10%, every group's bias within ±5%. The speed-probed error stays beside as a diagnostic.
-
-**The raw error split in two.** Per real cell, the raw error is the probed error (both sides put on
-the probe's reference speed: what the engine pays that the profile misses, or gets wrong) plus the
-difference the probe made (the host's drift between profiling and measuring):
-``raw = engine + drift``, ``drift = raw - probed``. Each set's median of each part says which of the
-two the raw error is made of; a cell that was not probed has no split.
-
-Typed rows (``HeldOutRow``) are written to ``heldout.csv``; the page's section reads them back.
+Issue #38: a user sees the raw prediction (no speed probe), and a simulator judged on the models it
+was calibrated on says nothing about the next one. So the real cells are split by
+``measure.models.held_out`` and each set, and each of its (model, K, remat) groups, is judged on its
+raw error. Per cell ``raw = engine + drift``: the probed error (what the engine pays that the
+profile misses) plus the host's drift between profiling and measuring (``raw - probed``).
+Written to ``heldout.csv``; the page reads it back.
 """
 
 from __future__ import annotations

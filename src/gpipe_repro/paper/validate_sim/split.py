@@ -1,16 +1,10 @@
 """The validation's error split by what users decide: remat and schedule, per (model, K, remat), and per M.
 
-Issue #21's target for the simulator is a *bias* target: in every (model, K, remat) group the median
-signed error within ±5% (bias distorts a table; noise averages out). Remat (GPipe §2.3) and the
-schedule are what a user decides, so the error is split by them, real and emulated cells always
-apart. A bias smaller than the same cell's repeat spread (how far the rounds of fresh processes
-differ on this machine, ``CellRow.round_spread``) cannot be told from this machine's noise: such a
-group says so instead of "met".
-
-Typed rows (``SplitRow``, ``GroupRow``) are computed from ``validation.csv``'s rows, written to
-``split.csv`` and ``groups.csv``, and the page's sections and verdicts are read from what those
-CSVs hold (``summary``). The error per number of micro-batches (``by_m``) sets it beside the share of
-the simulated step that posting messages takes, which grows with M at a fixed batch.
+Issue #21's target is a *bias* target: in every (model, K, remat) group the median signed error
+within ±5% (bias distorts a table; noise averages out). A group whose bias is smaller than its
+cells' repeat spread (``CellRow.round_spread``) cannot be told from this machine's noise and says
+so instead of "met". The rows are written to ``split.csv`` and ``groups.csv`` and the page reads
+them back (``summary``).
 """
 
 from __future__ import annotations
