@@ -113,9 +113,6 @@ def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any
         "summaries": sums,
         "schedules": ", ".join(s for s in SCHEDULES if any(r.schedule == s for r in rows)),
         "calib": calib,
-        "dilations": ", ".join(
-            f"{k} ×{v:g}" for k, v in (calib.dilations if calib else {}).items()
-        ),
         "target_cells": marked or [("(no scenario measured)", "", "", "")],
         "verdict": verdict(sums),
         "scenario_cells": [

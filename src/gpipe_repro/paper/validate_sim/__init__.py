@@ -81,13 +81,9 @@ class ValidateSim(Artefact[CellRow]):
         ]  # fmt: skip
         page = render(
             "sim", report.provenance, "Simulator validation", judged, TARGETS_LEAD, calib=calib,
-            cores=calib.cores or "?", quiet=findings.QUIET,
-            target_cells=findings.target_cells(summ), **sp,
-            **held,
+            quiet=findings.QUIET, target_cells=findings.target_cells(summ), **sp, **held,
             speed=summ["real"] if summ.get("real", {}).get("normalized") else None,
-            **findings.by_group(rows),
-            dilations=", ".join(f"{k} ×{v:g}" for k, v in calib.dilations.items()),
-            traced=trace_cell(out, TRACE_CELL, "cell"), worst=worst,
+            **findings.by_group(rows), traced=trace_cell(out, TRACE_CELL, "cell"), worst=worst,
             cell_tables=findings.cell_tables(rows), variants=findings.variants(rows),
             roofline=findings.roofline(out),
         )  # fmt: skip

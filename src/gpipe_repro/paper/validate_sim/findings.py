@@ -178,16 +178,15 @@ def _cell(r: CellRow) -> list[Any]:
             num(r.speed), pct(r.core_wait_share or 0.0, 0), bubble]  # fmt: skip
 
 
-def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, list[list[Any]]]]:
-    """Every cell, one table per kind and model (its partitions in the title)."""
+def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, str, str, list[list[Any]]]]:
+    """Every cell, one table per kind and model: (kind, model, its partitions, the rows)."""
     out = []
     for kind in ("real", "emulated"):
         for model in dict.fromkeys(r.model for r in rows if r.kind == kind):
             rs = [r for r in rows if r.kind == kind and r.model == model]
             parts = ", ".join(sorted({f"K={r.K}: {r.balance}" for r in rs}))
-            title = f"{kind.capitalize()} cells: {model} (partition {parts})"
             ordered = sorted(rs, key=lambda r: (r.K, r.M, r.schedule, r.checkpoint))
-            out.append((title, [_cell(r) for r in ordered]))
+            out.append((kind, model, parts, [_cell(r) for r in ordered]))
     return out
 
 
