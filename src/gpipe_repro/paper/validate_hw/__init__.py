@@ -11,7 +11,6 @@ costs (``measure.roofline_check``); summary: ``profiles``; page: ``templates/hw.
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..markdown import pct, yes
 from ..plot import figure
 from ..provenance import Provenance
 from ..rows import read_csv, write_csv
+from ..stats import median
 from ..template import render
 from .profiles import (
     AnchorRow,
@@ -160,7 +160,7 @@ def summary(
             for k in ks
         ],  # fmt: skip
         "kinds_within": sum(k.within for k in ks),
-        "median": statistics.median(e for k in ks for _, e in k.errors) if ks else None,
+        "median": median([e for k in ks for _, e in k.errors]),
     }
 
 

@@ -16,8 +16,6 @@ from ..rows import read_csv
 from .profiles import CpuRow, DeviceSummary, kinds, problems
 from .uses import INPUTS
 
-__all__ = ["MARK", "Anchoring", "anchoring"]
-
 MARK = "†"  # beside a cell whose profile is not anchored well enough for it
 
 

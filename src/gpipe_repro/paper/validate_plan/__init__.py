@@ -57,9 +57,8 @@ class ValidatePlan(Artefact[PlanRow]):
         return Report(rows, Provenance.here(calib.device["device"]))
 
     def markdown(self, report: Report[PlanRow], out: Path) -> str:
-        calib = Calibration.load(out)
-        return render("plan", report.provenance, TITLE, answer(report.rows), TARGETS_LEAD,
-                      **summary(report.rows, calib))  # fmt: skip
+        s = summary(report.rows, Calibration.load(out))
+        return render("plan", report.provenance, TITLE, answer(s["summaries"]), TARGETS_LEAD, **s)
 
     def plot(self, report: Report[PlanRow], path: Path) -> None:
         plot(summarize(report.rows), report.rows, path)
@@ -75,10 +74,9 @@ def _sps(step: float | None) -> float:
     return N / step if step else 0.0
 
 
-def answer(rows: Sequence[PlanRow]) -> list[Answer]:
+def answer(sums: Sequence[Summary]) -> list[Answer]:
     """The page's answer: the targets met or not, and the condition they rest on — how many of the
     picks ran for real (K <= 2) and how many are emulated configurations (``measure.planner``)."""
-    sums = summarize(rows)
     ts = targets(sums)
     if not ts:
         return []
