@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from ...memory.breakdown import FUSED_AWAY, fused_away
@@ -218,13 +219,8 @@ def remains(
         (g for g in saved if g.model == model and g.precision == precision), key=lambda g: -g.bytes
     )
     total = sum(g.bytes for g in groups)
-    top, acc = [], 0
-    for g in groups:
-        if acc >= share * total:
-            break
-        top.append(g)
-        acc += g.bytes
-    return top, total
+    before = accumulate((g.bytes for g in groups), initial=0)  # the bytes of the larger groups
+    return [g for g, acc in zip(groups, before) if acc < share * total], total
 
 
 def _pact(r: ResultRow) -> float:
