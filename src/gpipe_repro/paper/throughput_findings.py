@@ -1,14 +1,10 @@
 """What the page of Table 2 or 3 says, from its rows (``paper.throughput`` builds them), and its plot.
 
-The page opens with the verdicts of the claims the table judges (``paper.claims.throughput``). Per
-model: the paper's number beside every series of the paper's design (measured on K GPUs where they
-ran; else simulated with the batch adjusted to fit memory, the paper's wording) with the ratio and the
-fits flag, all under one normalisation, the paper's (``throughput_norm``); then one table per series
-with the cell's batch, micro-batch, whether it fits, its factors and the sentence that says why it
-differs. Other designs — a fixed batch as configured, the planner's pick per K — follow as named
-studies, and the simulator's studies (``paper.throughput_sim``) with the statements their rows
-support (``templates/throughput.md.j2`` words them). The plot draws every series against K beside
-the paper and the bubble bound.
+Per model: the paper beside every series of the paper's design, all under the paper's normalisation
+(``throughput_norm``), then one table per series; other designs (a fixed batch, the planner's pick)
+follow as studies, then the simulator's studies (``paper.throughput_sim``);
+``templates/throughput.md.j2`` words them. The plot draws every series against K beside the paper
+and the bubble bound.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
 from .template import render
+from .throughput_norm import PAPER_REF
 from .validate_hw.flags import MARK, Anchoring
 from .verdict import LINK_OK, TOLERANCE, within
 
@@ -76,15 +73,6 @@ def design(r: Any) -> bool:
     return r.source == "measured" or r.batch_mode == "fit"
 
 
-def _normaliser(rows: Sequence[Any], lb: str, paper_ref: str) -> str:
-    refs = sorted({r.reference for r in rows if label(r) == lb and r.reference})
-    if not refs:
-        return "no cell ran"
-    if refs == [paper_ref]:
-        return f"normalised to {paper_ref}, the paper's"
-    return f"normalised to {', '.join(refs)}: {paper_ref} did not run (the paper's numbers re-normalised to it)"
-
-
 def _grid(
     rows: Sequence[Any], labels: Sequence[str], table: int, anchors: Anchoring
 ) -> dict[str, Any]:
@@ -104,27 +92,28 @@ def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> di
     """One model's tables: the paper beside every series of its design, the normaliser of each,
     the footnotes of marked cells, each series' own table; then the studies' series (a fixed batch:
     the same grid; the planner's pick, one M per K: its own table alone)."""
-    paper_ref = "K=2, M=1" if table == 2 else "K=2, M=32"
     every = list(dict.fromkeys(label(r) for r in rows))
     main = [lb for lb in every if any(design(r) for r in rows if label(r) == lb)]
     fixed = [lb for lb in every if lb not in main and BATCH["planner"] not in lb]
     planner = [lb for lb in every if BATCH["planner"] in lb]
     marked = dict.fromkeys((r.model, r.hardware) for r in rows if _mark(r, anchors))
 
-    def tables(lbs: Sequence[str]) -> list[tuple[str, list[list[Any]]]]:
-        return [(lb, [_series(r, anchors) for r in rows if label(r) == lb]) for lb in lbs]
+    def tables(lbs: Sequence[str]) -> list[tuple[str, list[str], list[list[Any]]]]:
+        """Per series: its label, the cells it is normalised to, its table's rows."""
+        return [
+            (lb, sorted({r.reference for r in rows if label(r) == lb and r.reference}),
+             [_series(r, anchors) for r in rows if label(r) == lb])
+            for lb in lbs
+        ]  # fmt: skip
 
     return {
         "name": name,
         **_grid(rows, main, table, anchors),
-        "notes": [(lb, _normaliser(rows, lb, paper_ref)) for lb in main],
         "footnotes": [anchors.why[p] for p in marked],
         "series": tables(main),
-        "fixed": {**_grid(rows, fixed, table, anchors),
-                  "notes": [(lb, _normaliser(rows, lb, paper_ref)) for lb in fixed],
-                  "series": tables(fixed)} if fixed else None,
-        "planner": [(lb, _normaliser(rows, lb, paper_ref), t) for lb, t in tables(planner)],
-    }  # fmt: skip
+        "fixed": {**_grid(rows, fixed, table, anchors), "series": tables(fixed)} if fixed else None,
+        "planner": tables(planner),
+    }
 
 
 def _by_model(rows: Sequence[Any]) -> Iterator[tuple[str, list[Any], list[str]]]:
@@ -150,10 +139,7 @@ def _partition(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, Any
                 for r in sorted(rs, key=lambda r: (r.M, r.K))
             ],
             "top": top,
-            "at": ", ".join(
-                f"{r.variant} {r.normalized:.2f} (slowest/mean {r.imbalance:.2f})"
-                for r in rs if (r.K, r.M) == (top.K, top.M)
-            ),
+            "at": [r for r in rs if (r.K, r.M) == (top.K, top.M)],
         })  # fmt: skip
     return out
 
@@ -165,18 +151,13 @@ def _link(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: s
         holds = [
             v for v in variants if all((r.vs_free or 0.0) >= LINK_OK for r in rs if r.variant == v)
         ]
-        ours = []
-        for r in sorted(
-            (r for r in main if r.model == mod and r.hardware == hw and r.batch_mode == "fixed"
-             and r.ratio),
-            key=lambda r: r.K,
-        ):  # fmt: skip
-            if r.reference == f"K={r.K}, M={r.M}":
-                continue
-            free = next((q for q in rs if q.variant == "free link" and q.K == r.K), None)
-            inside = within(r.normalized or 0, r.paper_normalized or 1)
-            agree = f"{'within' if inside else 'outside'} ±{TOLERANCE:.0%} of"
-            ours.append((r, agree, free))
+        ours = [
+            (r, within(r.normalized or 0, r.paper_normalized or 1),
+             next((q for q in rs if q.variant == "free link" and q.K == r.K), None))
+            for r in sorted(main, key=lambda r: r.K)
+            if r.model == mod and r.hardware == hw and r.batch_mode == "fixed" and r.ratio
+            and r.reference != f"K={r.K}, M={r.M}"
+        ]  # fmt: skip
         out.append({
             "name": names.get(mod, mod), "M": rs[0].M,
             "cells": [
@@ -206,7 +187,7 @@ def _efficiency(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, An
                 for n in sizes
             ],
             "lo": lo, "hi": hi,
-            "span": "; ".join(f"{w} {at[w, lo].normalized:.2f} → 1.00" for w in where if (w, lo) in at),
+            "span": [(w, at[w, lo]) for w in where if (w, lo) in at],
         })  # fmt: skip
     return out
 
@@ -270,6 +251,7 @@ def markdown(
     page = render(
         "throughput", prov, title, answers, lead, ref=ref, anchors=anchors, mark=MARK, models=models,
         studies=studies(sims, rows, names, profile), profile=profile, link_ok=LINK_OK,
+        tolerance=TOLERANCE, paper_ref="K={}, M={}".format(*PAPER_REF[table]),
     )  # fmt: skip
     return page.rstrip("\n") + "\n"
 
@@ -289,19 +271,11 @@ def plot(rows: Sequence[Any], table: int, names: dict[str, str], ref_M: int, pat
                 ax.plot(ks, [v for _, v in pts], "ko-", lw=2, label="paper")
                 bound = [k * (1 - bubble_fraction(k, M)) / ref_bound for k in ks]
                 ax.plot(ks, bound, "k:", alpha=0.5, label="bubble bound")
+                ours = [
+                    r for r in rows if r.model == model and r.M == M and r.normalized is not None
+                ]
                 for lb in dict.fromkeys(label(r) for r in rows if r.model == model):
-                    rs = sorted(
-                        (
-                            r
-                            for r in rows
-                            if r.model == model
-                            and label(r) == lb
-                            and r.M == M
-                            and r.normalized is not None
-                        ),
-                        key=lambda r: r.K,
-                    )
-                    if rs:
+                    if rs := sorted((r for r in ours if label(r) == lb), key=lambda r: r.K):
                         ax.plot([r.K for r in rs], [r.normalized for r in rs], "o--", label=lb)
                 ax.set(
                     title=f"{names[model]}, M = {M}",

@@ -2,32 +2,25 @@
 
 The paper normalises each model's throughput to its K = 2, M = 1 cell (Table 2) or its K = 2 cell
 (Table 3, M = 32). So does every series here: its **reference** is the paper's cell wherever that cell
-ran — whether its batch fits the device's memory or not (a simulated cell's timing stands either
-way; a cell whose batch does not fit is flagged *(no fit)* where it is shown) — and only where it did
-not run at all (Transformer-48 fits no batch at K = 2 on a TPU v3) the series' first cell that ran,
-which its page names. The paper's numbers are re-normalised to that same cell before any ratio.
-
-``build`` applies the rule to collected cells (``paper.throughput``); ``renormalise`` applies it
-to rows read back from a CSV made under an earlier rule (the first cell whose batch fits), exactly:
-every factor of the decomposition is a cell's part over the reference's part, so against a new
-reference r' each is divided by r''s own against the old one. A CSV made under this rule is left as
-it is (the factors of its reference are 1).
+ran, whether its batch fits the device's memory or not (a cell that does not fit is flagged *(no
+fit)*), else the series' first cell that ran, which its page names. The paper's numbers are
+re-normalised to that same cell before any ratio. ``build`` applies the rule to collected cells;
+``renormalise`` to rows read back from a CSV made under an earlier rule (the first cell whose batch
+fits), exactly: each factor is a cell's part over the reference's, so against a new reference r' it
+is divided by r''s own (a no-op on a CSV made under this rule).
 
 With ``b`` the batch, ``step`` the step time, ``busy_k`` stage k's compute time in a step, ``c =
-sum(busy) / b`` the compute per sample and ``u = sum(busy) / (K * step)`` the share of the K
-devices' time spent computing, the throughput is ``b / step = K * u / c``, so against the reference
-cell (r) exactly ``normalised = bound x balance x overlap x transfers x efficiency``:
+sum(busy) / b`` and ``u = sum(busy) / (K * step)``, the throughput is ``b / step = K * u / c``, so
+against the reference cell (r) exactly ``normalised = bound x balance x overlap x transfers x
+efficiency``, each (this cell's) / (r's):
 
-- ``bound`` = (K (1 - bubble)) / (same for r), bubble = (K - 1)/(M + K - 1): the fill-drain bubble
-  alone (§2.3);
-- ``balance`` = (mean busy / max busy) / (same for r): the slowest stage's extra work;
-- ``overlap`` = o / o_r, o = (M + K - 1) w / (M w + (K - 1)(w - r)) with w and r the slowest stage's
-  work and recompute per micro-batch: the early recompute (§2.3: a stage recomputes before the
-  gradient arrives), which shortens the drain from K - 1 full micro-batches to K - 1 without their
-  recompute; 1 without remat, or where the sweep recorded no recompute time;
-- ``transfers`` = (u / ((1 - bubble) * mean/max * o)) / (same for r): what the above do not explain —
-  boundary transfers, waits, the optimiser step and per-step overhead;
-- ``efficiency`` = c_r / c: compute per sample against the reference (per-micro-batch efficiency).
+- ``bound`` = K (1 - bubble), bubble = (K - 1)/(M + K - 1): the fill-drain bubble alone (§2.3);
+- ``balance`` = mean busy / max busy: the slowest stage's extra work;
+- ``overlap`` = o = (M + K - 1) w / (M w + (K - 1)(w - r)), w and r the slowest stage's work and
+  recompute per micro-batch: the early recompute (§2.3) shortens the drain; 1 without recompute time;
+- ``transfers`` = u / ((1 - bubble) * mean/max * o): the rest — transfers, waits, the optimiser
+  step and per-step overhead;
+- ``efficiency`` = c_r / c: compute per sample (per-micro-batch efficiency).
 """
 
 from __future__ import annotations
@@ -130,6 +123,22 @@ def why(
     return text
 
 
+def _normalise(
+    r: ThroughputRow,
+    ref: ThroughputRow,
+    normalized: float,
+    f: dict[str, float],
+    paper_ref: tuple[int, int],
+) -> ThroughputRow:
+    """``r`` (a copy) against ``ref``: its reference, normalised value, ratio, factors, sentence."""
+    r.reference = f"K={ref.K}, M={ref.M}"
+    r.normalized = normalized
+    r.ratio = normalized / r.paper_normalized if r.paper_normalized else None
+    r.bound, r.balance, r.overlap, r.transfers, r.efficiency = (f[k] for k in FACTORS)
+    r.why = why(r, ref, f, paper_ref)
+    return r
+
+
 def build(cells: Sequence[Cell], table: int) -> list[ThroughputRow]:
     """Every cell normalised within its series to the paper's reference, with the paper's number
     re-normalised to the same cell, the ratio and the reasons."""
@@ -145,21 +154,15 @@ def build(cells: Sequence[Cell], table: int) -> list[ThroughputRow]:
             if ref is None or not c.ok:
                 out.append(replace(r, why=f"failed: {c.error}" if not c.ok else "no cell ran"))
                 continue
-            r.reference = f"K={ref.row.K}, M={ref.row.M}"
-            r.normalized = float(r.throughput or 0) / float(ref.row.throughput or 1)
-            r.ratio = r.normalized / r.paper_normalized if r.paper_normalized else None
-            f = decompose(c, ref)
-            r.bound, r.balance, r.overlap, r.transfers, r.efficiency = (f[k] for k in FACTORS)
-            r.why = why(r, ref.row, f, paper_ref)
-            out.append(r)
+            normalized = float(r.throughput or 0) / float(ref.row.throughput or 1)
+            out.append(_normalise(r, ref.row, normalized, decompose(c, ref), paper_ref))
     return out
 
 
 def renormalise(rows: Sequence[ThroughputRow]) -> list[ThroughputRow]:
     """Rows read back from a CSV, normalised by ``build``'s rule (a no-op on rows it made)."""
-    out: list[ThroughputRow] = []
     if not rows:
-        return out
+        return []
     table = rows[0].table
     paper_ref = PAPER_REF[table]
     done = {id(r): r for r in rows}
@@ -176,13 +179,7 @@ def renormalise(rows: Sequence[ThroughputRow]) -> list[ThroughputRow]:
             paper = printed.get((r.K, r.M))
             new = replace(r, paper_normalized=paper / base if paper and base else None)
             if r.normalized is not None:
-                new.reference = f"K={ref.K}, M={ref.M}"
-                new.normalized = r.normalized / old_norm
-                new.ratio = new.normalized / new.paper_normalized if new.paper_normalized else None
                 f = {k: float(getattr(r, k) or 1.0) / old[k] for k in FACTORS}
-                new.bound, new.balance, new.overlap, new.transfers, new.efficiency = (
-                    f[k] for k in FACTORS
-                )
-                new.why = why(new, replace(ref, reference=new.reference), f, paper_ref)
+                new = _normalise(new, ref, r.normalized / old_norm, f, paper_ref)
             done[id(r)] = new
     return [done[id(r)] for r in rows]

@@ -64,14 +64,10 @@ class Table1(Artefact[ResultRow]):
 
     def variant(self, a: argparse.Namespace) -> str | None:
         """What this invocation changes from the paper's setting, as a folder name."""
+        keys = [f"{h}_{what}" for what in ("budget_gib", "batch") for h in HALVES.values()]
         parts = [
             f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
-            for k in (
-                "amoebanet_budget_gib",
-                "transformer_budget_gib",
-                "amoebanet_batch",
-                "transformer_batch",
-            )
+            for k in keys
             if (v := getattr(a, k, None)) is not None
         ]
         if getattr(a, "columns", None):
@@ -82,19 +78,13 @@ class Table1(Artefact[ResultRow]):
         """The paper's columns, with the budgets, batches and column filter of the command line."""
         cols = []
         for c in COLUMNS:
-            half = HALVES[c.model]
-            budget, batch = (
-                getattr(a, f"{half}_budget_gib", None),
-                getattr(a, f"{half}_batch", None),
-            )
             if getattr(a, "columns", None) and _key(c) not in a.columns:
                 continue
+            budget = getattr(a, f"{HALVES[c.model]}_budget_gib", None)
+            batch = getattr(a, f"{HALVES[c.model]}_batch", None)
             M = c.M if batch is None else min(c.M, batch)
-            cols.append(
-                replace(
-                    c, budget=int(budget * GiB) if budget else c.budget, batch=batch or c.batch, M=M
-                )
-            )
+            budget_bytes = int(budget * GiB) if budget else c.budget
+            cols.append(replace(c, budget=budget_bytes, batch=batch or c.batch, M=M))
         return cols
 
     def collect(
@@ -108,12 +98,10 @@ class Table1(Artefact[ResultRow]):
     def render(self, report: Report[ResultRow], out: Path) -> list[Path]:
         md, png = out / "table1.md", out / "table1.png"
         saved = read_csv(out / "saved.csv", SavedRow)
-        alloc = (
-            read_csv(out / "allocator.csv", AllocRow) if (out / "allocator.csv").exists() else []
-        )
+        has_alloc = (out / "allocator.csv").exists()
+        alloc = read_csv(out / "allocator.csv", AllocRow) if has_alloc else []
         s = summary(report.rows, saved, alloc)
-        judged = answers("table1", out)
-        md.write_text(render("table1", report.provenance, TITLE, judged, LEAD, **s))
+        md.write_text(render("table1", report.provenance, TITLE, answers("table1", out), LEAD, **s))
         plot(report.rows, png)
         return [md, png]
 

@@ -1,23 +1,21 @@
-"""What Table 1's page says, from the rows of its CSVs alone: the tables, §3's headline ratios, the
-CPU allocator against the plan, where and why ours differ from the paper, and the Naive-1 gap under
-an XLA-like accounting mode (``templates/table1.md.j2`` words them). No number is typed by hand: each
-is read or computed from the rows, so ``--from`` the CSV regenerates the same page.
+"""What Table 1's page says, from the rows of its CSVs alone (``templates/table1.md.j2`` words it):
+the tables, §3's headline ratios, the CPU allocator against the plan, where and why ours differ from
+the paper, and the Naive-1 gap under an XLA-like accounting.
 
-The paper's numbers are read from ``paper.numbers`` in the unit each half of its table uses
-(AmoebaNet's "GB" = 10^9 bytes, the Transformer's "G" = GiB: ``numbers.UNITS``), never from the
-CSV's ``paper_*`` columns (a CSV made before the units were read so holds 10^9 for both). Each of
-our rows is one precision under one accounting (``memory.table1.ACCOUNTINGS``; a row of a CSV from
-before the accounting column is ``eager``).
+The paper's numbers come from ``paper.numbers`` in the unit each half of its table uses
+(``numbers.UNITS``), never from the CSV's ``paper_*`` columns (an older CSV holds 10^9 for both).
+A row of a CSV from before the accounting column is ``eager``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from ...memory.breakdown import FUSED_AWAY, fused_away
-from ..markdown import gib, pct, ratio
+from ..markdown import DASH, gib, mib, pct, ratio, yes
 from ..numbers import QUOTES, UNITS, quote
 from .planned import AllocRow, ResultRow, SavedRow
 
@@ -50,7 +48,7 @@ HALVES = (
 
 def _count(n: float | None) -> str:
     if n is None:
-        return "—"
+        return DASH
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
@@ -95,15 +93,12 @@ def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
             continue
         cells = []
         for col in dict.fromkeys(r.column for r in sub):
-            p = [r for r in sub if r.column == col][0]
+            p = next(r for r in sub if r.column == col)
             count = paper(model, col, "parameters")
-            pmem, pact = (
-                paper(model, col, "parameter memory"),
-                paper(model, col, "activation memory"),
-            )
+            pmem, pact = (paper(model, col, f"{w} memory") for w in ("parameter", "activation"))
             cells.append(
                 [col, "paper (TPU)", _size(p), _count(count), gib(pmem), gib(pact),
-                 "—", "—", f"{_size(p)}: {_count(count)}", "—"]
+                 DASH, DASH, f"{_size(p)}: {_count(count)}", DASH]
             )  # fmt: skip
             mine = sorted((r for r in sub if r.column == col), key=lambda r: KINDS.index(kind(r)))
             for r in mine:
@@ -119,12 +114,12 @@ def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
                      f"{gib(r.param_memory_bytes)} ({ratio(r.param_memory_bytes, pmem)})",
                      f"{gib(r.activation_bytes)} ({ratio(r.activation_bytes, pact)})",
                      f"{gib(r.max_stage_activation_bytes)} / {gib(r.max_stage_total_bytes)}",
-                     "yes" if r.fits else "**no**", fit, f"{r.M}, {r.schedule}, {r.checkpoint}"]
+                     yes(r.fits), fit, f"{r.M}, {r.schedule}, {r.checkpoint}"]
                 )  # fmt: skip
         out.append(
             {
-                "title": f"{title}, batch {sub[0].batch}, {sub[0].budget_bytes / 2**30:g} GiB "
-                "per accelerator",
+                "title": title,
+                "row": sub[0],
                 "unit": unit,
                 "cells": cells,
                 "notes": [f"{r.column}, {kind_label(*kind(r))}: {r.note}" for r in sub if r.note],
@@ -178,36 +173,29 @@ def headline(rs: Sequence[ResultRow]) -> tuple[list[str], list[list[str]]]:
             *(f"ours, {kind_label(*k)}" for k in kinds)]  # fmt: skip
     cells = [
         [r.name, f"{r.printed:g}×", f"{r.from_table:.1f}×",
-         *(f"{r.ours[k]:.2f}× ({judge(r.ours[k], r.printed, 'simulated')})" if k in r.ours else "—"
+         *(f"{r.ours[k]:.2f}× ({judge(r.ours[k], r.printed, 'simulated')})" if k in r.ours else DASH
            for k in kinds)]
         for r in rows
     ]  # fmt: skip
     return head, cells
 
 
-def units() -> list[tuple[str, str, float, float]]:
-    """Each column of the paper: its parameter memory in bytes (its own unit) against
-    ``BYTES_PER_PARAMETER`` x its parameter count — (model, column, printed, formula)."""
-    out = []
+def units_text(tol: float = 0.01) -> dict[str, Any]:
+    """Which of the paper's parameter-memory figures (in its unit) are ``BYTES_PER_PARAMETER`` x its
+    parameter count within ``tol``, and the others."""
+    rows = []
     for q in (q for q in QUOTES if q.table == 1 and q.column == "parameter memory"):
         model, column = q.row.split()
-        out.append(
-            (model, column, q.value, BYTES_PER_PARAMETER * paper(model, column, "parameters"))
+        rows.append(
+            (model, column, q.value / (BYTES_PER_PARAMETER * paper(model, column, "parameters")))
         )
-    return out
-
-
-def units_text(tol: float = 0.01) -> dict[str, Any]:
-    """Which of the paper's parameter-memory figures are 12 B x its count (within ``tol``), per
-    half in its unit, and the others."""
-    rows = units()
-    same = [(m, c) for m, c, v, f in rows if abs(v / f - 1) <= tol]
-    other = [(m, c, v / f) for m, c, v, f in rows if abs(v / f - 1) > tol]
     return {
         "n": len(rows),
-        "same": len(same),
+        "same": sum(abs(x - 1) <= tol for _, _, x in rows),
         "tol": tol,
-        "others": ", ".join(f"{m} {c} {x:.2f}× the formula" for m, c, x in other),
+        "others": ", ".join(
+            f"{m} {c} {x:.2f}× the formula" for m, c, x in rows if abs(x - 1) > tol
+        ),
         "units": {m: "10⁹ bytes" if u == 1e9 else "GiB (2³⁰ bytes)" for m, u in UNITS.items()},
     }
 
@@ -215,8 +203,8 @@ def units_text(tol: float = 0.01) -> dict[str, Any]:
 def allocator_cells(alloc: Sequence[AllocRow]) -> list[list[Any]]:
     """The planner's per-stage peak against the CPU allocator's measured peak."""
     return [
-        [a.K, a.stage, a.checkpoint, f"{a.state_bytes / 2**20:.2f} MiB",
-         f"{a.planned_bytes / 2**20:.2f} MiB", f"{a.measured_bytes / 2**20:.2f} MiB",
+        [a.K, a.stage, a.checkpoint,
+         *(f"{mib(b)} MiB" for b in (a.state_bytes, a.planned_bytes, a.measured_bytes)),
          pct(a.error, 1, True)]
         for a in alloc
     ]  # fmt: skip
@@ -231,13 +219,8 @@ def remains(
         (g for g in saved if g.model == model and g.precision == precision), key=lambda g: -g.bytes
     )
     total = sum(g.bytes for g in groups)
-    top, acc = [], 0
-    for g in groups:
-        if acc >= share * total:
-            break
-        top.append(g)
-        acc += g.bytes
-    return top, total
+    before = accumulate((g.bytes for g in groups), initial=0)  # the bytes of the larger groups
+    return [g for g, acc in zip(groups, before) if acc < share * total], total
 
 
 def _pact(r: ResultRow) -> float:
@@ -268,40 +251,31 @@ def _naive(rs: Sequence[ResultRow], saved: Sequence[SavedRow], model: str) -> di
         if g.bytes > 0
     ]
     return {
-        "model": model, "fp32": f.activation_bytes, "bf16": b.activation_bytes,
-        "paper": pact,
-        "fp32_ratio": ratio(f.activation_bytes, pact),
-        "bf16_ratio": ratio(b.activation_bytes, pact),
+        "model": model, "fp32": f, "bf16": b, "paper": pact, "count": _pcount(f),
         "closed": (f.activation_bytes - b.activation_bytes) / gap if gap > 0 else 0.0,
-        "fp32_largest": ratio(f.largest_param_count, _pcount(f)),
-        "bf16_largest": ratio(b.largest_param_count, _pcount(b)),
         "total": total,
-        "remains": "; ".join(f"{_kind(g)} {gib(g.bytes)} ({pct(g.bytes / total, 0)})" for g in top)
-        if total else "",
+        "remains": [(_kind(g), g.bytes) for g in top],
         "kept": sum(g.bytes for g in kept),
-        "kept_dtypes": ", ".join(sorted({f"{g.dtype}" for g in kept})),
-        "kept_top": "; ".join(
-            f"{_kind(g)} {gib(g.bytes)}" for g in sorted(kept, key=lambda g: -g.bytes)[:3]
-        ),
+        "kept_dtypes": sorted({g.dtype for g in kept}),
+        "kept_top": [(_kind(g), g.bytes) for g in sorted(kept, key=lambda g: -g.bytes)[:3]],
     }  # fmt: skip
+
+
+def _by_kind(
+    rs: Sequence[ResultRow], keep: Callable[[ResultRow], Any], text: Callable[[ResultRow], str]
+) -> list[tuple[str, str]]:
+    """Per kind with rows that ``keep`` keeps: its label and each such row's ``text``, joined."""
+    out = []
+    for k in KINDS:
+        if items := [text(r) for r in rs if kind(r) == k and keep(r)]:
+            out.append((kind_label(*k), ", ".join(items)))
+    return out
 
 
 def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
     """Where and why ours differ from the paper, as numbers the page words."""
     f32 = [r for r in _eager(rs) if r.precision == "fp32"]
     worst = max(f32, key=lambda r: abs(r.param_count / _pcount(r) - 1))
-    kinds = [k for k in KINDS if any(kind(r) == k for r in rs)]
-    remat = [
-        (kind_label(*k), ", ".join(f"{_short(r)} {ratio(r.activation_bytes, _pact(r))}"
-                                   for r in rs if r.column != "Naive-1" and kind(r) == k))
-        for k in kinds
-    ]  # fmt: skip
-    largest = [
-        (kind_label(*k), ", ".join(f"{r.model.split('_')[0]} {r.column} "
-                                   f"{ratio(r.largest_param_count, _pcount(r))}"
-                                   for r in rs if r.largest_param_count and kind(r) == k))
-        for k in kinds
-    ]  # fmt: skip
     return {
         "params": {
             "gap": max(abs(r.param_count / _pcount(r) - 1) for r in f32),
@@ -310,34 +284,23 @@ def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
         },
         "units": units_text(),
         "naive": [n for model in dict.fromkeys(r.model for r in rs) if (n := _naive(rs, saved, model))],
-        "remat": [(p, text) for p, text in remat if text],
+        "remat": _by_kind(rs, lambda r: r.column != "Naive-1",
+                          lambda r: f"{_short(r)} {ratio(r.activation_bytes, _pact(r))}"),
         "copies": _weight_copies(_eager(rs)),
-        "largest": [(p, text) for p, text in largest if text],
+        "largest": _by_kind(rs, lambda r: r.largest_param_count, lambda r: f"{r.model.split('_')[0]} "
+                            f"{r.column} {ratio(r.largest_param_count, _pcount(r))}"),
     }  # fmt: skip
 
 
-def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, str] | None:
-    """bf16's own cost: autocast's bf16 copies of a stage's weights, saved by every graph alive."""
+def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, Any] | None:
+    """bf16's own cost: autocast's bf16 copies of a stage's weights, saved by every graph alive;
+    the bf16 rows that have them, and those paired with an fp32 row they exceed."""
     bf = [r for r in rs if r.precision == "bf16" and r.weight_copy_bytes]
-    if not bf:
-        return None
     f32 = {(r.model, r.column): r for r in rs if r.precision == "fp32"}
     worse = [
-        r
-        for r in bf
-        if (r.model, r.column) in f32
-        and r.activation_bytes > f32[r.model, r.column].activation_bytes
-    ]
-    return {
-        "each": ", ".join(
-            f"{_short(r)} {gib(r.weight_copy_bytes)} of {gib(r.activation_bytes)}" for r in bf
-        ),
-        "worse": ", ".join(
-            f"{_short(r)} ({gib(r.activation_bytes)} vs "
-            f"{gib(f32[r.model, r.column].activation_bytes)})"
-            for r in worse
-        ),
-    }
+        (r, f) for r in bf if (f := f32.get((r.model, r.column))) and r.activation_bytes > f.activation_bytes
+    ]  # fmt: skip
+    return {"each": bf, "worse": worse} if bf else None
 
 
 def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[list[str]]:
@@ -362,7 +325,7 @@ def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[list[str]]
         out.append(
             [r.model, r.precision, gib(total), ", ".join(f"{k} {gib(v)}" for k, v in drops.items()),
              gib(left), gib(pact), f"{ratio(total, pact)} → {ratio(left, pact)}", pct(closed, 0),
-             f"{_kind(kept[0])} {gib(kept[0].bytes)}" if kept else "—"]
+             f"{_kind(kept[0])} {gib(kept[0].bytes)}" if kept else DASH]
         )  # fmt: skip
     return out
 
@@ -380,7 +343,7 @@ def naive_sizes(rs: Sequence[ResultRow]) -> list[list[Any]]:
     (AmoebaNet: D in 8s; Transformer: L)."""
     return [
         [r.model, kind_label(*kind(r)), _size(r, "largest_L", "largest_D") if r.largest_L else "none",
-         _size(r), "—" if (n := size_steps(r)) is None else f"{n:+d}"]
+         _size(r), DASH if (n := size_steps(r)) is None else f"{n:+d}"]
         for r in rs if r.column == "Naive-1"
     ]  # fmt: skip
 
@@ -401,9 +364,7 @@ def summary(
         "allocator_worst": worst,
         "allocator_cells": allocator_cells(alloc),
         **why(rs, saved),
-        "rules": "; ".join(
-            f"{k[0]}{'/' + k[1] if k[1] else ''}: {reason}" for k, reason in FUSED_AWAY.items()
-        ),
+        "rules": FUSED_AWAY,
         "fused_cells": fused(rs, saved),
         "naive_sizes_cells": naive_sizes(rs),
         "has_xla": any(accounting(r) == "xla-like" for r in rs),
