@@ -26,11 +26,10 @@ class Quote:
         return f"{self.value:g}" + (f" ({self.note})" if self.note else "")
 
 
-# Table 1's memory columns in bytes, each half in its own unit: AmoebaNet's "GB" are 10^9 bytes (its
-# Pipeline-1, -2 and -4 parameter memory are 12 bytes x their parameters in 10^9 bytes, within 1%),
-# the Transformer's "G" are GiB, 2^30 bytes (its Pipeline-1, -8, -32 and -128 parameter memory are 12
-# bytes x their parameters in GiB within 0.5%, 8.8 for 785.8M; tests/paper/test_numbers.py). Parameter
-# memory: weights, gradients and optimiser state; activation memory: the peak, over accelerators.
+# Table 1's memory columns in bytes, each half in the unit in which its parameter memory is 12 bytes
+# per parameter (tests/paper/test_numbers.py): AmoebaNet's "GB" are 10^9 bytes, the Transformer's "G"
+# GiB, 2^30 bytes. Parameter memory: weights, gradients and optimiser state; activation memory: the
+# peak, over accelerators.
 UNITS = {"amoebanet_d": 1e9, "transformer_lm": 2.0**30}
 
 

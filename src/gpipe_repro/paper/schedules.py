@@ -3,21 +3,12 @@
     python -m gpipe_repro.paper schedules --publish   # make schedules -> reports/schedules/
     python -m gpipe_repro.paper schedules --no-cpu    # the published profile alone (not published)
 
-Simulated: the paper's Table 2 models (``experiment=table2_amoebanet``: AmoebaNet-D(18, 256),
-``experiment=table2_transformer``: Transformer-48), each built once on the meta device and costed
-once per hardware profile (``tpu_v3``, and ``measured``: this CPU's layers timed, B and W apart,
-cached), then every cell of ``SCHEDULES`` x K x M planned (``runplan.plan.plan_run``: the per-stage
-memory walk of ``memory.activations``) and simulated (``runplan.costing.simulate_plan``) at the
-table's fixed batch. Normalised like Table 2: to gpipe with remat always at the smallest K and M.
-A cell the schedule cannot run (interleaved: M a multiple of K, K·v cells at most the layers) is
-kept with the reason.
-
-Measured: the demo model (``experiment=demo``: tuplenet on digits) at K = 2 on this CPU, each
-schedule run by the engine (``runner.run``) with ``train.predict`` (the simulator's step time on
-this CPU's measured costs beside it).
-
-Files: ``results.csv`` (``ScheduleRow``), ``timelines.json`` (the simulated events of one K, M per
-schedule); page ``templates/schedules.md.j2`` and ``schedules.png`` from those alone.
+Simulated: the paper's Table 2 models, built once on the meta device and costed once per hardware
+profile, every cell of ``SCHEDULES`` x K x M planned (``runplan.plan.plan_run``) and simulated
+(``runplan.costing.simulate_plan``) at the table's fixed batch; a cell the schedule cannot run is
+kept with the reason. Measured: the demo model at K = 2 on this CPU, each schedule run by the
+engine with ``train.predict``. Files: ``results.csv`` (``ScheduleRow``), ``timelines.json`` (the
+simulated events of one K, M per schedule); page and ``schedules.png`` from those alone.
 """
 
 from __future__ import annotations
@@ -26,21 +17,23 @@ import argparse
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from ..config import RunConfig
 from ..config.compose import compose
 from ..engine import ArgumentError, check_cells
 from ..engine.events import Event
 from ..engine.schedule import check_schedule, ideal_bubble
 from ..errors import UserError
-from ..runplan.costing import run_hardware, simulate_plan
-from ..runplan.model import ModelPlan, plan_model
+from ..runplan.costing import simulate_plan
+from ..runplan.model import ModelPlan
 from ..runplan.plan import plan_run
 from ..sim.step import grad_bytes
 from .artefact import Artefact, Report
 from .provenance import Provenance
 from .schedules_page import plot, summary
 from .template import render
+from .throughput_sim import Model
+from .throughput_sim import model as costed
 
 __all__ = ["ScheduleRow", "SCHEDULES", "Settings", "ARTEFACT"]
 
@@ -75,9 +68,7 @@ class ScheduleRow:
     step_s: float | None = None
     throughput: float | None = None
     normalized: float | None = None  # to PAPER at the smallest K and M of the same model, hardware
-    bubble: float | None = (
-        None  # the step's bubble (simulated, or measured from the engine's spans)
-    )
+    bubble: float | None = None  # simulated, or measured from the engine's spans
     ideal_bubble: float | None = None
     peak_bytes: int | None = None  # the largest stage's planned peak
     stage_peaks: str = ""  # every stage's, ';'-separated
@@ -102,23 +93,23 @@ class Settings:
 
 
 def _cell(
-    name: str, hw_name: str, spec: Any, model: ModelPlan, hw: Any, costs: Any, v: tuple
+    name: str, hw_name: str, spec: RunConfig, m: Model, v: tuple
 ) -> tuple[ScheduleRow, list[Event]]:
     variant, schedule, remat, vs = v
-    p = spec.pipeline
+    p, layers = spec.pipeline, m.plan.layers
     row = ScheduleRow(
         name, hw_name, "simulated", variant, schedule, remat, vs, p.K, p.M,
-        spec.train.batch_size, memory_bytes=hw.memory_bytes,
+        spec.train.batch_size, memory_bytes=m.hw.memory_bytes,
     )  # fmt: skip
     try:
         check_schedule(schedule, p.K, p.M, vs)
-        check_cells(p.K, vs, len(model.layers))
-        run = plan_run(spec, model, hardware=hw, costs=costs)
+        check_cells(p.K, vs, len(layers))
+        run = plan_run(spec, m.plan, hardware=m.hw, costs=m.costs)
     except (ArgumentError, UserError, ValueError) as err:
         row.status = str(err).splitlines()[0][:160]
         return row, []
     res = simulate_plan(
-        spec, hw, costs, run.balance, run.micro_batch, layer_grad_bytes=grad_bytes(model.layers)
+        spec, m.hw, m.costs, run.balance, run.micro_batch, layer_grad_bytes=grad_bytes(layers)
     )
     row.step_s, row.bubble = res.step_s, res.bubble_fraction
     row.throughput = spec.train.batch_size / res.step_s
@@ -132,20 +123,18 @@ def simulated(s: Settings, hardware: tuple[str, ...]) -> tuple[list[ScheduleRow]
     """Every simulated cell, and the drawn timelines' events (by model, hardware, variant)."""
     rows, lines = [], {}
     for name, overrides in s.models:
-        model: ModelPlan | None = None
+        plan: ModelPlan | None = None
         for hw_name in hardware:
-            base = compose([*overrides, "backend=sim", f"hardware={hw_name}"], cuda_available=False)
-            model = model or plan_model(base)
-            hw, costs = run_hardware(base, model)
+            m = costed(overrides, hw_name, plan)
+            plan = m.plan
             for K in s.Ks:
                 for M in s.Ms:
                     for v in SCHEDULES:
                         pipe = replace(
-                            base.pipeline, K=K, M=M, schedule=v[1], checkpoint=v[2],
+                            m.spec.pipeline, K=K, M=M, schedule=v[1], checkpoint=v[2],
                             virtual_stages=v[3], balance=None,
                         )  # fmt: skip
-                        spec = replace(base, pipeline=pipe)
-                        row, events = _cell(name, hw_name, spec, model, hw, costs, v)
+                        row, events = _cell(name, hw_name, replace(m.spec, pipeline=pipe), m, v)
                         rows.append(row)
                         if (K, M) == s.timeline and events:
                             lines[f"{name}|{hw_name}|{v[0]}"] = [asdict(e) for e in events]

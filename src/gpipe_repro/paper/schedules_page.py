@@ -1,12 +1,8 @@
 """The schedules page's numbers and figure, from ``results.csv``'s rows and the drawn timelines alone.
 
-``summary``: the answer the page opens with (per model, at the largest K and M = 8 on the first
-published profile: the share of GPipe's bubble time ZB-H1 and interleaved 1F1B recover, their
-speed over the paper's choice and their largest stage's memory over GPipe's), the normalised
-throughput and peak-memory tables per (model, hardware), the measured K = 2 cells beside their
-simulation, and the memory-cap verdicts: at each K and a cap of the device's memory, a half and a
-quarter of it, the fastest cell that fits, and whether it is the paper's choice (fill-drain, remat
-always, M >= 4K). ``plot``: one timeline per schedule of the drawn (K, M).
+``summary``: the answer the page opens with, the normalised throughput and peak-memory tables per
+(model, hardware), the measured cells beside their simulation, and the memory-cap verdicts.
+``plot``: one timeline per schedule of the drawn (K, M).
 """
 
 from __future__ import annotations
@@ -162,7 +158,7 @@ def measured_cells(rows: Sequence[Any]) -> list[list[str]]:
 
 
 def summary(rows: Sequence[Any], paper: str = "gpipe, remat always") -> dict[str, Any]:
-    """What the page says (module doc), from the rows alone."""
+    """What the page says, from the rows alone."""
     sim = _by(rows, source="simulated")
     pairs = list(dict.fromkeys((r.model, r.hardware) for r in sim))
     cap_cells, best_paper = caps(rows, paper)
@@ -183,10 +179,7 @@ def plot(rows: Sequence[Any], lines: dict[str, list[dict]], path: Path) -> None:
     """One timeline per schedule: the first (model, hardware) drawn, stage rows, boxes by action."""
     from .plot import figure
 
-    if not lines:
-        first = None
-    else:
-        first = next(iter(lines)).rsplit("|", 1)[0]
+    first = next(iter(lines)).rsplit("|", 1)[0] if lines else None
     drawn = {k.rsplit("|", 1)[1]: v for k, v in lines.items() if first and k.startswith(first)}
     n = max(1, len(drawn))
     with figure(path, n, 1, figsize=(11, 1.3 * n + 1), squeeze=False) as (fig, axes):

@@ -1,17 +1,11 @@
 """Tables 2 and 3 of the paper (both its §3) beside ours: normalised throughput per K and M, and why.
 
 Experiments: ``gpipe-run -m experiment=tableN_amoebanet`` and ``..._transformer`` (each published to
-``reports/tableN_*/`` by the sweep callback), every cell labelled with its source (measured |
-simulated), hardware and batch mode. Collect: those sweeps' typed rows, and what the simulator says
-under other assumptions (``paper.throughput_sim``: partitions, links, the planner's pick per K). Rows:
-each *series* — one model on one hardware with one batch mode — normalised the paper's way, to its K
-= 2, M = 1 (Table 2) or K = 2 (Table 3) wherever that cell ran, and decomposed into the factors of
-``paper.throughput_norm`` (bubble bound, balance, early-recompute overlap, transfers, per-sample
-efficiency); a page re-normalised from an older CSV applies the same rule (``renormalise``).
-
-The sentence for each cell names the factors furthest from 1 and compares our share of the bound
-with the paper's. A cell simulated on a published profile that ``make validate-hw`` finds not
-anchored well enough for it carries a mark and a footnote (``validate_hw.flags``, read at render).
+``reports/tableN_*/`` by the sweep callback). Collect: those sweeps' typed rows, the simulator's
+studies (``paper.throughput_sim``) and a committed GPU profile's series (``paper.throughput_gpu``).
+Rows: each *series* (one model on one hardware with one batch mode) normalised the paper's way and
+decomposed into the factors of ``paper.throughput_norm``. A cell simulated on a profile that ``make
+validate-hw`` finds not anchored well enough carries a mark (``validate_hw.flags``, read at render).
 """
 
 from __future__ import annotations

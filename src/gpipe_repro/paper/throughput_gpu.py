@@ -2,24 +2,17 @@
 committed (``reports/gpu/profiles/*.json``, ``sim.measured.committed``).
 
 For each of the table's models with a committed profile of the same model (its ``model_key``), every
-cell of the paper's grid (K x M at the experiment's fixed batch) is simulated on those costs: the
-partition cut by the measured per-layer time (as the sweeps cut theirs), the engine's overheads as
-calibrated on that GPU, transfers over the link figures the file names (one GPU cannot measure its
-link: its device's published profile's). The cells form one more series of the main table, labelled
-"simulated from per-layer costs measured on <the GPU>", beside the roofline's. Timing only, as the
-simulator's other studies (no memory check: ``fits_memory`` is left empty). No committed profile: no
-series; a profile of another model (the experiment changed since): its cells fail and say so.
+cell of the paper's grid is simulated on those costs, cut by time as the sweeps are, over the link
+figures the file names (one GPU cannot measure its link). Timing only: ``fits_memory`` is left
+empty. A profile of another model (the experiment changed since): its cells fail and say so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from ..config.compose import compose
-from ..engine import balance_by_cost
-from ..engine.events import busy_time
 from ..runplan.costing import model_key, simulate_plan, workload
 from ..runplan.plan import plan_model
 from ..sim.measured.committed import CommittedDevice, CommittedProfile, load
@@ -27,6 +20,7 @@ from ..sim.measured.link import LinkUnmeasured
 from .artefact import REPORTS
 from .numbers import throughput
 from .throughput_rows import Cell, ThroughputRow
+from .throughput_sim import at, cut_by_time, recompute_s
 
 __all__ = ["GPU_PROFILES", "gpu_cells", "committed_profiles"]
 
@@ -73,21 +67,14 @@ def gpu_cells(table: int, runs: Sequence[Sequence[str]], folder: Path = GPU_PROF
             costs = hw.cost_model(workload(spec, plan), [], 1)
             for K, M in sorted(paper):
                 mb = batch // M
-                time = [c.forward_s + c.backward_s for c in costs.layer_costs(mb)]
-                bal = balance_by_cost(time, K)
-                s = replace(spec, pipeline=replace(spec.pipeline, K=K, M=M))
                 try:
-                    res = simulate_plan(s, hw, costs, bal, mb)
+                    res = simulate_plan(at(spec, K, M), hw, costs, cut_by_time(costs, mb, K), mb)
                 except LinkUnmeasured as err:
                     cells.append(_failed(table, name, K, M, batch, hw.name, str(err)))
                     continue
-                rec = [
-                    busy_time(e for e in res.events if (e.stage, e.action) == (k, "recompute"))
-                    for k in range(K)
-                ]
                 row = ThroughputRow(
                     table, name, K, M, batch, "fixed", mb, "simulated", hw.name, None,
                     res.step_s, batch / res.step_s,
                 )  # fmt: skip
-                cells.append(Cell(row, res.busy_s, True, "", rec))
+                cells.append(Cell(row, res.busy_s, True, "", recompute_s(res, K)))
     return cells

@@ -1,31 +1,22 @@
 """Tables 2 and 3 under other assumptions than the sweeps': what the simulator says (GPipe §3).
 
-Simulator-only and allocation-free: each model is built on the meta device and costed by the table's
-published profile (``hardware=tpu_v3`` for Table 2, ``p100_pcie`` for Table 3), once; every variant
-is one simulated step (``runplan.costing.simulate_plan``) at the sweep's fixed batch. Timing only:
-these rows do not check memory (the sweeps' ``fits`` flag does).
+Each model is built on the meta device and costed once by the table's published profile; every
+variant is one simulated step (``runplan.costing.simulate_plan``) at the sweep's fixed batch, timing
+only (the sweeps' ``fits`` flag checks memory). The studies:
 
-- **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells; its
-  partitioner minimises the variance of *estimated* cell costs (§2.2), the sweeps cut by the
-  profile's per-layer time (the exact min-max partition). Here the same layers cut by time, by
-  parameters and into equal layers per stage (cruder estimates a partitioner may use), each
-  normalised to its own K = 2 at the table's reference M.
-- **link** (Table 3, M = 32): "communication is not the bottleneck, only boundary tensors cross".
-  The boundary bytes per stage and the step under: a free link (the ideal), the profile's
-  device -> host -> device PCIe (2 hops), a direct path (1 hop), a quarter and a sixteenth of its
-  bandwidth, and one PCIe shared by every transfer (each directed link gets 1 / (2 (K - 1)) of the
-  bandwidth: the worst case where all are busy at once). ``vs_free`` = throughput / the free link's.
-- **efficiency** (both tables): per-sample compute over the micro-batch, the paper's explanation of
-  why more micro-batches per stage help and of the batch growing with K. For each micro-batch the
-  profile measured (1 or 2 to 32 on this CPU) the forward and backward of every layer (no optimiser
-  step, no transfers) on this CPU's measured costs and on the published profile; ``normalized`` =
-  samples/s over the largest micro-batch's (the per-sample efficiency). And the sweeps' fixed-batch
-  cells on this CPU simulated twice: on the costs as measured, and with the per-sample cost of the
-  smallest measured micro-batch kept above it (what the tables assumed before they were measured to
-  32), each normalised to its own K = 2 at the table's reference M.
-- **planner** (Table 2): the planner's best configuration per K (``search.space``: M, schedule,
-  remat per stage, partition and the largest batch that fits, K stages and one replica), as cells
-  of a third "adjusted to fit memory" series of the main table.
+- **partition** (AmoebaNet): the paper blames its sub-linear scaling on imbalanced cells (§2.2).
+  The same layers cut by time (the sweeps' cut), by parameters and into equal layers per stage.
+- **link** (Table 3): "communication is not the bottleneck". The step under a free link, the
+  profile's, a direct path, a quarter and a sixteenth of its bandwidth, and one PCIe shared by every
+  transfer (each directed link gets 1 / (2 (K - 1)) of it); ``vs_free``: over the free link's.
+- **efficiency**: per-sample compute over the micro-batch, why more micro-batches per stage help.
+  Every measured micro-batch on this CPU and on the profile; then the sweeps' cells on this CPU as
+  measured, and with the smallest micro-batch's per-sample cost kept above it.
+- **planner** (Table 2): the planner's best configuration per K (``search.space``), as cells of an
+  "adjusted to fit memory" series of the main table.
+
+Cells are normalised to the variant's own K = 2 at the table's reference M; the per-sample curve
+to its largest micro-batch.
 """
 
 from __future__ import annotations
@@ -92,11 +83,28 @@ def model(overrides: Sequence[str], hardware: str, plan: ModelPlan | None = None
     return Model(spec, plan, hw, costs)
 
 
+def at(spec: RunConfig, K: int, M: int) -> RunConfig:
+    """``spec`` at K stages and M micro-batches."""
+    return replace(spec, pipeline=replace(spec.pipeline, K=K, M=M))
+
+
+def cut_by_time(costs: CostModel, mb: int, K: int) -> list[int]:
+    """The sweeps' partition: the layers' forward + backward time at micro-batch ``mb`` in K cells."""
+    return balance_by_cost([c.forward_s + c.backward_s for c in costs.layer_costs(mb)], K)
+
+
+def recompute_s(res: SimResult, K: int) -> list[float]:
+    """Each stage's recompute time in the simulated step ``res``."""
+    return [
+        busy_time(e for e in res.events if (e.stage, e.action) == (k, "recompute"))
+        for k in range(K)
+    ]
+
+
 def _step(
     m: Model, K: int, M: int, balance: Sequence[int], mb: int, costs: CostModel | None = None
 ) -> SimResult:
-    spec = replace(m.spec, pipeline=replace(m.spec.pipeline, K=K, M=M))
-    return simulate_plan(spec, m.hw, costs or m.costs, balance, mb)
+    return simulate_plan(at(m.spec, K, M), m.hw, costs or m.costs, balance, mb)
 
 
 def _row(
@@ -130,10 +138,9 @@ def partitions(m: Model, table: int, Ks: Sequence[int], Ms: Sequence[int]) -> li
     rows = []
     for M in Ms:
         mb = m.spec.train.batch_size // M
-        time = [c.forward_s + c.backward_s for c in m.costs.layer_costs(mb)]
         for K in Ks:
             cuts = {
-                "by time (the sweeps')": balance_by_cost(time, K),
+                "by time (the sweeps')": cut_by_time(m.costs, mb, K),
                 "by parameters": balance_by_cost(params, K),
                 "equal layers": equal_layers(len(layers), K),
             }
@@ -182,9 +189,8 @@ def extrapolation(cpu: Model, table: int, Ks: Sequence[int], Ms: Sequence[int]) 
     rows = []
     for M in Ms:
         mb = cpu.spec.train.batch_size // M
-        time = [c.forward_s + c.backward_s for c in cpu.costs.layer_costs(mb)]
         for K in Ks:
-            bal = balance_by_cost(time, K)
+            bal = cut_by_time(cpu.costs, mb, K)
             for name, costs in variants.items():
                 res = _step(cpu, K, M, bal, mb, costs)
                 rows.append(_row(cpu, table, "extrapolation", name, K, M, bal, res))
@@ -210,10 +216,9 @@ def links(m: Model, table: int, Ks: Sequence[int], M: int) -> list[SimRow]:
     """The link study (module doc), partition by time."""
     base = m.costs.link
     mb = m.spec.train.batch_size // M
-    time = [c.forward_s + c.backward_s for c in m.costs.layer_costs(mb)]
     rows = []
     for K in Ks:
-        bal = balance_by_cost(time, K)
+        bal = cut_by_time(m.costs, mb, K)
         share = 2 * (K - 1)
         variants = {
             "free link": Link(0.0, math.inf),
@@ -252,8 +257,7 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
         def sim(c: Candidate, K: int = K) -> tuple[float, float]:
             if (c.K, c.replicas) != (K, 1):  # another K or data parallelism: never the pick
                 return math.inf, 0.0
-            spec = _pick_spec(m.spec, c)
-            r = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
+            r = _simulate_pick(m, space.costs, c)
             return r.step_s, r.bubble_fraction
 
         ranked, _ = search(space, K, None, max_m, 2, sim)
@@ -268,18 +272,13 @@ def planner_cells(m: Model, table: int, Ks: Sequence[int], max_m: int) -> list[C
             )
             continue
         c = picks[0]
-        spec = _pick_spec(m.spec, c)
-        res = simulate_plan(spec, m.hw, space.costs, c.balance, c.micro_batch, c.checkpoint)
-        rec = [
-            busy_time(e for e in res.events if (e.stage, e.action) == (k, "recompute"))
-            for k in range(K)
-        ]
+        res = _simulate_pick(m, space.costs, c)
         row = replace(
             row, M=c.M, batch_size=c.batch_size, micro_batch=c.micro_batch, fits_memory=True,
             step_s=res.step_s, throughput=c.batch_size / res.step_s,
             config=f"{c.schedule}, remat {c.remat}, balance {'-'.join(map(str, c.balance))}",
         )  # fmt: skip
-        cells.append(Cell(row, res.busy_s, True, "", rec))
+        cells.append(Cell(row, res.busy_s, True, "", recompute_s(res, K)))
     return cells
 
 
@@ -307,10 +306,10 @@ def studies(
     return rows, cells
 
 
-def _pick_spec(spec: RunConfig, c: Candidate) -> RunConfig:
-    """``spec`` with the search's pick ``c``: its K, M, schedule and cells per stage."""
-    p = spec.pipeline
-    return replace(
-        spec,
-        pipeline=replace(p, K=c.K, M=c.M, schedule=c.schedule, virtual_stages=c.virtual_stages),
+def _simulate_pick(m: Model, costs: CostModel, c: Candidate) -> SimResult:
+    """The search's pick ``c`` (its K, M, schedule, cells per stage, partition, remat) simulated."""
+    pipe = replace(
+        m.spec.pipeline, K=c.K, M=c.M, schedule=c.schedule, virtual_stages=c.virtual_stages
     )
+    spec = replace(m.spec, pipeline=pipe)
+    return simulate_plan(spec, m.hw, costs, c.balance, c.micro_batch, c.checkpoint)

@@ -1,10 +1,9 @@
 """Table 1's rows: every column of the paper planned by the memory model, at both precisions.
 
-``results.csv`` (``ResultRow``): a column planned at fp32 or bf16 (``train.precision``) under each
-accounting of ``memory.table1`` (``eager``: as the engine keeps its tensors; ``xla-like``: without
-those a fusing compiler would not keep), ours beside the paper's numbers (``paper.numbers``); ``saved.csv`` (``SavedRow``): the Naive-1 columns' saved
-activations by layer type, operation and dtype (``memory.breakdown``). Nothing is allocated: the
-numbers come from ``memory.table1``.
+``results.csv`` (``ResultRow``): a column planned at fp32 or bf16 under each accounting of
+``memory.table1``, ours beside the paper's numbers (``paper.numbers``); ``saved.csv`` (``SavedRow``):
+the Naive-1 columns' saved activations by layer type, operation and dtype (``memory.breakdown``);
+``allocator.csv`` (``AllocRow``): the planner's peak beside the CPU allocator's on a small model.
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@
 A published profile vouches only for what its anchors check; every cell simulated on it rests on its
 roofline. To say so beside the right cells, each experiment file is read as Hydra would sweep it:
 its ``hardware`` and ``model`` (the root config's choice, a ``defaults`` override of it, or the swept
-values of ``hydra.sweeper.params``)
-and the size of its sweep (the product of every swept parameter's number of values, parsed by
-Hydra's own override grammar). Experiments with ``backend: engine`` are measured, never simulated,
-and are left out; ``backend: auto`` simulates wherever the host lacks a CUDA device per stage.
+values of ``hydra.sweeper.params``) and the size of its sweep (parsed by Hydra's own override
+grammar). Experiments with ``backend: engine`` are measured, never simulated, and are left out.
 """
 
 from __future__ import annotations
