@@ -530,8 +530,9 @@ def main() -> None:
     ap.add_argument(
         "--schedule-repeats",
         type=int,
-        default=5,
-        help="interleaved repetitions of the later schedules' cells (each judged over them)",
+        default=10,
+        help="interleaved repetitions of the later schedules' cells, each judged over them "
+        "(Welch: the gap they can detect shrinks as the square root of their number)",
     )
     ap.add_argument("--M", default="1,2,4,8")
     ap.add_argument(
