@@ -1,11 +1,7 @@
 """``reports/README.md`` — does the paper hold? Every claim of GPipe with its computed verdict (``make scorecard``).
 
-One row per claim of ``paper.claims`` (the paper's §2-§5, Tables 1-5, Fig. 3): the paper's number,
-ours, one of the four verdicts of ``paper.verdict``, the reason in one line and a link to the report
-page's section that shows it — each judged by its rule from the committed report's files alone (its
-CSVs, JSON and ``provenance.json``), so the page renders byte for byte the same from any copy of
-``reports/``; nothing here reads the clock, the host or git. The report pages open with the same
-findings (``claims.answers``).
+One row per claim of ``paper.claims``, judged by its rule from the committed report's files alone, so
+the page renders byte for byte the same from any copy of ``reports/`` (no clock, host or git).
 
     python -m gpipe_repro.paper.scorecard                  # writes reports/README.md
     python -m gpipe_repro.paper.scorecard --check          # exit 1 when reports/README.md is stale
@@ -20,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from .claims import registry
-from .markdown import table
 from .provenance import FILE, Provenance
 from .template import _environment
 from .verdict import RULES, VERDICTS
@@ -53,13 +48,10 @@ def summary(reports: Path) -> dict[str, Any]:
              ", ".join(p.cpus or p.devices) if p else "—"]
         )  # fmt: skip
     return {
-        "n": len(rows),
+        "claims": rows,
         "counts": [(v, counts[v]) for v in VERDICTS],
-        "claims": table(
-            ["#", "§", "the paper's claim", "the paper", "ours", "verdict", "why", "shown in"], rows
-        ),
         "rules": RULES,
-        "reports": table(["report", "made by", "commit", "CPU / devices"], made),
+        "made": made,
     }
 
 

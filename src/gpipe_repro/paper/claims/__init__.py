@@ -1,17 +1,10 @@
-"""Every claim of the paper, as data: where it stands, what it says, which report's rows judge it, by which rule.
+"""Every claim of the paper, as data (``claims.yaml``), each judged by its rule from one report's files.
 
-The claims are listed in ``claims.yaml`` (its header names the fields), in the paper's order. A
-``Claim`` names its section of the paper (§2-§5, Tables 1-5, Fig. 3), the statement and the paper's
-number, the report folder (``reports/<report>/``) and the heading of its page that shows the
-evidence, the rows that judge it, and its rule (``paper.verdict``), applied by its judge: a
-function of one of the modules in ``MODULES`` that reads that report's files alone, so the same
-claim gets the same verdict on the report's own page (its first lines, ``answers``) and in the
-scorecard (``reports/README.md``, ``paper.scorecard``), from any copy of the report. The modules
-are imported on first use, so an artefact's page code can import this package and a judge's module
-can import the artefact's row types.
-
-A judge that finds no rows to judge (a quick variant, a failed sweep) raises ``Missing``: the claim
-is then *not testable here* with that line as its reason.
+A claim's judge is a function of one of ``MODULES`` that reads that report's files alone, so the
+report's page (its first lines: ``answers``) and the scorecard (``paper.scorecard``) give the same
+verdict from any copy of the report. The modules are imported on first use, so an artefact's page
+code can import this package and a judge's module the artefact's row types. A judge that finds no
+rows to judge raises ``Missing``: the claim is then *not testable here*, with that line as reason.
 """
 
 from __future__ import annotations
@@ -47,16 +40,18 @@ def results(folder: Path, row: type[Row], name: str = "results.csv") -> list[Row
 
 @dataclass(frozen=True)
 class Claim:
-    key: str  # unique, short: "t2-contrast"
-    section: str  # where in the paper: "§3, Table 2"
-    statement: str  # the paper's claim, in words
-    paper: str  # the paper's number(s)
-    report: str  # reports/<report>/
-    page: str  # the page file in it
-    heading: str  # the heading of the page's section that shows the evidence
-    rows: str  # which rows judge it
-    rule: str  # a key of ``verdict.RULES``
-    judge: str  # "<module>.<function>" of this package: function(folder, *args) -> Finding
+    """One entry of ``claims.yaml`` (its header names the fields)."""
+
+    key: str
+    section: str
+    statement: str
+    paper: str
+    report: str
+    page: str
+    heading: str
+    rows: str
+    rule: str
+    judge: str
     args: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
@@ -92,14 +87,12 @@ def _function(judge: str) -> Callable[..., Finding] | None:
 
 
 def anchor(heading: str) -> str:
-    """A Markdown heading's link anchor as GitHub makes it: lower case, punctuation dropped,
-    spaces to hyphens."""
+    """A Markdown heading's link anchor as GitHub makes it."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _claim(entry: dict[str, Any]) -> Claim:
-    """One entry of ``claims.yaml`` as a ``Claim``; a field unknown or missing, a rule or a judge
-    that does not exist: ``ValueError`` in one line naming the claim and the field."""
+    """One entry of ``claims.yaml`` as a ``Claim``; ``ValueError`` naming the claim and the field."""
     names = {f.name for f in fields(Claim)}
     key = entry.get("key", "?")
     unknown = sorted(set(entry) - names)
@@ -131,8 +124,7 @@ def of(report: str) -> list[Claim]:
 
 @dataclass(frozen=True)
 class Answer:
-    """One line of a page's answer (``templates/answers.md.j2``): a verdict, what it is about, the
-    number behind it, the page's section that shows it."""
+    """One line of a page's answer (``templates/answers.md.j2``)."""
 
     verdict: str
     what: str
@@ -153,8 +145,7 @@ TARGETS_LEAD = (
 
 
 def answers(report: str, folder: Path) -> list[Answer]:
-    """A page's first lines: each claim it judges, its verdict and the number behind it, from the
-    files in ``folder`` — the same findings as the scorecard's."""
+    """A page's first lines: each claim it judges with its verdict, the scorecard's findings."""
     out = []
     for c in of(report):
         f = c.find(folder)

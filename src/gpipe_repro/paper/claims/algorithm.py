@@ -1,11 +1,6 @@
-"""The claims of the algorithm (GPipe §2.2-2.3), judged from the demo's sweep and Table 2's studies.
-
-- the synchronous update: the same losses whatever K (``reports/demo/results.csv``: K = 1 and 2 at
-  every M, the engine run for real);
-- the bubble: a pipeline loses (K - 1)/(M + K - 1) of its time and no more, small at M >= 4K (the
-  demo's speed-up over K = 1 at the same M against K·M/(M+K-1), at its largest M >= 4K);
-- the partition: imbalanced layers slow a pipeline and a better partition than the paper's heuristic
-  helps (Table 2's partition study of AmoebaNet, ``reports/table2/sensitivity.csv``).
+"""The claims of the algorithm (GPipe §2.2-2.3): the synchronous update and the bubble, judged from
+the demo's sweep (``reports/demo/results.csv``, the engine run for real), and the partition, from
+Table 2's partition study (``reports/table2/sensitivity.csv``).
 """
 
 from __future__ import annotations

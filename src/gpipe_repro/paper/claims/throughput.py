@@ -81,20 +81,24 @@ def first_gain(
     table: int,
     model: str,
     pairs: Sequence[tuple[tuple[int, int], tuple[int, int]]],
-) -> tuple[Key, tuple[int, int], tuple[int, int], float]:
-    """The first pair of cells (then the first design series) with a gain; ``Missing`` if none."""
+) -> tuple[Key, tuple[int, int], tuple[int, int], float, float]:
+    """The first pair of cells (then the first design series) with a gain, and the paper's gain
+    between them; ``Missing`` if none."""
     for a, b in pairs:
         for key in design(rs, table, model):
             g = gain(rs, key, a, b)
             if g is not None:
-                return key, a, b, g
+                return key, a, b, g, paper_gain(table, model, a, b)
     raise Missing(f"no {model} series of the paper's design has the cells {pairs}")
 
 
-def _others(rs: Sequence[ThroughputRow], table: int, model: str, first: Key, a: tuple[int, int],
-            b: tuple[int, int]) -> str:  # fmt: skip
-    more = [(k, gain(rs, k, a, b)) for k in design(rs, table, model) if k != first]
-    return "".join(f"; {g:.2f}× {where(k)}" for k, g in more if g is not None)
+def _scaling(rs: Sequence[ThroughputRow], model: str, key: Key, a: tuple[int, int],
+             b: tuple[int, int], g: float, why: str = "") -> str:  # fmt: skip
+    """Table 2's gain ``g`` in words, then every other design series' between the same cells."""
+    more = [(k, gain(rs, k, a, b)) for k in design(rs, 2, model) if k != key]
+    return f"{g:.2f}× from {_km(a)} to K = {b[0]}, {where(key)}{why}" + "".join(
+        f"; {x:.2f}× {where(k)}" for k, x in more if x is not None
+    )
 
 
 def _km(c: tuple[int, int]) -> str:
@@ -110,8 +114,7 @@ def m1_flat(folder: Path) -> Finding:
     rs, parts, ok, source = rows(folder), [], True, "simulated"
     for model in ("amoebanet_d", "transformer_lm"):
         pairs = [((2, 1), (8, 1)), ((4, 1), (8, 1))]
-        key, a, b, g = first_gain(rs, 2, model, pairs)
-        p = paper_gain(2, model, a, b)
+        key, a, b, g, p = first_gain(rs, 2, model, pairs)
         ok &= at_most(g, p)
         source = key[1]
         parts.append(f"{model} {_km(a)} → K = {b[0]}: {g:.2f}× (the paper {p:.2f}×), {where(key)}")
@@ -123,17 +126,15 @@ def m1_flat(folder: Path) -> Finding:
 def transformer_linear(folder: Path) -> Finding:
     """Transformer-48: 3.5× for 4× the accelerators at M = 32 (rule *ratio* on the gain)."""
     rs = rows(folder)
-    key, a, b, g = first_gain(rs, 2, "transformer_lm", [((2, 32), (8, 32)), ((4, 32), (8, 32))])
-    p = paper_gain(2, "transformer_lm", a, b)
+    pairs = [((2, 32), (8, 32)), ((4, 32), (8, 32))]
+    key, a, b, g, p = first_gain(rs, 2, "transformer_lm", pairs)
     paper_device = next((k for k in design(rs, 2, "transformer_lm") if k[2] == PROFILE[2]), None)
     why = (
         f" (K = 2 does not run on {NAMES[PROFILE[2]]}: no batch fits)"
         if paper_device and key != paper_device and cell(rs, paper_device, *a) is None
         else ""
     )
-    ours = f"{g:.2f}× from {_km(a)} to K = {b[0]}, {where(key)}{why}" + _others(
-        rs, 2, "transformer_lm", key, a, b
-    )
+    ours = _scaling(rs, "transformer_lm", key, a, b, g, why)
     c = cell(rs, key, *b)
     reason = (
         f"within ±{TOLERANCE:.0%} of the paper's {p:.2f}×"
@@ -145,12 +146,15 @@ def transformer_linear(folder: Path) -> Finding:
     return Finding(ratio(g, p, key[1]), ours, reason)
 
 
-def _partition_cause(folder: Path, model: str, K: int, M: int, paper: float) -> str:
-    """Which partition of the study comes nearest the paper's number at (K, M), and its balance."""
+def _partition_cause(folder: Path) -> str:
+    """Which partition of the study comes nearest the paper's AmoebaNet number at K = 8, M = 32,
+    and its balance."""
+    K, M = 8, 32
+    paper = throughput(2, "amoebanet_d")[(K, M)]
     at = [
         r
         for r in studies(folder, "partition")
-        if r.model == model and (r.K, r.M) == (K, M) and r.normalized is not None
+        if r.model == "amoebanet_d" and (r.K, r.M) == (K, M) and r.normalized is not None
     ]
     if not at:
         return "no partition study in this report"
@@ -166,17 +170,14 @@ def _partition_cause(folder: Path, model: str, K: int, M: int, paper: float) -> 
 def amoebanet_sublinear(folder: Path) -> Finding:
     """AmoebaNet-D(18, 256): sub-linear, 1.21 → 3.48 from K = 2 to 8 at M = 32 (rule *ratio*)."""
     rs = rows(folder)
-    key, a, b, g = first_gain(rs, 2, "amoebanet_d", [((2, 32), (8, 32))])
-    p = paper_gain(2, "amoebanet_d", a, b)
-    ours = f"{g:.2f}× from {_km(a)} to K = {b[0]}, {where(key)}" + _others(
-        rs, 2, "amoebanet_d", key, a, b
-    )
+    key, a, b, g, p = first_gain(rs, 2, "amoebanet_d", [((2, 32), (8, 32))])
     v = ratio(g, p, key[1])
-    cause = _partition_cause(folder, "amoebanet_d", 8, 32, throughput(2, "amoebanet_d")[(8, 32)])
-    reason = (
-        f"ours / the paper's = {g / p:.2f}; {cause}" if v == NOT else f"within ±{TOLERANCE:.0%}"
+    why = f"ours / the paper's = {g / p:.2f}; {_partition_cause(folder)}"
+    return Finding(
+        v,
+        _scaling(rs, "amoebanet_d", key, a, b, g),
+        why if v == NOT else f"within ±{TOLERANCE:.0%}",
     )
-    return Finding(v, ours, reason)
 
 
 def contrast(folder: Path) -> Finding:
@@ -196,12 +197,10 @@ def contrast(folder: Path) -> Finding:
             f"(the paper {p:.2f}: 2.88× / 3.5×)"
         )
         at = cell(rs, key, 8, 32)
-        cause = _partition_cause(
-            folder, "amoebanet_d", 8, 32, throughput(2, "amoebanet_d")[(8, 32)]
-        )
         balance = f"; our AmoebaNet cell's balance factor {at.balance:.2f}" if at else ""
         reason = (
-            f"AmoebaNet scales within {TOLERANCE:.0%} of the Transformer here; {cause}{balance}"
+            f"AmoebaNet scales within {TOLERANCE:.0%} of the Transformer here; "
+            f"{_partition_cause(folder)}{balance}"
             if not ok
             else "AmoebaNet scales below the Transformer by more than the tolerance"
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import fig3 as f3
 from .. import fig3_tricks as tricks
 from .. import table5 as t5
+from ..stats import Comparison
 from ..verdict import UNTESTABLE, Finding, seeded
 from . import Missing, results
 
@@ -21,8 +22,8 @@ def _fig3(folder: Path) -> list[f3.Fig3Row]:
     return results(folder, f3.Fig3Row)
 
 
-def _each(parts: list[tuple[str, object]]) -> str:
-    return "; ".join(f"{what} {c.delta:+.2f} ({c.verdict})" for what, c in parts)  # type: ignore[attr-defined]
+def _each(parts: list[tuple[str, Comparison]]) -> str:
+    return "; ".join(f"{what} {c.delta:+.2f} ({c.verdict})" for what, c in parts)
 
 
 def capacity(folder: Path) -> Finding:

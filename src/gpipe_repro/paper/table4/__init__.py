@@ -1,21 +1,13 @@
 """Table 4 (GPipe §4): transfer learning — pre-train once (cached), fine-tune every target
-pretrained and from scratch, the same budget.
+pretrained and from scratch, the same budget (the method: ``experiments/table4/README.md``).
 
     python -m gpipe_repro.paper table4 --publish           # make table4: 5 seeds -> reports/table4/
     python -m gpipe_repro.paper table4 --quick             # make table4-quick: 2 seeds, short runs
     python -m gpipe_repro.paper table4 --from WORK         # the report of a work folder's runs
 
-GPipe §4 (Table 4): AmoebaNet-B pre-trained on ImageNet, its softmax replaced by a randomly
-initialised one with the target's classes, fine-tuned on each target with the same hyper-parameters,
-flip + cutout; the mean of 5 runs. Here the same recipe runs small and offline (experiments:
-``measure.transfer_jobs``): one pre-training, cached by its config, then every target x {pretrained,
-scratch} x seed as its own ``gpipe-run`` job, ``--jobs`` at a time, and the lead target again at
-K = 2. A second invocation reuses every finished run. Collect: every run (``results.RunRow``:
-``runs.csv``) and the plan as run (``plan.json``). Summary: per target over seeds (``results``:
-``results.csv``), fine-tuned against scratch by the one noise rule (``paper.stats``). Page:
-``templates/table4.md.j2`` and ``table4.png``, from ``runs.csv`` and ``plan.json`` alone. Every
-accuracy is measured, single-crop, on the target's own test split, in percent; the paper's rows
-stand beside ours, marked "needs data.root".
+Collect: every run (``results.RunRow``: ``runs.csv``) and the plan as run (``plan.json``); a second
+invocation reuses every finished run. Summary: per target over seeds (``results.csv``), fine-tuned
+against scratch by ``paper.stats``. Page: ``templates/table4.md.j2`` and ``table4.png``.
 """
 
 from __future__ import annotations
