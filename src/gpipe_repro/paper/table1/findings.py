@@ -287,9 +287,12 @@ def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
         "remat": _by_kind(rs, lambda r: r.column != "Naive-1",
                           lambda r: f"{_short(r)} {ratio(r.activation_bytes, _pact(r))}"),
         "copies": _weight_copies(_eager(rs)),
-        "largest": _by_kind(rs, lambda r: r.largest_param_count, lambda r: f"{r.model.split('_')[0]} "
-                            f"{r.column} {ratio(r.largest_param_count, _pcount(r))}"),
+        "largest": _by_kind(rs, lambda r: r.largest_param_count, _largest),
     }  # fmt: skip
+
+
+def _largest(r: ResultRow) -> str:
+    return f"{r.model.split('_')[0]} {r.column} {ratio(r.largest_param_count, _pcount(r))}"
 
 
 def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, Any] | None:
@@ -297,9 +300,8 @@ def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, Any] | None:
     the bf16 rows that have them, and those paired with an fp32 row they exceed."""
     bf = [r for r in rs if r.precision == "bf16" and r.weight_copy_bytes]
     f32 = {(r.model, r.column): r for r in rs if r.precision == "fp32"}
-    worse = [
-        (r, f) for r in bf if (f := f32.get((r.model, r.column))) and r.activation_bytes > f.activation_bytes
-    ]  # fmt: skip
+    pairs = [(r, f32.get((r.model, r.column))) for r in bf]
+    worse = [(r, f) for r, f in pairs if f and r.activation_bytes > f.activation_bytes]
     return {"each": bf, "worse": worse} if bf else None
 
 
