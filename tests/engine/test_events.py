@@ -15,7 +15,7 @@ from gpipe_repro.engine import (
     measured_bubble,
     single_process,
 )
-from gpipe_repro.engine.events import Recorder
+from gpipe_repro.engine.events import COMPUTE, Recorder
 
 
 class DeviceLikeClock:
@@ -93,3 +93,23 @@ def test_measured_bubble_matches_formula(K, M, schedule):
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"forward 0", "backward 0"} <= names
     assert all(e["dur"] >= 0 for e in trace["traceEvents"] if e["ph"] == "X")
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1"])
+def test_no_receive_is_counted_as_computation(schedule):
+    # A stage's computing spans must not wrap its receives: measured_bubble counts a span as busy,
+    # so a wait inside one would hide idle time (zb-h1's first cell takes the gradient at B, where
+    # it has no other work: that receive is a wait, not a backward).
+    K, M = 2, 4
+    res = launch(w.bubble_run, K, (K, M, 0.04, 2, schedule))
+    events = [Event(**e) for r in res for e in r["events"] if e["action"] != "step"]
+    waits = [e for e in events if e.action == "wait"]
+    assert waits  # the check below has something to check
+    wrapped = [
+        (c.action, c.stage, c.mb)
+        for c in events
+        if c.action in COMPUTE
+        for x in waits
+        if x.stage == c.stage and x.step == c.step and c.start <= x.start and x.end <= c.end
+    ]
+    assert wrapped == []

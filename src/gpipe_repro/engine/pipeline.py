@@ -444,9 +444,9 @@ class Pipeline:
         if self.split and s == 0:
             # The model's first cell sends no input gradient: none of its backward is on the
             # critical path, so B only takes the gradient (in its channel's order) and W runs the
-            # whole split backward (the same passes, later: the same bits).
-            with rec.span("backward", m, c):
-                held.grads = self.transfers.gradients(c, m) if s < self.S - 1 else None
+            # whole split backward (the same passes, later: the same bits). No computing span: the
+            # receive records its own wait, which must count as idle.
+            held.grads = self.transfers.gradients(c, m) if s < self.S - 1 else None
             return
         outs, grads = self._roots(c, m, held, rec.span("recompute", m, c))
         ddp = self.ddps[c]
