@@ -264,26 +264,18 @@ def _cells(K: int, stage: int) -> list:
 
 
 def _span_bubble(
-    per_rank_spans: list[list[list[tuple[float, float]]]],
-    K: int,
-    per_rank_waits: list[list[list[tuple[float, float]]]] | None = None,
+    per_rank_spans: list[list[list[tuple[float, float]]]], K: int
 ) -> list[tuple[float, float]]:
-    """Per step: (bubble, busy seconds per rank). A rank's busy time is its computation spans less
-    the waits nested in them: a receive taken inside a span computes nothing (our zb-h1 takes the
-    first cell's input gradient inside that cell's B span, which does no other work). Bubble =
+    """Per step: (bubble, busy seconds per rank). A rank's busy time is the sum of its computation
+    spans (ours take no receive inside one: ``tests/engine/test_events.py``). Bubble =
     1 - sum(busy) / (K x span), the span from the first computation to the last."""
-    waits = per_rank_waits or [[[] for _ in rank] for rank in per_rank_spans]
     out = []
-    for steps, step_waits in zip(zip(*per_rank_spans), zip(*waits)):
+    for steps in zip(*per_rank_spans):
         spans = [s for rank in steps for s in rank]
         if not spans:
             continue
         t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
-        busy = sum(
-            (b - a) - sum(max(0.0, min(b, d) - max(a, c)) for c, d in ws)
-            for rank, ws in zip(steps, step_waits)
-            for a, b in rank
-        )
+        busy = sum(b - a for a, b in spans)
         bubble = max(0.0, 1 - busy / (K * (t1 - t0))) if t1 > t0 else 0.0
         out.append((bubble, busy / K))
     return out
@@ -327,7 +319,7 @@ def ours_schedule(
             for s in range(warmup, warmup + steps)
         ]
 
-    return {"times": times, "spans": of(compute), "waits": of(("wait",))}
+    return {"times": times, "spans": of(compute)}
 
 
 def theirs_schedule(
@@ -403,8 +395,7 @@ def schedule_cells(Ms: list[int], repeats: int, steps: int, warmup: int) -> dict
                     ]
                     key = (name, M, side)
                     samples.setdefault(key, []).append(statistics.median(per_step))
-                    waits = [r["waits"] for r in per_rank] if side == "ours" else None
-                    got = _span_bubble([r["spans"] for r in per_rank], K, waits)
+                    got = _span_bubble([r["spans"] for r in per_rank], K)
                     bubbles.setdefault(key, []).append(
                         statistics.median(b for b, _ in got) if got else 0.0
                     )

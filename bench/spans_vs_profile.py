@@ -49,17 +49,12 @@ KINDS = ("forward", "backward", "weight")
 
 
 def spans(events: Sequence[dict], stage: int) -> dict[str, float]:
-    """Seconds per computing action kind on ``stage``, each span less the receives inside it."""
-    waits = [
-        (e["start"], e["end"]) for e in events if e["stage"] == stage and e["action"] == "wait"
-    ]
+    """Seconds per computing action kind on ``stage`` (no receive is taken inside a computing span:
+    ``tests/engine/test_events.py``)."""
     out: dict[str, float] = {}
     for e in events:
-        if e["stage"] != stage or e["action"] not in COMPUTE:
-            continue
-        a, b = e["start"], e["end"]
-        inside = sum(max(0.0, min(b, d) - max(a, c)) for c, d in waits)
-        out[e["action"]] = out.get(e["action"], 0.0) + (b - a) - inside
+        if e["stage"] == stage and e["action"] in COMPUTE:
+            out[e["action"]] = out.get(e["action"], 0.0) + e["end"] - e["start"]
     return out
 
 
@@ -81,16 +76,8 @@ def _rank(name: str, balance: list[int], cells: list[dict], steps: int) -> list[
     and timed step the spans per kind (``spans``) and the step, raw seconds."""
     from gpipe_repro.measure import ranks
 
-    result = ranks._result
-
-    def every_step(cfg: dict, pipe: Any, timed: Any) -> dict:
-        res = result(cfg, pipe, timed)
-        res["events"] = [e.to_dict() for e in pipe.recorder.events]
-        return res
-
-    ranks._result = every_step  # this rank's process only
     out = []
-    for res in ranks.real_rank(name, K, balance, cells, 2, steps):
+    for res in ranks.real_rank(name, K, balance, cells, 2, steps, every_step=True):
         rows = [
             {**spans([e for e in res["events"] if e["step"] == 2 + i], res["stage"]), "step": t}
             for i, t in enumerate(res["times"])

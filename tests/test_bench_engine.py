@@ -75,16 +75,13 @@ def test_the_page_opens_with_each_later_schedules_verdict_against_the_peer(bench
     assert ": not met, 0.990 at worst (M = 2)" in lines[1] and "not at M = 2." in lines[1]
 
 
-def test_a_receive_inside_a_computation_span_counts_as_idle(bench):
-    # one step, K = 2: rank 0 computes 0-4 s, then a 'backward' span 4-10 s that is all a receive
-    # (zb-h1's first cell takes its gradient inside B); rank 1 computes 2-10 s
-    spans = [[[(0.0, 4.0), (4.0, 10.0)]], [[(2.0, 10.0)]]]
-    waits = [[[(4.0, 10.0)]], [[]]]
-    [(bubble, busy)] = bench._span_bubble(spans, 2, waits)
-    assert busy == (4.0 + 8.0) / 2
-    assert bubble == 1 - 12.0 / 20.0
-    [(bubble_spans_only, _)] = bench._span_bubble(spans, 2)  # counting the receive as work
-    assert bubble_spans_only < bubble
+def test_the_bubble_is_the_span_less_every_ranks_computation(bench):
+    # one step, K = 2: rank 0 computes 0-4 and 6-10 s, rank 1 2-10 s; the step spans 0-10 s
+    spans = [[[(0.0, 4.0), (6.0, 10.0)]], [[(2.0, 10.0)]]]
+    [(bubble, busy)] = bench._span_bubble(spans, 2)
+    assert busy == (8.0 + 8.0) / 2
+    assert bubble == pytest.approx(1 - 16.0 / 20.0)
+    assert bench._span_bubble([[[]], [[]]], 2) == []  # a step with no computation is left out
 
 
 def test_a_slower_cell_is_judged_and_its_gap_located(bench):

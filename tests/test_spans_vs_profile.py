@@ -24,15 +24,15 @@ def test_bad_input_is_one_line_and_exit_2(spv, capsys):
     assert "--M=7" in err[2]
 
 
-def test_a_receive_inside_a_span_is_not_counted_as_its_work(spv):
+def test_spans_sum_each_computing_kind_per_stage(spv):
     ev = [
         {"stage": 0, "action": "forward", "start": 0.0, "end": 1.0},
-        {"stage": 0, "action": "backward", "start": 1.0, "end": 4.0},  # zb-h1's first cell: B
-        {"stage": 0, "action": "wait", "start": 1.5, "end": 4.0},  # its gradient's receive
+        {"stage": 0, "action": "wait", "start": 1.0, "end": 4.0},  # a receive: not computation
         {"stage": 0, "action": "weight", "start": 4.0, "end": 6.0},
+        {"stage": 0, "action": "forward", "start": 6.0, "end": 6.5},
         {"stage": 1, "action": "forward", "start": 1.0, "end": 3.0},
     ]
-    assert spv.spans(ev, 0) == {"forward": 1.0, "backward": 0.5, "weight": 2.0}
+    assert spv.spans(ev, 0) == {"forward": 1.5, "weight": 2.0}
     assert spv.spans(ev, 1) == {"forward": 2.0}
 
 

@@ -113,6 +113,20 @@ def test_zb_h1s_first_cell_runs_its_whole_split_backward_in_w():
     r = simulate(K, M, "zb-h1", "never", [first, cell(1.0, 2.0, 1.0)], FREE)
     w0 = [e.end - e.start for e in r.events if e.action == "weight" and e.stage == 0]
     b0 = [e.end - e.start for e in r.events if e.action == "backward" and e.stage == 0]
-    assert w0 == pytest.approx([2.8] * M) and b0 == pytest.approx([0.0] * M)
+    assert w0 == pytest.approx([2.8] * M) and b0 == []  # B: no computing span (the engine's)
     w1 = [e.end - e.start for e in r.events if e.action == "weight" and e.stage == 1]
     assert w1 == pytest.approx([1.0] * M)  # a later cell's W is its own part alone
+
+
+@pytest.mark.parametrize("checkpoint", ["never", "always"])
+def test_zb_h1s_first_cell_computes_nothing_in_its_b_as_the_engine_records_it(checkpoint):
+    """The model's first cell under a split backward: its B only takes the gradient (its whole
+    backward runs in W), so the simulated log, like the engine's, has no backward or recompute
+    span for it, and its receives count as idle in the bubble."""
+    K, M = 2, 4
+    cells = [cell(1.0, 2.0, 0.7, out=1000) for _ in range(K)]
+    r = simulate(K, M, "zb-h1", checkpoint, cells, FREE, sender_busy=False)
+    first = [e.action for e in r.events if e.stage == 0 and e.action in ("backward", "recompute")]
+    assert first == []
+    assert [e.mb for e in r.events if e.stage == 0 and e.action == "weight"] == list(range(M))
+    assert len([e for e in r.events if e.stage == 1 and e.action == "backward"]) == M

@@ -131,8 +131,14 @@ def _timed(
     return out, waits, probes
 
 
-def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], list[float]]) -> dict:
-    """The cell's step times, core waits and probes on this rank, the events of its last step."""
+def _result(
+    cfg: dict,
+    pipe: Pipeline,
+    timed: tuple[list[float], list[float], list[float]],
+    every_step: bool = False,
+) -> dict:
+    """The cell's step times, core waits and probes on this rank, the events of its last step
+    (``every_step``: of every step, warm-up included)."""
     last = pipe.recorder.step - 1
     return {
         "cell": cfg,
@@ -140,7 +146,7 @@ def _result(cfg: dict, pipe: Pipeline, timed: tuple[list[float], list[float], li
         "times": timed[0],
         "waits": timed[1],
         "probes": timed[2],
-        "events": [e.to_dict() for e in pipe.recorder.events if e.step == last],
+        "events": [e.to_dict() for e in pipe.recorder.events if every_step or e.step == last],
     }
 
 
@@ -184,10 +190,12 @@ def real_rank(
     steps: int,
     timeout_s: float = 120.0,
     memory: bool = False,
+    every_step: bool = False,
 ) -> list[dict]:
     """One rank of a real K-stage pipeline running ``cells`` (dicts with M, schedule, checkpoint,
     and optionally their own ``balance``); ``memory``: after the timed steps, one more step
-    measures the rank's peak (``peak_bytes``)."""
+    measures the rank's peak (``peak_bytes``); ``every_step``: keep every step's events, not only
+    the last one's."""
     topo = _topology(K, timeout_s, cells)
     apply_host_memory("retain")
     vm = model(name)
@@ -199,7 +207,7 @@ def real_rank(
         pipe = _cell_pipeline(copy.deepcopy(mine), topo, cfg, vm.loss, first)
         opt = torch.optim.RMSprop(pipe.parameters(), lr=1e-5)
         times = _timed(pipe, opt, x, y, warmup, steps, probe=True)
-        res = _result(cfg, pipe, times)
+        res = _result(cfg, pipe, times, every_step)
         if memory:
             res["peak_bytes"] = peak_bytes(pipe, opt, x, y)
         out.append(res)

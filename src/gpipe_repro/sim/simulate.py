@@ -136,6 +136,12 @@ class Replay:
                     rp.before[(k, i)] = w.start - prev
                     rp.compute[("weight", g, a.mb)] = w.end - w.start
                     prev = w.end
+                elif splits_backward(schedule) and g == 0:  # only takes its gradient: no span
+                    wait = waits_of(a.chunk, a.mb)[-1] if g < S - 1 and remote else None
+                    if wait:
+                        rp.before[(k, i)] = wait.start - prev
+                        waited[("B", g, a.mb)] = prev = wait.end
+                    rp.compute[("backward", g, a.mb)] = 0.0
                 else:
                     bwd = spans[("backward", a.chunk, a.mb)]
                     rec = (
@@ -375,7 +381,8 @@ def simulate(
                 wait(s, a.mb, key, c)
             backward = 0.0 if first_split else cost.split[0] if split else cost.backward_s
             dur = compute("backward", g, a.mb, backward + overhead_s)
-            ev("backward", a.mb, s.free, s.free + dur, k, c)
+            if not first_split:  # which only takes its gradient: no computing span (the engine's)
+                ev("backward", a.mb, s.free, s.free + dur, k, c)
             s.free += dur
             if not split:
                 s.last_backward_end = s.free
