@@ -193,12 +193,16 @@ table3: $(STAMP) ## Table 3 (M=32, GPUs without NVLink; measured on K GPUs, else
 	-$(BIN)/gpipe-run -m experiment=table3_transformer
 	$(BIN)/python -m gpipe_repro.paper table3 --publish
 
-.PHONY: scorecard reports-status
+.PHONY: scorecard reports-status reports
 scorecard: $(STAMP) ## reports/README.md: every claim of the paper with its computed verdict, from the committed reports alone
 	$(BIN)/python -m gpipe_repro.paper.scorecard
 
 reports-status: $(STAMP) ## each committed report, its commit, and whether code it depends on changed since (stale: regenerate)
 	$(BIN)/python -m gpipe_repro.paper.status
+
+# ALL=1: every report, not only the stale ones; UNTIL=HH:MM: start no target after that time
+reports: $(STAMP) ## remake the stale reports one at a time, then the scorecard (hours: the sum of their targets; logs in outputs/remake/)
+	$(BIN)/python -m gpipe_repro.paper.remake $(if $(ALL),--all) $(if $(UNTIL),--until $(UNTIL))
 
 .PHONY: setup-gpu soak
 CUDA ?= cu130

@@ -229,7 +229,10 @@ def test_a_split_schedule_runs_on_layers_emulated_with_b_and_w_apart(emulated_ru
         assert len(p["results"]) == len(SPLIT_CONFIGS)
         for res, cfg in zip(p["results"], SPLIT_CONFIGS):
             c = _counts(res["events"], 1)
-            assert c["forward"] == c["backward"] == c["weight"] == cfg["M"], (res["stage"], cfg)
+            # the model's first cell: its B only takes the gradient (no span), W runs it all
+            b = 0 if res["stage"] == 0 else cfg["M"]
+            assert c["forward"] == c["weight"] == cfg["M"], (res["stage"], cfg)
+            assert c.get("backward", 0) == b, (res["stage"], cfg)
 
 
 @pytest.mark.slow

@@ -50,6 +50,7 @@ class Entry:
     depends: tuple[str, ...]
     provenance: str = FILE  # the file in the folder that records its commit
     commit_field: str = ""  # set: that file is the report's own JSON, its commits in this field
+    cuda: bool = False  # its target needs a CUDA host (``paper.remake`` leaves it out elsewhere)
 
 
 def _sweep(exp: str, *extra: str) -> tuple[str, ...]:
@@ -182,6 +183,7 @@ ENTRIES = (
             "tests/engine/test_cuda.py",
             "tests/runner/test_gpu.py",
         ),
+        cuda=True,
     ),  # fmt: skip
     Entry(
         "soak",
