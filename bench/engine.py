@@ -459,8 +459,8 @@ def _schedule_lines(res: dict) -> list[str]:
         f"settings on both sides (`host_memory={sc['host_memory']}`), {sc['steps']} timed steps "
         f"after {sc['warmup']}, median of {sc['repeats']} interleaved repetitions; ratio = theirs / "
         "ours (>= 1: ours as fast or faster); busy = a rank's computation per step (the median over "
-        "steps of the mean over ranks), measured (ours from the engine's spans less the receives "
-        "taken inside them, theirs from the stage's forward, backward and weight calls); bubble = "
+        "steps of the mean over ranks), measured (ours from the engine's computing spans, theirs "
+        "from the stage's forward, backward and weight calls); bubble = "
         "1 - busy / span, the span from a step's first computation to its last. *ours − theirs*: "
         "the difference of the repetitions' step times judged by the project's one rule. " + RULE,
         "",

@@ -8,13 +8,13 @@
 and 1f1b's are not. The simulator builds a stage's step from each layer's profiled costs: forward,
 whole backward, and under zb-h1 B and W timed apart (``sim.measured.split``). This runs each model at
 K = 2 on the real engine (the validation's partition, remat never, M micro-batches), under each
-schedule, and sums per stage the spans of each action kind, less the receives taken inside them,
+schedule, and sums per stage the spans of each action kind (a receive is never inside one),
 against the profile's charge for the same layers:
 
 - forward: M x the layers' forward;
 - backward (gpipe, 1f1b): M x the whole backward;
-- zb-h1: B against M x B and W against M x W. The model's first cell has no B: its B span only takes
-  the gradient, and its W runs the whole split backward, M x (B + W).
+- zb-h1: B against M x B and W against M x W. The model's first cell has no B: its B only takes the
+  gradient (no span), and its W runs the whole split backward, M x (B + W).
 
 A ratio above 1 is time the engine's spans take that the profile does not charge. *Other* is the rest
 of the stage's step (waits, sends, bookkeeping), in ms. Both sides are put on the speed probe's

@@ -20,6 +20,8 @@ c:
 \techo c >> ran.txt
 slow:
 \tsleep 30; echo slow >> ran.txt
+stubborn:
+\ttrap '' TERM; sleep 30; echo stubborn >> ran.txt
 """
 
 
@@ -69,6 +71,8 @@ def test_only_stale_reports_run_once_per_target_with_the_read_ones_first(tmp_pat
     steps, _ = R.plan(root, entries, every=True, cuda=True)
     assert [t for t, _ in steps] == ["a", "b", "c"]  # gpu, then hw's target, then the rest
     assert steps[0] == ("a", ("gpu", "x"))
+    steps, _ = R.plan(root, entries, every=False, cuda=False, only=["y2", "fresh"])
+    assert steps == [("c", ("y2",))]  # fresh is current: only names a choice among the stale
 
 
 def test_a_failing_target_is_recorded_and_the_next_one_still_runs(tmp_path):
@@ -97,6 +101,14 @@ def test_a_target_past_its_timeout_is_killed_and_the_next_one_runs(tmp_path):
     assert (root / "ran.txt").read_text().split() == ["a"]
 
 
+def test_a_target_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    root, _ = _repo(tmp_path)
+    t0 = time.monotonic()
+    rc = R.run_target(root, "stubborn", tmp_path / "logs" / "s.log", 1.0, grace_s=1.0)
+    assert rc is None and time.monotonic() - t0 < 20
+    assert not (root / "ran.txt").exists()
+
+
 def test_no_target_starts_once_until_has_passed(tmp_path):
     root, _ = _repo(tmp_path)
     clock = iter([dt.datetime(2026, 1, 1, 6, 59), dt.datetime(2026, 1, 1, 6, 59),
@@ -122,7 +134,11 @@ def test_uncommitted_changes_outside_reports_refuse_in_one_line(tmp_path, capsys
 
 @pytest.mark.parametrize(
     "argv,field",
-    [(["--until", "7pm"], "--until='7pm'"), (["--timeout-min", "0"], "--timeout-min=0")],
+    [
+        (["--until", "7pm"], "--until='7pm'"),
+        (["--timeout-min", "0"], "--timeout-min=0"),
+        (["--only", "sim,tabel2"], "--only='tabel2'"),
+    ],
 )
 def test_bad_input_is_one_line_naming_the_field(argv, field, capsys):
     assert R.main(argv) == 2

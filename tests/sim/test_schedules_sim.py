@@ -11,6 +11,7 @@ from gpipe_repro.sim import Link, StageCost, simulate
 from gpipe_repro.sim.simulate import Replay
 
 FREE = Link(latency_s=0.0, bandwidth_Bps=1e30)
+COMPUTING = ("forward", "backward", "recompute", "weight")
 
 
 def cell(f: float, b: float, w: float | None = None, out: int = 0) -> StageCost:
@@ -130,3 +131,10 @@ def test_zb_h1s_first_cell_computes_nothing_in_its_b_as_the_engine_records_it(ch
     assert first == []
     assert [e.mb for e in r.events if e.stage == 0 and e.action == "weight"] == list(range(M))
     assert len([e for e in r.events if e.stage == 1 and e.action == "backward"]) == M
+    # its receives are idle: busy is the computing spans alone, as the engine's bubble counts it
+    span = max(e.end for e in r.events if e.action in COMPUTING) - min(
+        e.start for e in r.events if e.action in COMPUTING
+    )
+    busy = sum(e.end - e.start for e in r.events if e.action in COMPUTING)
+    waited = sum(e.end - e.start for e in r.events if e.stage == 0 and e.action == "wait")
+    assert waited > 0 and r.bubble_fraction == pytest.approx(1 - busy / (K * span))

@@ -11,6 +11,7 @@ how long it took and whether each report is now current.
     python -m gpipe_repro.paper.remake --dry-run          # what would run, in order
     python -m gpipe_repro.paper.remake                    # the stale ones (hours)
     python -m gpipe_repro.paper.remake --all --until 07:00  # every report; start none after 07:00
+    python -m gpipe_repro.paper.remake --only sim,plan    # these reports alone, if stale
 
 Reports are made from one clean commit: with uncommitted changes to tracked files outside
 ``reports/`` nothing runs. The reports that others read go first (the GPU check's profiles and the
@@ -60,10 +61,12 @@ def target(e: Entry) -> str:
 
 
 def plan(
-    root: Path, entries: Sequence[Entry], every: bool, cuda: bool
+    root: Path, entries: Sequence[Entry], every: bool, cuda: bool, only: Sequence[str] = ()
 ) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
-    """The targets to run in order, each with the reports it makes, and the reports left out (why)."""
-    chosen = [e for e in entries if every or state(root, e)[1]]
+    """The targets to run in order, each with the reports it makes, and the reports left out (why);
+    ``only``: these reports alone (their names in ``paper/status.py``)."""
+    check_only(only, entries)
+    chosen = [e for e in entries if (not only or e.name in only) and (every or state(root, e)[1])]
     left = [f"{e.name}: needs a CUDA host (`{e.make}`)" for e in chosen if e.cuda and not cuda]
     chosen = [e for e in chosen if cuda or not e.cuda]
     chosen.sort(key=lambda e: FIRST.index(e.name) if e.name in FIRST else len(FIRST))
@@ -73,26 +76,50 @@ def plan(
     return [(t, tuple(names)) for t, names in order.items()], left
 
 
+def check_only(only: Sequence[str], entries: Sequence[Entry]) -> None:
+    """Raise ValueError, naming it, for a name in ``only`` that no report has."""
+    names = [e.name for e in entries]
+    for n in only:
+        if n not in names:
+            raise ValueError(f"--only={n!r} is invalid; allowed: report names {', '.join(names)}")
+
+
 def dirty(root: Path) -> list[str]:
     """Tracked files with uncommitted changes outside ``reports/`` (where the targets write)."""
     out = _git(root, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
     return [line[3:] for line in out if not line[3:].startswith("reports/")]
 
 
-def run_target(root: Path, name: str, log: Path, timeout_s: float) -> int | None:
-    """``make name`` in ``root``, its output to ``log``; its exit status, None when it passed
-    ``timeout_s`` (then its whole process group is killed)."""
+def run_target(
+    root: Path, name: str, log: Path, timeout_s: float, grace_s: float = 120.0
+) -> int | None:
+    """``make name`` in ``root`` (no stdin), its output to ``log``; its exit status, None when it
+    passed ``timeout_s``: then its process group is sent SIGTERM (a run's own handlers stop the jobs
+    it started in sessions of their own) and, ``grace_s`` later, SIGKILL."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         proc = subprocess.Popen(
-            ["make", name], cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            ["make", name],
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
-            return None
+            pass
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 60.0)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait_s)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return None
 
 
 def remake(
@@ -157,17 +184,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--until", help="HH:MM: start no target after this time")
     ap.add_argument("--timeout-min", type=float, default=300.0, help="kill a target after this")
     ap.add_argument("--logs", type=Path, default=Path("outputs/remake"), help="one log per target")
+    ap.add_argument("--only", default="", help="NAME,...: these reports alone (if stale)")
     ap.add_argument("--dry-run", action="store_true", help="print the order, run nothing")
     a = ap.parse_args(argv)
+    only = [n for n in a.only.split(",") if n]
     try:
         until = _until(a.until) if a.until else None
         if not a.timeout_min > 0:
             raise ValueError(f"--timeout-min={a.timeout_min} is invalid; allowed: minutes > 0")
+        check_only(only, ENTRIES)
     except ValueError as err:
         print(f"remake: error: {err}", file=sys.stderr)
         return 2
     if _git(a.root, "rev-parse", "--git-dir").returncode:
-        print(f"remake: error: --root {a.root} is not a git repository", file=sys.stderr)
+        print(
+            f"remake: error: --root={a.root!s} is invalid; allowed: a git repository",
+            file=sys.stderr,
+        )
         return 2
     changed = dirty(a.root)
     if changed and not a.dry_run:
@@ -175,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{' ...' if len(changed) > 3 else ''}); allowed: a clean commit (reports/ aside)",
               file=sys.stderr)  # fmt: skip
         return 2
-    steps, left = plan(a.root, ENTRIES, a.all, _cuda())
+    steps, left = plan(a.root, ENTRIES, a.all, _cuda(), only)
     for line in left:
         print(f"remake: left out: {line}")
     if not steps:
@@ -187,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = a.root.resolve()
     done, skipped = remake(root, steps, (root / a.logs), a.timeout_min * 60, until)
+    card: int | None = 0
     if any(o.rc == 0 for o in done):
-        rc = run_target(root, "scorecard", root / a.logs / "scorecard.log", 600)
-        print(f"remake: make scorecard: {_status(rc)}")
+        card = run_target(root, "scorecard", root / a.logs / "scorecard.log", 600)
+        print(f"remake: make scorecard: {_status(card)}")
     print(summary(root, done, ENTRIES))
     if skipped:
         print(f"remake: not started (--until {a.until} passed): {', '.join(skipped)}")
-    return 1 if any(o.rc != 0 for o in done) else 0
+    return 1 if card != 0 or any(o.rc != 0 for o in done) else 0
 
 
 if __name__ == "__main__":
