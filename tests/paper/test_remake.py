@@ -75,6 +75,17 @@ def test_only_stale_reports_run_once_per_target_with_the_read_ones_first(tmp_pat
     assert steps == [("c", ("y2",))]  # fresh is current: only names a choice among the stale
 
 
+def test_a_target_that_ran_but_left_its_report_stale_is_named_with_its_commit(tmp_path):
+    root, made = _repo(tmp_path)
+    _made(root, "x", made)
+    (root / "src" / "code.py").write_text("x = 2\n")
+    _git(root, "commit", "-qam", "two")  # target a writes no report: x still records `made`
+    entry = Entry("x", "x", "make a", ("src",))
+    done, _ = R.remake(root, [("a", ("x",))], tmp_path / "logs", 60, say=lambda s: None)
+    [line] = R.still_stale(root, done, [entry])
+    assert f"x is still stale after `make a`: it records commit {made}" in line
+
+
 def test_a_failing_target_is_recorded_and_the_next_one_still_runs(tmp_path):
     root, _ = _repo(tmp_path)
     said: list[str] = []

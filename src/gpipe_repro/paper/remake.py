@@ -13,7 +13,9 @@ how long it took and whether each report is now current.
     python -m gpipe_repro.paper.remake --all --until 07:00  # every report; start none after 07:00
     python -m gpipe_repro.paper.remake --only sim,plan    # these reports alone, if stale
 
-Reports are made from one clean commit: with uncommitted changes to tracked files outside
+A target that resumes finished runs of the same command left under ``outputs/`` by an earlier commit
+(``runner.jobs``) publishes them with that commit, so its report stays stale; the run says so, and
+removing those runs makes the target run them again. Reports are made from one clean commit: with uncommitted changes to tracked files outside
 ``reports/`` nothing runs. The reports that others read go first (the GPU check's profiles and the
 hardware validation, which Tables 2 and 3 read); a report that needs a CUDA host is left out on a host
 without one, and says so. Exit 0 when every target that ran succeeded, 1 when one failed, 2 on bad
@@ -129,7 +131,7 @@ def remake(
     timeout_s: float,
     until: dt.datetime | None = None,
     now: Callable[[], dt.datetime] = dt.datetime.now,
-    say: Callable[[str], None] = print,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> tuple[list[Outcome], list[str]]:
     """Run ``steps`` one at a time; the outcomes, and the targets not started (``until`` passed)."""
     done: list[Outcome] = []
@@ -156,6 +158,24 @@ def summary(root: Path, done: Sequence[Outcome], entries: Sequence[Entry]) -> st
         rows.append([f"`make {o.target}`", ", ".join(o.reports), _status(o.rc),
                      f"{o.seconds / 60:.1f}", ", ".join(now_stale) or "current"])  # fmt: skip
     return table(["target", "reports", "result", "minutes", "stale after"], rows)
+
+
+def still_stale(root: Path, done: Sequence[Outcome], entries: Sequence[Entry]) -> list[str]:
+    """A line per report whose target succeeded but which is still stale, with the commit it
+    records: a target that resumes finished runs (``runner.jobs`` reuses a run of the same command)
+    publishes them with the commit they were made at."""
+    by_name = {e.name: e for e in entries}
+    out = []
+    for o in done:
+        for n in o.reports:
+            commit, stale, _ = state(root, by_name[n])
+            if o.rc == 0 and stale:
+                out.append(
+                    f"remake: {n} is still stale after `make {o.target}`: it records commit {commit}"
+                    " (runs resumed from an earlier commit? remove them from outputs/ to run them"
+                    " again)"
+                )
+    return out
 
 
 def _until(text: str) -> dt.datetime:
@@ -225,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         card = run_target(root, "scorecard", root / a.logs / "scorecard.log", 600)
         print(f"remake: make scorecard: {_status(card)}")
     print(summary(root, done, ENTRIES))
+    for line in still_stale(root, done, ENTRIES):
+        print(line)
     if skipped:
         print(f"remake: not started (--until {a.until} passed): {', '.join(skipped)}")
     return 1 if card != 0 or any(o.rc != 0 for o in done) else 0
