@@ -82,7 +82,7 @@ def test_a_target_that_ran_but_left_its_report_stale_is_named_with_its_commit(tm
     _git(root, "commit", "-qam", "two")  # target a writes no report: x still records `made`
     entry = Entry("x", "x", "make a", ("src",))
     done, _ = R.remake(root, [("a", ("x",))], tmp_path / "logs", 60, say=lambda s: None)
-    [line] = R.still_stale(root, done, [entry])
+    [line] = R.still_stale(done, R.states_after(root, done, [entry]))
     assert f"x is still stale after `make a`: it records commit {made}" in line
 
 

@@ -150,32 +150,35 @@ def _status(rc: int | None) -> str:
     return "timed out (killed)" if rc is None else "ok" if rc == 0 else f"failed (exit {rc})"
 
 
-def summary(root: Path, done: Sequence[Outcome], entries: Sequence[Entry]) -> str:
+def states_after(
+    root: Path, done: Sequence[Outcome], entries: Sequence[Entry]
+) -> dict[str, tuple[str, bool]]:
+    """Each remade report's (recorded commit, whether it is still stale), read once after the run."""
     by_name = {e.name: e for e in entries}
+    return {n: state(root, by_name[n])[:2] for o in done for n in o.reports}
+
+
+def summary(done: Sequence[Outcome], after: dict[str, tuple[str, bool]]) -> str:
     rows = []
     for o in done:
-        now_stale = [n for n in o.reports if state(root, by_name[n])[1]]
+        now_stale = [n for n in o.reports if after[n][1]]
         rows.append([f"`make {o.target}`", ", ".join(o.reports), _status(o.rc),
                      f"{o.seconds / 60:.1f}", ", ".join(now_stale) or "current"])  # fmt: skip
     return table(["target", "reports", "result", "minutes", "stale after"], rows)
 
 
-def still_stale(root: Path, done: Sequence[Outcome], entries: Sequence[Entry]) -> list[str]:
+def still_stale(done: Sequence[Outcome], after: dict[str, tuple[str, bool]]) -> list[str]:
     """A line per report whose target succeeded but which is still stale, with the commit it
     records: a target that resumes finished runs (``runner.jobs`` reuses a run of the same command)
     publishes them with the commit they were made at."""
-    by_name = {e.name: e for e in entries}
-    out = []
-    for o in done:
-        for n in o.reports:
-            commit, stale, _ = state(root, by_name[n])
-            if o.rc == 0 and stale:
-                out.append(
-                    f"remake: {n} is still stale after `make {o.target}`: it records commit {commit}"
-                    " (runs resumed from an earlier commit? remove them from outputs/ to run them"
-                    " again)"
-                )
-    return out
+    return [
+        f"remake: {n} is still stale after `make {o.target}`: it records commit {after[n][0]}"
+        " (runs resumed from an earlier commit? remove them from outputs/ to run them again)"
+        for o in done
+        if o.rc == 0
+        for n in o.reports
+        if after[n][1]
+    ]
 
 
 def _until(text: str) -> dt.datetime:
@@ -244,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(o.rc == 0 for o in done):
         card = run_target(root, "scorecard", root / a.logs / "scorecard.log", 600)
         print(f"remake: make scorecard: {_status(card)}")
-    print(summary(root, done, ENTRIES))
-    for line in still_stale(root, done, ENTRIES):
+    after = states_after(root, done, ENTRIES)
+    print(summary(done, after))
+    for line in still_stale(done, after):
         print(line)
     if skipped:
         print(f"remake: not started (--until {a.until} passed): {', '.join(skipped)}")
