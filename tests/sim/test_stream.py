@@ -230,3 +230,75 @@ def test_stream_lengths():
     assert stream_lengths([2, 8], {2: 16, 8: 4}) == {2: 16, 8: 4}
     with pytest.raises(ValueError, match="sizes \\[8\\]"):
         stream_lengths([2, 8], {2: 16})
+
+
+OPT_CALL_S, OPT_TENSOR_S = 0.01, 0.005  # what the sleeping optimiser costs per call and per tensor
+
+
+class SleepingOptimizer(torch.optim.Optimizer):
+    """Sleeps OPT_CALL_S + OPT_TENSOR_S per tensor in a step, noting the gradients it was given."""
+
+    seen: list[tuple[bool, list[int]]] = []  # per step: every gradient non-zero, their ids
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        super().__init__(params, {})
+
+    def step(self, closure=None):  # type: ignore[override]
+        grads = [p.grad for g in self.param_groups for p in g["params"]]
+        ok = all(g is not None and bool(g.any()) for g in grads)
+        SleepingOptimizer.seen.append((ok, [id(g) for g in grads]))
+        time.sleep(OPT_CALL_S + OPT_TENSOR_S * len(grads))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_each_step_ends_with_the_optimisers_step_on_the_streams_own_gradients():
+    torch.manual_seed(0)
+    w = 16
+    layers = [nn.Linear(w, w), nn.ReLU(), Head(w)]  # 2 tensors, none, 2
+    SleepingOptimizer.seen = []
+    M, repeats = 2, 3
+    t = time_stream(
+        layers,
+        [fresh_input(torch.randn(4, w), False) for _ in range(M)],
+        [torch.zeros(4, dtype=torch.long)] * M,
+        F.cross_entropy,
+        device=torch.device("cpu"),
+        warmup=1,
+        repeats=repeats,
+        optimizer_fn=SleepingOptimizer,
+    )
+    # a kept step: one optimiser over the cell, as a rank runs it; a remat step: one per layer
+    kept = [s for s in t.steps if s.forward]
+    remat = [s for s in t.steps if s.nograd]
+    assert [len(s.update) for s in t.steps] == [1] * 2 * repeats
+    assert all(len(s.update[0]) == 1 for s in kept) and all(len(s.update[0]) == 3 for s in remat)
+    assert min(s.update[0][0] for s in kept) >= OPT_CALL_S + 4 * OPT_TENSOR_S
+    assert all(s.update[0][1] == 0.0 for s in remat)  # no parameters, no optimiser
+    # every step ran on the gradients its backwards left, zeroed in place after it (as a rank's
+    # zero_grad(set_to_none=False)): the same tensors every step
+    seen = SleepingOptimizer.seen
+    assert seen and all(ok for ok, _ in seen)
+    assert len({tuple(ids) for _, ids in seen if len(ids) == 4}) == 1
+    # the cell's step divided among its layers by their own steps (each paid the fixed cost once)
+    shares = t.update_shares()
+    assert shares is not None and shares[1] == 0.0
+    cell = statistics.median(s.update[0][0] for s in kept)
+    assert sum(shares) == pytest.approx(cell)
+    assert shares[0] == pytest.approx(shares[2], rel=0.2)
+    # and each layer's record carries its share: the update the profile charges
+    costs = records(t, [0, 1, 2], "median")
+    assert [c.update_s for c in costs] == pytest.approx(shares)
+
+
+def test_without_an_optimiser_no_update_is_timed():
+    t = time_stream(
+        [nn.Linear(4, 4), Head(4)],
+        [fresh_input(torch.randn(2, 4), False)],
+        [torch.zeros(2, dtype=torch.long)],
+        F.cross_entropy,
+        device=torch.device("cpu"),
+        warmup=0,
+        repeats=1,
+    )
+    assert all(not s.update for s in t.steps) and t.update_shares() is None
+    assert all(c.update_s == 0.0 for c in records(t, [0, 1], "median"))

@@ -23,8 +23,9 @@ from torch import nn
 
 __all__ = ["cache_dir", "device_name", "key_digest", "load", "save", "structure", "tensor_shapes"]
 
-FORMAT = 2  # bump when the stored layout or meaning changes; older files are then re-measured
+FORMAT = 3  # bump when the stored layout or meaning changes; older files are then re-measured
 # 2: a layer's B and W are its split's own cost over a whole backward, no longer B's share of it
+# 3: the optimiser step is timed in the stream after its backwards, no longer apart on zero gradients
 
 
 def cache_dir() -> Path:

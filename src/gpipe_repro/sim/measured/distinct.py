@@ -12,8 +12,8 @@ stand in for real activations; the first layer gets the dataset's example batch 
 
 Each representative is timed as ``profile`` times a model, in a stream of M micro-batches per size
 (``stream``: a one-layer cell, its input a leaf that requires grad as a stage's received input does,
-the loss after the last layer), the same statistics and recompute check, one RMSProp step for
-``update_s``; cached under the same key scheme (``cache``): the structure of every layer, the sizes and
+the loss after the last layer, each step ended by the optimiser's step), the same statistics and
+recompute check; cached under the same key scheme (``cache``): the structure of every layer, the sizes and
 stream lengths, the input shapes, torch, threads and the device.
 """
 
@@ -23,7 +23,6 @@ import copy
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -44,7 +43,6 @@ from .profile import (
     records,
     split_backward,
     stream_lengths,
-    time_update,
 )
 from .split import split_factors
 from .stream import StreamTimes, fresh_input, time_stream
@@ -172,6 +170,7 @@ def profile_planned(
                     device=dev,
                     warmup=warmup,
                     repeats=repeats,
+                    optimizer_fn=optimizer_fn,
                 )
 
             t, over = checked_stream(time_it, f"layer {i} at micro-batch {n} (M={M})")
@@ -189,8 +188,7 @@ def profile_planned(
                 first=i == 0,
             )
             (per[n],) = split_backward(records(t, [0], stat), factors)
-        upd = time_update(lay, optimizer_fn, dev, warmup, repeats, stat)
-        timed[i] = {n: replace(c, update_s=upd) for n, c in per.items()}
+        timed[i] = per
         del lay
         if log is not None:
             log(

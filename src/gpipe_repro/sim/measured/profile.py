@@ -18,9 +18,10 @@ timed calls, per layer (``stat``: the median by default):
   of a model has no B);
 - ``out_bytes``: bytes of everything the layer returns (both tensors of a pair);
 - ``update_s``: what the layer costs once per step after its last action: folding its BatchNorm
-  statistics of the stream's M micro-batches (``engine.batchnorm.commit``, timed in the stream) and
-  one optimiser step on its parameters (RMSProp by default, the paper's optimiser, §4; timed once per
-  distinct layer: it does not depend on the micro-batch size).
+  statistics of the stream's M micro-batches (``engine.batchnorm.commit``) and one optimiser step
+  on its parameters with the zeroing of their gradients after it (RMSProp by default, the paper's
+  optimiser, §4), both timed at the end of each step of the stream as a rank runs them
+  (``stream``).
 
 ``check_recompute`` asserts what the engine guarantees: a recompute is the forward again, so a
 profile in which the recompute (or the no-grad forward) costs more than the forward plus the
@@ -42,9 +43,7 @@ on the reference speed (``LayerProfile.raw`` keeps the unscaled records). Layers
 
 from __future__ import annotations
 
-import copy
 import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -65,7 +64,6 @@ __all__ = [
     "records",
     "check_recompute",
     "checked_stream",
-    "time_update",
     "stream_lengths",
     "groups_of",
     "profile_key",
@@ -132,8 +130,9 @@ class LayerProfile:
 
 
 # what the engine pays outside its spans, timed in the stream and charged to each layer: releasing a
-# micro-batch's graph after its backward (in ``backward_s``), the BatchNorm commit (in ``update_s``)
-OUTSIDE_SPANS = ("release", "commit")
+# micro-batch's graph after its backward (in ``backward_s``), the BatchNorm commit and the optimiser's
+# step with the zeroing of the gradients (in ``update_s``)
+OUTSIDE_SPANS = ("release", "commit", "update")
 
 
 def _rmsprop(params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -154,12 +153,15 @@ def _iqr(xs: Sequence[float]) -> float:
 def records(
     t: StreamTimes, groups: Sequence[int], stat: str, ref: float | None = None
 ) -> list[LayerCost]:
-    """One ``LayerCost`` per layer from a stream (``update_s``: its BatchNorm commit only, the caller
-    adds the optimiser step); ``groups[i]`` names layer i's group of identical layers, whose calls are
-    pooled into one record."""
+    """One ``LayerCost`` per layer from a stream (``update_s``: its BatchNorm commit and, where the
+    stream timed one, its optimiser step); ``groups[i]`` names layer i's group of identical layers,
+    whose calls are pooled into one record."""
     out = []
+    shares = t.update_shares(ref)
     for i in range(t.layers):
         members = [j for j in range(t.layers) if groups[j] == groups[i]]
+        # the optimiser's step (0 where the stream ran none), the same for identical layers
+        update = statistics.fmean(shares[j] for j in members) if shares is not None else 0.0
         # None: the stream did not time that kind
         p = {
             kind: _stat(xs, stat) if xs else None
@@ -178,7 +180,7 @@ def records(
                 # what the engine pays outside its spans (0 where the stream did not time it)
                 backward_s=backward + (p["release"] or 0.0),
                 out_bytes=t.out_bytes[i],
-                update_s=p["commit"] or 0.0,
+                update_s=(p["commit"] or 0.0) + update,
                 recompute_s=p["recompute"],
             )
         )
@@ -255,35 +257,6 @@ def checked_stream(
             if attempt == CHECK_TRIES:
                 raise ProfileError(f"{e} ({CHECK_TRIES} timings, each refused)") from None
     raise AssertionError("unreachable")
-
-
-def time_update(
-    layer: nn.Module,
-    optimizer_fn: OptimizerFn,
-    device: torch.device,
-    warmup: int,
-    repeats: int,
-    stat: str,
-) -> float:
-    """One optimiser step on ``layer``'s parameters (gradients of zeros), the statistic of repeats."""
-    params = [p for p in layer.parameters() if p.requires_grad]
-    if not params:
-        return 0.0
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    opt = optimizer_fn(params)
-    times = []
-    for r in range(warmup + repeats):  # the first step allocates the optimiser state: warm-up
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if r >= warmup:
-            times.append(time.perf_counter() - t0)
-    return _stat(times, stat)
 
 
 def stream_lengths(sizes: Sequence[int], stream: Mapping[int, int] | int | None) -> dict[int, int]:
@@ -429,6 +402,7 @@ def profile_layers(
                 warmup=warmup,
                 repeats=repeats,
                 probe=probe,
+                optimizer_fn=optimizer_fn,
             )
 
         t, over = checked_stream(time_it, f"micro-batch {n} (M={M})", normalize_to)
@@ -440,19 +414,6 @@ def profile_layers(
         costs[n] = split_backward(records(t, groups, stat, normalize_to), factors)
         raws[n] = split_backward(records(t, groups, stat), factors)
         probes += [s.probe_s for s in t.steps]
-    updates: dict[int, float] = {}
-    for i, layer in enumerate(layers):
-        if groups[i] not in updates:
-            updates[groups[i]] = time_update(
-                copy.deepcopy(layer).to(dev), optimizer_fn, dev, warmup, repeats, stat
-            )
-    for n in sizes:
-        costs[n] = [
-            replace(c, update_s=c.update_s + updates[groups[i]]) for i, c in enumerate(costs[n])
-        ]
-        raws[n] = [
-            replace(c, update_s=c.update_s + updates[groups[i]]) for i, c in enumerate(raws[n])
-        ]
     profile = LayerProfile(
         sizes,
         costs,

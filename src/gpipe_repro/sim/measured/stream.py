@@ -15,6 +15,16 @@ forward it repeats). So a
   micro-batch in reverse the engine's recompute (``restored_rng``, ``recomputing()``, the forward with
   grad) and its backward.
 
+With an optimiser each step ends as a rank's does: each layer's BatchNorm statistics folded, then
+the optimiser's step and the gradients zeroed in place, on the gradients the step's backwards left
+and in the caches they left: a kept step runs one optimiser over the cell, as a rank does; a remat
+step runs one per layer, timed apart, which gives each layer's share of the cell's step
+(``StreamTimes.update_shares``: one optimiser per layer would pay the optimiser's fixed cost per
+call once per layer, a rank pays it once). Timed apart from
+the stream (a layer's step repeated on made-up gradients, its parameters hot in the caches), the
+step came out far from what the engine pays: dearer on zero gradients, cheaper in warm caches
+(``python bench/update_grads.py``).
+
 A forward is timed per layer around its call (the loss, scaled by 1/M as the engine does, inside the
 last layer's). A backward is one ``autograd.backward`` through the whole cell, as the engine calls it,
 split per layer by a hook on each layer's input: autograd runs a graph's nodes in reverse creation
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +88,9 @@ class Step:
     release: list[list[float]] = field(default_factory=list)
     # one row: per layer, folding its BatchNorm statistics at the end of the step
     commit: list[list[float]] = field(default_factory=list)
+    # with an optimiser, after the commit: the optimiser's step and zeroing the gradients, over the
+    # whole cell (kept steps: one entry, as a rank runs it) or per layer (remat steps: one row)
+    update: list[list[float]] = field(default_factory=list)
     collector: float = 0.0  # seconds in Python's cyclic collector during the step (module doc)
 
 
@@ -112,6 +126,23 @@ class StreamTimes:
             return 0.0
         paid = [s.collector * (ref / s.probe_s if ref is not None else 1.0) for s in steps]
         return sum(paid) / len(paid) / (self.micro_batches * self.layers)
+
+    def update_shares(self, ref: float | None = None) -> list[float] | None:
+        """Each layer's optimiser step: the median of the cell's whole step (kept steps) divided
+        among the layers as the medians of their own steps (remat steps); None without updates."""
+
+        def on_ref(s: Step) -> float:
+            return ref / s.probe_s if ref is not None else 1.0
+
+        whole = [s.update[0][0] * on_ref(s) for s in self.steps if s.forward and s.update]
+        rows = [[u * on_ref(s) for u in s.update[0]] for s in self.steps if s.nograd and s.update]
+        if not whole or not rows:
+            return None
+        apart = [statistics.median(row[i] for row in rows) for i in range(self.layers)]
+        if not sum(apart) > 0:
+            return None
+        scale = statistics.median(whole) / sum(apart)
+        return [a * scale for a in apart]
 
     def actions(self, kind: str, ref: float | None = None) -> list[float]:
         """Per micro-batch action: the cell's total of one kind (what an engine span covers)."""
@@ -179,9 +210,22 @@ class _Boundaries:
 class _Cell:
     """The layers being timed, as a stage holds them (copies, micro-batch BatchNorm, on ``device``)."""
 
-    def __init__(self, layers: Sequence[nn.Module], device: torch.device) -> None:
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        device: torch.device,
+        optimizer_fn: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+    ) -> None:
         self.layers = [convert_batchnorm(copy.deepcopy(layer)).to(device) for layer in layers]
         self.params = [p for layer in self.layers for p in layer.parameters()]
+        # one optimiser over the cell, as a rank has, and one per layer (None: no parameters), so
+        # that each layer's share of the cell's step can be timed apart
+        trained = [[p for p in layer.parameters() if p.requires_grad] for layer in self.layers]
+        every = [p for ps in trained for p in ps]
+        self.optimizer = optimizer_fn(every) if optimizer_fn is not None and every else None
+        self.optimizers = [
+            optimizer_fn(ps) if optimizer_fn is not None and ps else None for ps in trained
+        ]
         # the layers with BatchNorm statistics to fold at the end of a step
         self.folds = [
             any(isinstance(m, MicroBatchNorm) for m in layer.modules()) for layer in self.layers
@@ -241,23 +285,46 @@ class _Cell:
             times[i] = time.perf_counter() - t0
         return times
 
-    def end_step(self) -> list[float]:
-        """What the engine does between steps: fold each layer's BatchNorm statistics (timed, per
-        layer: the engine does it at the end of every step; 0 for a layer without BatchNorm), drop
-        gradients (untimed)."""
-        times = []
+    def commit(self) -> list[float]:
+        """Fold each layer's BatchNorm statistics, timed per layer (0 for a layer without)."""
+        commits = []
         for layer, folds in zip(self.layers, self.folds, strict=True):
             if not folds:
-                times.append(0.0)
+                commits.append(0.0)
                 continue
             _sync(self.device)
             t0 = time.perf_counter()
             commit_batchnorm(layer)
             _sync(self.device)
-            times.append(time.perf_counter() - t0)
-        for p in self.params:
-            p.grad = None
-        return times
+            commits.append(time.perf_counter() - t0)
+        return commits
+
+    def end_step(self, per_layer: bool) -> tuple[list[float], list[float]]:
+        """What a rank does between steps, timed: fold each layer's BatchNorm statistics (per layer;
+        0 for a layer without BatchNorm), then, with an optimiser, the optimiser's step and zeroing
+        the gradients in place (``rank.run``: ``zero_grad(set_to_none=False)``), on the gradients this
+        step's backwards left and in the caches they left: one optimiser over the cell as a rank runs
+        it (one time), or ``per_layer``, each layer's own, layer 0 first (one time per layer). The
+        two differ by the optimiser's fixed cost per call, which a rank pays once per step. Without
+        an optimiser the gradients are dropped (untimed) and no update is timed (an empty list)."""
+        commits = self.commit()
+        if self.optimizer is None:
+            for p in self.params:
+                p.grad = None
+            return commits, []
+        updates = []
+        for opt in self.optimizers if per_layer else [self.optimizer]:
+            if opt is None:
+                updates.append(0.0)
+                continue
+            _sync(self.device)
+            t0 = time.perf_counter()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            _sync(self.device)
+            t1 = time.perf_counter()
+            updates.append(t1 - t0 - self.pauses.within(t0, t1))
+        return commits, updates
 
 
 def time_stream(
@@ -270,17 +337,19 @@ def time_stream(
     warmup: int,
     repeats: int,
     probe: Callable[[], float] | None = None,
+    optimizer_fn: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
 ) -> StreamTimes:
     """Time ``layers`` (a cell; copies are timed) on the micro-batches ``inputs`` (M of them, leaves
     as the stage receives them), with ``loss_fn(output, targets[m])`` after the last layer when given
     (else the output's gradient is a tensor of ones, as if received). ``repeats`` timed pairs of steps
-    (kept, remat) after ``warmup`` untimed ones; see the module doc."""
+    (kept, remat) after ``warmup`` untimed ones; with ``optimizer_fn`` each step ends with the
+    optimiser's step (``_Cell.end_step``). See the module doc."""
     M = len(inputs)
     if M < 1:
         raise ValueError("inputs is empty; allowed: one micro-batch per call of the stream")
     if loss_fn is not None and (targets is None or len(targets) != M):
         raise ValueError("targets must hold one entry per micro-batch when loss_fn is given")
-    cell = _Cell(layers, device)
+    cell = _Cell(layers, device, optimizer_fn)
     if device.type == "cpu":  # the host settings a CPU stage runs under (the engine's default)
         apply_host_memory(DEFAULT_HOST_MEMORY)
     L = len(cell.layers)
@@ -315,6 +384,13 @@ def time_stream(
     return StreamTimes(L, M, steps, out_bytes, in_shapes)
 
 
+def _end_step(cell: _Cell, step: Step, per_layer: bool) -> None:
+    commits, updates = cell.end_step(per_layer)
+    step.commit.append(commits)
+    if updates:
+        step.update.append(updates)
+
+
 def _steps(
     cell: _Cell,
     inputs: Sequence[Batch],
@@ -343,7 +419,7 @@ def _steps(
         kept.backward.append(cell.backward(outs[-1], seeds, bounds))
         kept.release.append(cell.release(outs))
         meter.release(m)
-    kept.commit.append(cell.end_step())
+    _end_step(cell, kept, per_layer=False)
     kept.collector = pauses.total()
     remat = Step(probe() if probe is not None else 1.0)
     pauses.reset()
@@ -363,7 +439,7 @@ def _steps(
         remat.backward.append(cell.backward(outs[-1], seeds, bounds))
         remat.release.append(cell.release(outs))
         meter.release(m)
-    remat.commit.append(cell.end_step())
+    _end_step(cell, remat, per_layer=True)
     remat.collector = pauses.total()
     return kept, remat
 
@@ -376,5 +452,5 @@ def _boundaries(cell: _Cell, x: Batch) -> tuple[list[int], list[list]]:
         shapes.append(tensor_shapes(as_tuple(x)))
         x = layer(x)
         out.append(sum(t.numel() * t.element_size() for t in as_tuple(x)))
-    cell.end_step()
+    cell.commit()
     return out, shapes
