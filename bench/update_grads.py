@@ -64,6 +64,14 @@ def apart(layer: nn.Module, fill: Callable[[nn.Parameter], torch.Tensor], repeat
     return statistics.median(times)
 
 
+def _with_grads(layer: nn.Module) -> nn.Module:
+    """A copy of ``layer`` holding its gradients (``copy.deepcopy`` leaves them out)."""
+    out = copy.deepcopy(layer)
+    for q, p in zip(out.parameters(), layer.parameters(), strict=True):
+        q.grad = None if p.grad is None else p.grad.clone()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["mlp", "plainconv", "transformer", "imbalanced"],
@@ -81,16 +89,9 @@ def main() -> None:
         x, y = vm.sample(N // args.M)
         model = nn.Sequential(*copy.deepcopy(layers))
         vm.loss(model(x), y).backward()
-        real = {id(p): p.grad.clone() for p in model.parameters() if p.grad is not None}
-        own = dict(zip(model.parameters(), (p for layer in layers for p in layer.parameters())))
-        by_param = {id(q): real[id(p)] for p, q in own.items() if id(p) in real}
         zeros = sum(apart(copy.deepcopy(lay), torch.zeros_like, args.repeats) for lay in layers)
-        backward = 0.0
-        for lay in layers:
-            grads = {id(q): by_param[id(q)] for q in lay.parameters()}
-            copied = copy.deepcopy(lay)
-            pairs = dict(zip((id(q) for q in copied.parameters()), lay.parameters(), strict=True))
-            backward += apart(copied, lambda p, g=grads, m=pairs: g[id(m[id(p)])], args.repeats)
+        backward = sum(apart(_with_grads(lay), lambda p: p.grad.clone(), args.repeats)
+                       for lay in model)  # fmt: skip
         t = time_stream(
             layers,
             [fresh_input(x, False) for _ in range(args.M)],

@@ -15,8 +15,8 @@ how long it took and whether each report is now current.
 
 A target that resumes finished runs of the same command left under ``outputs/`` by an earlier commit
 (``runner.jobs``) publishes them with that commit, so its report stays stale; the run says so, and
-removing those runs makes the target run them again. Reports are made from one clean commit: with uncommitted changes to tracked files outside
-``reports/`` nothing runs. The reports that others read go first (the GPU check's profiles and the
+removing those runs makes the target run them again. Reports are made from one clean commit: with
+uncommitted changes to tracked files outside ``reports/`` nothing runs. The reports that others read go first (the GPU check's profiles and the
 hardware validation, which Tables 2 and 3 read); a report that needs a CUDA host is left out on a host
 without one, and says so. Exit 0 when every target that ran succeeded, 1 when one failed, 2 on bad
 input.
