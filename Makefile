@@ -198,12 +198,12 @@ scorecard: $(STAMP) ## reports/README.md: every claim of the paper with its comp
 	$(BIN)/python -m gpipe_repro.paper.scorecard
 
 reports-status: $(STAMP) ## each committed report, its commit, and whether code it depends on changed since (stale: regenerate)
-	$(BIN)/python -m gpipe_repro.paper.status
+	$(BIN)/python -m gpipe_repro.reports.status
 
 # ALL=1: every report, not only the stale ones; UNTIL=HH:MM: start no target after that time;
 # ONLY=sim,plan: these reports alone (names as make reports-status prints them)
 reports: $(STAMP) ## remake the stale reports one at a time, then the scorecard (hours: the sum of their targets; logs in outputs/remake/)
-	$(BIN)/python -m gpipe_repro.paper.remake $(if $(ALL),--all) $(if $(UNTIL),--until $(UNTIL)) $(if $(ONLY),--only $(ONLY))
+	$(BIN)/python -m gpipe_repro.reports.remake $(if $(ALL),--all) $(if $(UNTIL),--until $(UNTIL)) $(if $(ONLY),--only $(ONLY))
 
 .PHONY: setup-gpu soak
 CUDA ?= cu130

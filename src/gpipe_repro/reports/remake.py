@@ -1,6 +1,6 @@
 """``make reports``: remake the stale reports (or every report) one at a time, then the scorecard.
 
-Every table of the paper, and each report beside them, has its own make target (``paper/status.py``
+Every table of the paper, and each report beside them, has its own make target (``reports/status.py``
 lists them with the code their numbers come from). This runs the targets of the reports that are
 stale — or of all of them with ``--all`` — one after the other, never two at once (a report's timings
 are only worth something on a quiet machine), each with its output in ``--logs``/``TARGET.log``. A
@@ -8,10 +8,10 @@ target that fails or passes ``--timeout-min`` is recorded and the next one runs;
 ``make scorecard`` re-judges the paper's claims from whatever was remade, and a table says what ran,
 how long it took and whether each report is now current.
 
-    python -m gpipe_repro.paper.remake --dry-run          # what would run, in order
-    python -m gpipe_repro.paper.remake                    # the stale ones (hours)
-    python -m gpipe_repro.paper.remake --all --until 07:00  # every report; start none after 07:00
-    python -m gpipe_repro.paper.remake --only sim,plan    # these reports alone, if stale
+    python -m gpipe_repro.reports.remake --dry-run          # what would run, in order
+    python -m gpipe_repro.reports.remake                    # the stale ones (hours)
+    python -m gpipe_repro.reports.remake --all --until 07:00  # every report; start none after 07:00
+    python -m gpipe_repro.reports.remake --only sim,plan    # these reports alone, if stale
 
 A target that resumes finished runs of the same command left under ``outputs/`` by an earlier commit
 (``runner.jobs``) publishes them with that commit, so its report stays stale; the run says so, and
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .markdown import table
+from ..paper.markdown import table
 from .status import ENTRIES, Entry, _git, state
 
 # reports that other reports read: made first (Tables 2 and 3 read both)
@@ -66,7 +66,7 @@ def plan(
     root: Path, entries: Sequence[Entry], every: bool, cuda: bool, only: Sequence[str] = ()
 ) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
     """The targets to run in order, each with the reports it makes, and the reports left out (why);
-    ``only``: these reports alone (their names in ``paper/status.py``)."""
+    ``only``: these reports alone (their names in ``reports/status.py``)."""
     check_only(only, entries)
     chosen = [e for e in entries if (not only or e.name in only) and (every or state(root, e)[1])]
     left = [f"{e.name}: needs a CUDA host (`{e.make}`)" for e in chosen if e.cuda and not cuda]
@@ -201,7 +201,7 @@ def _cuda() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.paper.remake", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.reports.remake", description=__doc__)
     ap.add_argument("--root", type=Path, default=Path("."), help="the repository")
     ap.add_argument("--all", action="store_true", help="every report, not only the stale ones")
     ap.add_argument("--until", help="HH:MM: start no target after this time")

@@ -9,8 +9,8 @@ Rendering-only code is not among them: a page re-rendered from its CSV is
 byte-identical (``tests/paper/test_rerender.py``), so a change there makes no report stale; a module
 that holds both a report's collect and its page code counts whole.
 
-    python -m gpipe_repro.paper.status             # the table; exit 0
-    python -m gpipe_repro.paper.status --check     # exit 1 when a report is stale
+    python -m gpipe_repro.reports.status             # the table; exit 0
+    python -m gpipe_repro.reports.status --check     # exit 1 when a report is stale
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .markdown import table
-from .provenance import FILE, Provenance
+from ..paper.markdown import table
+from ..paper.provenance import FILE, Provenance
 
 SRC = "src/gpipe_repro"
 # What every run of the engine rests on: a job's numbers come from all of it.
@@ -50,7 +50,7 @@ class Entry:
     depends: tuple[str, ...]
     provenance: str = FILE  # the file in the folder that records its commit
     commit_field: str = ""  # set: that file is the report's own JSON, its commits in this field
-    cuda: bool = False  # its target needs a CUDA host (``paper.remake`` leaves it out elsewhere)
+    cuda: bool = False  # its target needs a CUDA host (``reports.remake`` leaves it out elsewhere)
 
 
 def _sweep(exp: str, *extra: str) -> tuple[str, ...]:
@@ -259,7 +259,7 @@ def report(root: Path) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.paper.status", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m gpipe_repro.reports.status", description=__doc__)
     ap.add_argument("--root", type=Path, default=Path("."), help="the repository")
     ap.add_argument("--check", action="store_true", help="exit 1 when a report is stale")
     a = ap.parse_args(argv)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpipe_repro.paper import remake as R
-from gpipe_repro.paper.status import ENTRIES, Entry
+from gpipe_repro.reports import remake as R
+from gpipe_repro.reports.status import ENTRIES, Entry
 
 MAKEFILE = """\
 a:
