@@ -52,7 +52,7 @@ def test_the_penalty_is_what_the_work_after_a_wait_takes_beyond_back_to_back(mon
 def test_a_receiver_of_this_host_pays_the_penalty_beside_its_wake_up():
     link = Link(1e-5, 1e9, wake=((1e-3, 1e-4),))
     dm = DeviceModel("cpu", link, 0.0, 0.0, False, idle_penalty=((1e-3, 5e-4), (1e-2, 1e-3)))
-    ranks = dm.ranks_link()
+    ranks = dm.ranks_link(2)
     assert ranks.wake_s(1e-3) == pytest.approx(6e-4)
     assert ranks.wake_s(1e-2) == pytest.approx(1.1e-3)  # the wake-up's last value beyond its points
     assert ranks.wake_s(5e-4) == pytest.approx(0.5 * 6e-4)  # linear from (0, 0)

@@ -1,45 +1,86 @@
-"""What a message costs ranks that share the host's cores: its fit, where the simulator charges it, and
-the calibration's real K = 2 steps of spinning stages."""
+"""What a message costs ranks that share the host's cores: its fit, which messages the simulator
+charges it to (those posted while the other ranks take every core), and the calibration's real K = 2
+steps of spinning stages."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
 from gpipe_repro.measure.calibration import simulate_cell
-from gpipe_repro.sim.costs import LayerCost, Link
+from gpipe_repro.sim.costs import LayerCost, Link, StageCost
 from gpipe_repro.sim.measured import DeviceModel
-from gpipe_repro.sim.measured.sharing import fit_per_message, measure_sharing
+from gpipe_repro.sim.measured.sharing import fit_shared, measure_sharing
+from gpipe_repro.sim.simulate import SimResult, simulate
 
 
-def test_the_fit_is_the_residual_per_message_a_stage_handles():
-    # residual = 1 ms + 50 us per message, a stage handling 2M messages at K = 2
-    points = [(M, 0.1 + 1e-3 + 2 * M * 50e-6, 0.1) for M in (2, 8, 32)]
-    slope, intercept = fit_per_message(points)
-    assert slope == pytest.approx(50e-6) and intercept == pytest.approx(1e-3)
-    # measured faster than simulated, more so with M: no negative cost
-    assert fit_per_message([(2, 0.1, 0.1), (32, 0.1, 0.2)])[0] == 0.0
-    assert fit_per_message([(4, 0.108, 0.1)]) == (pytest.approx(1e-3), 0.0)
-    with pytest.raises(ValueError, match="points is empty"):
-        fit_per_message([])
+def _spin_steps(link: Link, Ms: tuple[int, ...]) -> Callable[[float], list[float]]:
+    stages = [StageCost(1e-3, 1e-3, 1e-3, 4096), StageCost(1e-3, 1e-3, 1e-3, 0)]
+
+    def steps(cost: float) -> list[float]:
+        shared = replace(link, shared_s=cost, cores=2)
+        return [
+            simulate(2, M, "gpipe", "never", stages, shared, sender_busy=False).step_s for M in Ms
+        ]
+
+    return steps
+
+
+def test_the_fit_is_the_cost_whose_simulated_steps_leave_a_flat_residual():
+    steps = _spin_steps(Link(1e-5, 1e9, 1, 2e-5, 3e-5), (2, 8, 32))
+    # measured: the steps at 300 us per charged message, plus 1 ms per step whatever M
+    measured = [t + 1e-3 for t in steps(300e-6)]
+    cost, fixed = fit_shared(measured, steps)
+    assert cost == pytest.approx(300e-6, rel=1e-3) and fixed == pytest.approx(1e-3, rel=1e-3)
+    # measured no slower than the idle link, less so with M: no negative cost
+    assert fit_shared([t - 1e-4 * i for i, t in enumerate(steps(0.0))], steps)[0] == 0.0
+    with pytest.raises(ValueError, match="measured is empty"):
+        fit_shared([], steps)
 
 
 def _dm(shared: float) -> DeviceModel:
     return DeviceModel("test", Link(1e-5, 1e9, 1, 2e-5, 3e-5), 1e-5, 1e-4, False, 0.0, shared)
 
 
-def test_ranks_sharing_the_host_pay_it_on_every_send_and_receive_emulated_ranks_do_not():
+def test_ranks_sharing_the_host_pay_it_only_while_the_others_take_every_core():
     dm = _dm(100e-6)
-    assert dm.ranks_link().send_call_s == pytest.approx(120e-6)
-    assert dm.ranks_link().recv_call_s == pytest.approx(130e-6)
-    assert dm.link.send_call_s == 2e-5  # what an idle ping-pong measured stays as it was
+    link = dm.ranks_link(2)
+    assert (link.shared_s, link.cores) == (100e-6, 2)
+    assert (link.send_call_s, link.recv_call_s) == (2e-5, 3e-5)  # the idle ping-pong's, as measured
     cell = {"M": 8, "schedule": "gpipe", "checkpoint": "never"}
     costs = [LayerCost(1e-3, 1e-3, 2e-3, 4096) for _ in range(4)]
     real = simulate_cell(cell, 2, [2, 2], costs, dm, shared=True).step_s
     emulated = simulate_cell(cell, 2, [2, 2], costs, dm).step_s
     undone = simulate_cell(cell, 2, [2, 2], costs, dm, variant="no_sharing", shared=True).step_s
     assert undone == emulated == simulate_cell(cell, 2, [2, 2], costs, _dm(0.0), shared=True).step_s
-    # 2M = 16 messages on each stage: the step grows by at least some of their cost, at most all
-    assert 8 * 100e-6 < real - emulated <= 2 * 16 * 100e-6 + 1e-9
+    # 2M = 16 messages on each stage: the step grows by some of their cost, at most all of it
+    assert 4 * 100e-6 < real - emulated <= 2 * 16 * 100e-6 + 1e-9
+    free = simulate_cell(cell, 2, [2, 2], costs, dm, variant="no_calls", shared=True).step_s
+    assert free < emulated  # posting for free: neither the calls nor the sharing
+
+
+def test_a_message_posted_while_the_other_rank_waits_costs_nothing_more():
+    # stage 1 is all but idle: stage 0's sends find its core free, and stage 1 posts while
+    # stage 0 computes (its own waits and sends are charged, and off the critical path)
+    heavy, light = StageCost(5e-3, 5e-3, 5e-3, 4096), StageCost(1e-5, 1e-5, 1e-5, 0)
+    link = Link(1e-5, 1e9, 1, 2e-5, 2e-5)
+
+    def step(shared: float, cores: int, stages: list[StageCost]) -> SimResult:
+        return simulate(
+            2, 8, "gpipe", "never", stages, replace(link, shared_s=shared, cores=cores),
+            sender_busy=False,
+        )  # fmt: skip
+
+    idle = step(0.0, 2, [heavy, light])
+    assert step(1e-3, 2, [heavy, light]).step_s - idle.step_s < 1e-3  # at most the last one
+    balanced = [heavy, heavy]
+    assert step(1e-3, 2, balanced).step_s - step(0.0, 2, balanced).step_s > 4e-3
+    # a core to spare for every rank's messages: nothing charged, however busy the ranks
+    assert step(1e-3, 4, balanced).step_s == step(0.0, 4, balanced).step_s
+    with pytest.raises(ValueError, match="cores"):
+        step(1e-3, 0, balanced)
 
 
 @pytest.mark.slow

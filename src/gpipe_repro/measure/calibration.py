@@ -39,6 +39,7 @@ from ..engine.pipeline import DEFAULT_LOOKAHEAD
 from ..errors import UserError
 from ..sim.costs import LayerCost, stage_costs
 from ..sim.measured import DeviceModel, LayerProfile, ProfileError, device_model, profile_layers
+from ..sim.measured.device import host_cores as cores
 from ..sim.measured.profile import OUTSIDE_SPANS
 from ..sim.measured.speed import reference_s
 from ..sim.simulate import SimResult, simulate
@@ -87,6 +88,9 @@ class Calibration:
     emulation_call_s: float | None = None
     emulation_call_model: str | None = None
     outside_spans: list[str] = field(default_factory=list)
+    # which messages of ranks sharing the host's cores pay ``shared_message_s`` (``simulate``):
+    # "cores taken", those posted while the other ranks' compute takes every core; None: every one
+    sharing: str | None = None
     sizes: list[int] = field(default_factory=list)  # the micro-batches profiled
     profiles: dict[str, Any] = field(default_factory=dict)  # model -> ``LayerProfile.to_json``
     caps_mib: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -123,15 +127,6 @@ class Calibration:
 
 def _load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def cores() -> int:
-    """The cores this process may run on: its affinity mask where the OS has one (a container
-    limited to 2 CPUs of a large host counts 2), else the host's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity masks on this OS
-        return os.cpu_count() or 1
 
 
 def emulation_dilation(K: int, scale: float, cores: int) -> float:
@@ -227,9 +222,9 @@ def simulate_cell(
     cells: ``DeviceModel.ranks_link``; emulated ranks sleep, as separate devices would)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} is unknown; allowed: {', '.join(VARIANTS)}")
-    link = dm.ranks_link() if shared and variant != "no_sharing" else dm.link
+    link = dm.ranks_link(cores()) if shared and variant != "no_sharing" else dm.link
     if variant == "no_calls":
-        link = replace(link, send_call_s=0.0, recv_call_s=0.0)
+        link = replace(link, send_call_s=0.0, recv_call_s=0.0, shared_s=0.0)
     none = variant == "no_overhead"
     return simulate(
         K, cell["M"], cell["schedule"], cell["checkpoint"],
@@ -299,7 +294,8 @@ def calibrate(
     log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
     calib = Calibration(
         asdict(s), dm.to_json(), ref, overshoot, cores(), outside_spans=list(OUTSIDE_SPANS),
-        sizes=sizes, load_before=load, torch=torch.__version__, python=sys.version.split()[0],
+        sharing="cores taken", sizes=sizes, load_before=load, torch=torch.__version__,
+        python=sys.version.split()[0],
     )  # fmt: skip
     calib.dilations = {f"K={K}": calib.dilation(K) for K in emulated_K}
     profiles: dict[str, LayerProfile] = {}

@@ -37,6 +37,7 @@ from ..engine import balance_by_cost
 from ..search.space import Candidate, Space, search
 from ..search.subject import Subject, exact_peaks, simulate_candidate, space_of
 from ..sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
+from ..sim.measured.device import host_cores
 from .configs import REAL_K
 from .models import N, ValidationModel
 
@@ -98,7 +99,7 @@ class Predictor:
         # a configuration that runs for real here (K x replicas <= REAL_K) has its ranks share this
         # host's cores: its messages cost them more (``DeviceModel.ranks_link``); an emulated one
         # stands for separate devices (``self.costs``: the idle link)
-        self.shared = replace(self.costs, link=dm.ranks_link())
+        self.shared = replace(self.costs, link=dm.ranks_link(host_cores()))
         self.params = [sum(p.numel() for p in la.parameters()) for la in self.layers]
         self._full = space_of(self.subject, 2**62, self.costs)  # for configurations off the list
         self._exact: dict[tuple[Any, ...], tuple[int, ...]] = {}

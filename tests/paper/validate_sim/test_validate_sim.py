@@ -171,6 +171,26 @@ def test_the_dilation_is_described_as_the_calibration_ran_it(tmp_path):
     assert "5 times the ranks per core (2 cores here), K=4 ×10, K=8 ×20" in new
 
 
+def test_the_sharing_term_is_described_as_the_calibration_charged_it(tmp_path):
+    rows = [_row("real", 1, 0.1, 0.1), _row("emulated", 1, 0.1, 0.1)]
+
+    def page(**calib: object) -> str:
+        base = {"settings": {}, "cores": 2, "device": {"shared_message_s": 6e-4}}
+        (tmp_path / "calibration.json").write_text(json.dumps({**base, **calib}))
+        return write_report(tmp_path, rows).read_text()
+
+    # a calibration from before the rule re-renders as it was: every message paid
+    old = page()
+    assert "each message a real cell's rank sends or receives costs it 600 µs" in old
+    assert "posts while the other ranks' compute takes every core" not in old
+    new = page(sharing="cores taken")
+    assert (
+        "a message a real cell's rank posts while the other ranks' compute takes every core "
+        "costs it 600 µs" in new
+    )
+    assert "each message a real cell's rank sends or receives" not in new
+
+
 @pytest.mark.slow
 def test_the_validation_pipeline_writes_its_report(tmp_path):
     import argparse

@@ -17,7 +17,7 @@ from ...engine.pipeline import DEFAULT_LOOKAHEAD
 from ..costs import CostModel
 from ..interface import Trust, Workload
 from .costs import MeasuredCosts
-from .device import DeviceModel, device_model, host_memory_bytes
+from .device import DeviceModel, device_model, host_cores, host_memory_bytes
 from .distinct import profile_planned
 from .profile import LayerProfile, ProfileError, profile_layers
 
@@ -105,7 +105,7 @@ class MeasuredDevice:
                 stream=stream,
             )
             _COSTS[memo] = MeasuredCosts(  # a run's ranks share this host: its link
-                prof, dm.ranks_link(), dm.overhead_s, "proportional", dm.step_overhead_s
+                prof, dm.ranks_link(host_cores()), dm.overhead_s, "proportional", dm.step_overhead_s
             )
         return _COSTS[memo]
 

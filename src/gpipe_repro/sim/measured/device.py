@@ -16,9 +16,9 @@ not depend on the model is measured once per device and cached (``cache``):
   times; what depends on the model outside the spans — releasing a micro-batch's graph, the BatchNorm
   commit — is in each model's own profile (``stream``); the reference's stream profile gives a
   recompute's own cost beyond its forward (``recompute_overhead_s``: restoring the RNG state);
-- what a message costs the ranks of one run when they share this host's cores and keep them busy
-  (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning stages against their
-  simulation; on a CUDA device the host's cores are not the ranks' compute: 0);
+- what a message costs the ranks of one run when they share this host's cores and the others' compute
+  takes every core (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning
+  stages against their simulation; on a CUDA device the host's cores are not the ranks' compute: 0);
 - what a receiver that blocked pays once it computes again (``idle_penalty``, ``idle.measure_idle``:
   the reference model's forward and backward right after sleeping against back to back; on a CUDA
   device the host's cores are not the ranks' compute: none);
@@ -36,6 +36,7 @@ speed), the wake-up is the host's idle states and hypervisor.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -84,14 +85,15 @@ class DeviceModel:
     # (seconds a rank was blocked, extra seconds its compute then takes): ``idle``
     idle_penalty: tuple[tuple[float, float], ...] = ()
 
-    def ranks_link(self) -> Link:
-        """The link as the ranks of one run on this host pay it: every send and every receive
-        also costs ``shared_message_s``, and a receiver that blocked pays its compute's post-idle
-        penalty beside its wake-up (an emulated rank, which sleeps, pays ``link``)."""
+    def ranks_link(self, cores: int) -> Link:
+        """The link as the ranks of one run on this host's ``cores`` cores pay it: a send or a
+        receive posted while the other ranks' compute takes every core also costs
+        ``shared_message_s`` (``simulate``), and a receiver that blocked pays its compute's
+        post-idle penalty beside its wake-up (an emulated rank, which sleeps, pays ``link``)."""
         return replace(
             self.link,
-            send_call_s=self.link.send_call_s + self.shared_message_s,
-            recv_call_s=self.link.recv_call_s + self.shared_message_s,
+            shared_s=self.shared_message_s,
+            cores=cores,
             wake=add_points(self.link.wake, self.idle_penalty),
         )
 
@@ -105,6 +107,15 @@ class DeviceModel:
         d["idle_penalty"] = [list(p) for p in self.idle_penalty]
         d.pop("source")
         return d
+
+
+def host_cores() -> int:
+    """The cores this process may run on: its affinity mask where the OS has one (a container
+    limited to 2 CPUs of a large host counts 2), else the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks on this OS
+        return os.cpu_count() or 1
 
 
 def _reference_layers() -> list[nn.Module]:
@@ -150,8 +161,9 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         "reference": asdict(REFERENCE),
         # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost. 5: measured
         # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``);
-        # 6: what a message costs ranks sharing the host (``sharing``); 7: the post-idle penalty
-        "format": 7,
+        # 6: what a message costs ranks sharing the host (``sharing``); 7: the post-idle penalty;
+        # 8: that cost per message posted while the other ranks take every core, fitted through it
+        "format": 8,
         "link": "unmeasured" if (unpaired := link_pairs(dev.type)) else "measured",
     }
     if use_cache and (stored := cache.load("device", key)) is not None:

@@ -13,8 +13,8 @@ stand in for real activations; the first layer gets the dataset's example batch 
 Each representative is timed as ``profile`` times a model, in a stream of M micro-batches per size
 (``stream``: a one-layer cell, its input a leaf that requires grad as a stage's received input does,
 the loss after the last layer, each step ended by the optimiser's step), the same statistics and
-recompute check; cached under the same key scheme (``cache``): the structure of every layer, the sizes and
-stream lengths, the input shapes, torch, threads and the device.
+recompute check; cached under the same key scheme (``cache``): the structure of every layer, the
+sizes and stream lengths, the input shapes, torch, threads and the device.
 """
 
 from __future__ import annotations

@@ -3,28 +3,31 @@
 A CPU run places its K ranks on one host. gloo moves a message on its own threads once it is posted
 (``link``); on a host with a core to spare those threads cost the ranks next to nothing, which is what
 an idle ping-pong measures. When every core runs a rank's compute — K = 2 on 2 cores, the validation's
-real cells — each message's threads take a core from a rank's compute, on the sending and on the
-receiving side, and no idle measurement sees it (``reports/sim/sim.md`` shows what undoing this term
-does to the real cells).
+real cells — a message's threads take a core from a rank's compute, and no idle measurement sees it
+(``reports/sim/sim.md`` shows what undoing this term does to the real cells). A rank that is waiting
+leaves its core to them: a message posted while another rank's core is free costs nothing more.
 
-So real K = 2 steps run here with every stage *spinning* for a known time per action (its core as
-busy as compute keeps it, its cost exact by construction), at several M; each step is simulated on
-those exact costs with the idle link and the engine's measured overheads; the residual (measured -
-simulated) is fitted by a line in the messages a stage sends and receives per step (2M at K = 2): its
-slope, clamped at 0, is ``shared_message_s``, what each message costs a rank beyond posting it. The
-simulator charges it to every send and every receive of ranks that share the host
-(``DeviceModel.ranks_link``); emulated ranks, which sleep, and separate devices do not pay it.
+So the simulator charges ``shared_message_s`` to a send or receive posted while the other ranks'
+compute takes every core (``Link.shared_s``, ``Link.cores``: ``simulate``). It is measured here: real
+K = 2 steps with every stage *spinning* for a known time per action (its core as busy as compute
+keeps it, its cost exact by construction), at several M, each simulated on those exact costs with
+the idle link, the engine's measured overheads and a trial ``shared_message_s``; the value fitted is
+the one whose simulated steps leave the measured ones a residual that does not grow with M (a
+fixed part per step, ``fixed_s``, is left to the intercept, as before: what the spinning step pays
+once, whatever M). Emulated ranks, which sleep, and separate devices do not pay it.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
+from scipy.optimize import minimize_scalar
 from torch import nn
 
 from ...engine import Pipeline, init_topology
@@ -33,16 +36,18 @@ from ...engine.pipeline import DEFAULT_LOOKAHEAD
 from ..costs import Link, StageCost
 from ..simulate import simulate
 
-__all__ = ["SharingFit", "measure_sharing", "fit_per_message"]
+__all__ = ["SharingFit", "fit_shared", "measure_sharing"]
 
 
 @dataclass(frozen=True)
 class SharingFit:
-    """``residual = fixed_s + messages * shared_message_s`` over the measured ``points``."""
+    """The ``shared_message_s`` whose simulated steps leave the measured ``points`` a residual of
+    ``fixed_s`` at every M (least squares)."""
 
-    shared_message_s: float  # per message a stage sends or receives, >= 0
+    shared_message_s: float  # per message posted while the other ranks take every core, >= 0
     fixed_s: float
-    points: list[tuple[int, float, float]]  # (M, median measured step s, simulated step s)
+    # (M, median measured step s, the step simulated with the fitted shared_message_s)
+    points: list[tuple[int, float, float]]
 
 
 def _spin(seconds: float) -> None:
@@ -102,19 +107,25 @@ def _spin_rank(
     return out
 
 
-def fit_per_message(
-    points: list[tuple[int, float, float]], messages_per_M: int = 2
+def fit_shared(
+    measured: Sequence[float], simulated: Callable[[float], list[float]], upper_s: float = 0.02
 ) -> tuple[float, float]:
-    """(slope per message, intercept) of the residual (measured - simulated) over the messages a
-    stage handles per step (``messages_per_M`` x M); one point: the line through the origin."""
-    if not points:
-        raise ValueError("points is empty; allowed: at least one (M, measured, simulated)")
-    xs = np.array([messages_per_M * M for M, _, _ in points], dtype=float)
-    ys = np.array([m - s for _, m, s in points])
-    if len(set(xs.tolist())) < 2:
-        return max(0.0, float(ys[0] / xs[0])), 0.0
-    slope, intercept = np.polyfit(xs, ys, 1)
-    return max(0.0, float(slope)), float(intercept)
+    """(shared_message_s, fixed_s): the cost per charged message in [0, ``upper_s``] whose
+    ``simulated(cost)`` steps leave ``measured`` (the same Ms in order) the flattest residual — the
+    least squares of ``measured - simulated(cost) - fixed_s`` over cost and fixed_s; one point:
+    the cost that leaves it no residual (fixed_s 0)."""
+    if not measured:
+        raise ValueError("measured is empty; allowed: at least one step per M")
+    target = np.asarray(measured, dtype=float)
+
+    def spread(cost: float) -> float:
+        r = target - np.asarray(simulated(cost))
+        return float(np.sum((r - r.mean()) ** 2)) if len(r) > 1 else float(r[0] ** 2)
+
+    fit = minimize_scalar(spread, bounds=(0.0, upper_s), method="bounded", options={"xatol": 1e-7})
+    cost = float(fit.x) if spread(float(fit.x)) < spread(0.0) else 0.0
+    fixed = float(np.mean(target - np.asarray(simulated(cost)))) if len(target) > 1 else 0.0
+    return cost, fixed
 
 
 def measure_sharing(
@@ -133,8 +144,8 @@ def measure_sharing(
     """Real K = 2 steps of spinning stages at each M of ``Ms`` against their simulation on ``link``
     and the engine's overheads (module doc). A message carries ``shape`` floats per micro-batch.
     ``rounds`` launches of fresh ranks, each fitted on its own (how the scheduler places gloo's
-    threads, and so the slope, varies from one launch to the next); the result is the median of the
-    rounds' slopes, its points each M's median step."""
+    threads, and so the cost, varies from one launch to the next); the result is the median of the
+    rounds' costs, its points each M's median step and its simulation at that cost."""
     Ms_ = sorted({int(m) for m in Ms})
     if not Ms_ or Ms_[0] < 1 or not (fwd_s > 0 and bwd_s > 0) or rounds < 1:
         raise ValueError(
@@ -142,22 +153,16 @@ def measure_sharing(
             "M >= 1, seconds > 0, rounds >= 1"
         )
     nbytes = shape[0] * shape[1] * 4
-    stage = StageCost(fwd_s, fwd_s, bwd_s, nbytes)
-    sims = [
-        simulate(
-            2,
-            M,
-            "gpipe",
-            "never",
-            [stage, StageCost(fwd_s, fwd_s, bwd_s, 0)],
-            link,
-            overhead_s,
-            sender_busy=False,
-            step_overhead_s=step_overhead_s,
-            lookahead=DEFAULT_LOOKAHEAD,
-        ).step_s
-        for M in Ms_
-    ]
+    stages = [StageCost(fwd_s, fwd_s, bwd_s, nbytes), StageCost(fwd_s, fwd_s, bwd_s, 0)]
+
+    def simulated(cost: float) -> list[float]:
+        shared = replace(link, shared_s=cost, cores=2)  # the two ranks on this host's cores
+        return [
+            simulate(2, M, "gpipe", "never", stages, shared, overhead_s, sender_busy=False,
+                     step_overhead_s=step_overhead_s, lookahead=DEFAULT_LOOKAHEAD).step_s
+            for M in Ms_
+        ]  # fmt: skip
+
     per_round: list[list[float]] = []  # per round, each M's median step
     for _ in range(rounds):
         per_rank = launch(_spin_rank, 2, (Ms_, fwd_s, bwd_s, shape, warmup, steps), threads=1)
@@ -167,8 +172,8 @@ def measure_sharing(
                 for i in range(len(Ms_))
             ]
         )
-    fits = [fit_per_message(list(zip(Ms_, r, sims))) for r in per_round]
+    fits = [fit_shared(r, simulated) for r in per_round]
+    cost = statistics.median(f[0] for f in fits)
+    sims = simulated(cost)
     points = [(M, statistics.median(r[i] for r in per_round), sims[i]) for i, M in enumerate(Ms_)]
-    return SharingFit(
-        statistics.median(f[0] for f in fits), statistics.median(f[1] for f in fits), points
-    )
+    return SharingFit(cost, statistics.median(f[1] for f in fits), points)
