@@ -10,10 +10,11 @@ from gpipe_repro.metrics.hostload import (
     BUSY_WAIT_SHARE,
     SchedWindow,
     busy_sentence,
+    compare,
     read_sched,
     wait_share,
 )
-from gpipe_repro.runner.predict import compare, summary
+from gpipe_repro.runner.predict import summary
 
 
 def _proc(root: Path, pid: int, threads: dict[int, tuple[int, int]]) -> Path:

@@ -102,3 +102,25 @@ def test_gpipe_run_shows_progress_lines_and_one_summary_line_per_job(tmp_path):
     assert all("/600  loss " in ln and " samples/s  ETA " in ln for ln in progress)
     (summary,) = r.stdout.strip().splitlines()
     assert summary.startswith("K=1 M=1: 600 steps in ") and "samples/s" in summary
+
+
+def test_console_progress_is_shown_unless_switched_off(monkeypatch):
+    from gpipe_repro.metrics.progress import ConsoleProgress, console_progress
+
+    monkeypatch.delenv("GPIPE_PROGRESS", raising=False)
+    with console_progress(False, "K=1 M=1", 10, 5.0) as off:
+        assert off is None
+    with console_progress(True, "K=2 M=4", 10, 5.0) as on:
+        assert isinstance(on, ConsoleProgress) and (on.label, on.steps) == ("K=2 M=4", 10)
+    monkeypatch.setenv("GPIPE_PROGRESS", "0")
+    with console_progress(True, "K=2 M=4", 10, 5.0) as env_off:
+        assert env_off is None
+
+
+def test_tee_calls_each_callback_in_turn_and_skips_none():
+    from gpipe_repro.metrics.progress import tee
+
+    seen: list[tuple[str, int]] = []
+    each = tee(lambda r: seen.append(("a", r.step)), None, lambda r: seen.append(("b", r.step)))
+    each(StepRecord(3, 0.5, 0.1, 10.0))
+    assert seen == [("a", 3), ("b", 3)]

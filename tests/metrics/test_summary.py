@@ -110,3 +110,13 @@ def test_replicas_average_the_loss_and_the_stages_are_replica_0s():
     assert m.step_times_s == [9.0, 4.0, 2.0, 3.0]
     assert m.step_time_s == 3.0
     assert m.throughput == pytest.approx(3 * 8 / (4.0 + 2.0 + 3.0))  # samples over timed seconds
+
+
+def test_a_run_that_runs_states_its_schedules_ideal_bubble_and_a_stopped_one_none():
+    from gpipe_repro.engine.schedule import ideal_bubble
+    from gpipe_repro.metrics.summary import base_metrics
+
+    spec = compose(["pipeline.K=2", "pipeline.M=4"], cuda_available=False)
+    assert base_metrics(spec).bubble_ideal == ideal_bubble("gpipe", 2, 4) == pytest.approx(1 / 5)
+    assert base_metrics(spec, "failed", "boom").bubble_ideal is None
+    assert base_metrics(spec, "interrupted", "stopped").bubble_ideal is None

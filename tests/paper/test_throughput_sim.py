@@ -28,7 +28,7 @@ from gpipe_repro.paper.throughput_sim import (
 )
 from gpipe_repro.runplan.costing import simulate_plan
 from gpipe_repro.search.choose import search_space
-from gpipe_repro.search.space import search
+from gpipe_repro.search.scan import search
 from gpipe_repro.sim import LayerCost, Link, stage_costs
 from gpipe_repro.sim.measured import LayerProfile, MeasuredCosts
 

@@ -64,3 +64,34 @@ def test_the_record_is_in_the_save(k1_save):
     assert meta["model"] == r.record()
     assert meta["optimizer"]["name"] == "rmsprop"
     assert meta["optimizer"]["param_groups"][0]["lr"] == 0.01
+
+
+def test_run_differences_name_batch_data_order_and_model():
+    from gpipe_repro.save.record import describe_model, run_differences
+
+    options = {"channels": 8}
+    saved = {"model": describe_model("tuplenet", options, [])}
+    saved["run_config"] = {"train": {"batch_size": 32}, "seed": 0, "data": {"name": "x", "n": 1}}
+    run = {
+        "train": {"batch_size": 32},
+        "seed": 0,
+        "data": {"name": "x", "n": 1},
+        "model": {"name": "tuplenet", **options},
+    }
+    assert run_differences(saved, run) == {}
+    other = {
+        **run,
+        "train": {"batch_size": 64},
+        "seed": 1,
+        "data": {"name": "x", "n": 2},
+        "model": {"name": "tuplenet", "channels": 16},
+    }
+    assert run_differences(saved, other) == {
+        "batch_size": {"train.batch_size": [32, 64]},
+        "data": {"seed": [0, 1], "data.n": [1, 2]},
+        "model": {"model.channels": [8, 16]},
+    }
+    assert run_differences(saved, {**run, "model": {"name": "mlp"}})["model"] == {
+        "model": ["tuplenet", "mlp"]
+    }
+    assert run_differences({"model": saved["model"]}, other).keys() == {"model"}  # no run config

@@ -85,3 +85,22 @@ def test_latest_and_prune_see_one_runs_saves_only(tmp_path):
     gone = prune(tmp_path, keep=1, run="new")
     assert gone == [tmp_path / "save-3"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["save-2", "save-4", "save-6", "save-8"]
+
+
+def test_marked_lists_this_runs_and_unreadable_saves_newest_first(tmp_path):
+    from gpipe_repro.save.folder import marked
+
+    def make(name: str, run: str | None, mark: bool = True) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / META).write_text("{" if run is None else json.dumps({"run": run}))
+        if mark:
+            (tmp_path / name / MARKER).write_text("{}")
+
+    make("save-1", "a")
+    make("save-5", "b")  # another run's
+    make("save-3", None)  # its record cannot be read: whoever's, listed
+    make("save-9", "a", mark=False)  # never finished
+    make("save-2.tmp-0123abcd", "a")
+    assert marked(tmp_path, "a") == [(3, tmp_path / "save-3"), (1, tmp_path / "save-1")]
+    assert [s for s, _ in marked(tmp_path, None)] == [5, 3, 1]
+    assert marked(tmp_path / "missing", "a") == []

@@ -13,14 +13,10 @@ from gpipe_repro.config.compose import compose
 from gpipe_repro.engine.partition import PartitionError, balance_by_cells, balance_by_cells_many
 from gpipe_repro.runplan.costing import run_hardware
 from gpipe_repro.runplan.plan import plan_model
+from gpipe_repro.search.candidate import Stats
 from gpipe_repro.search.choose import search_space
-from gpipe_repro.search.space import (
-    Stats,
-    _divisors,
-    _partitions,
-    _searched,
-    enumerate_candidates,
-)
+from gpipe_repro.search.scan import _divisors, _searched, enumerate_candidates
+from gpipe_repro.search.space import _partitions
 
 GiB = 2**30
 
@@ -149,3 +145,21 @@ def reference_partitions(space, K, M, schedule, mb):
         if (tuple(bal), tuple(modes)) not in out:
             out.append((tuple(bal), tuple(modes)))
     return out
+
+
+def test_the_least_memory_partition_is_the_min_max_of_each_stages_bytes():
+    spec = compose(["hardware=tpu_v3", "model.hidden=1024", "backend=sim"])
+    model = plan_model(spec)
+    _, costs = run_hardware(spec, model)
+    space = search_space(spec, model, GiB, costs)
+    L, K, M = len(model.layers), 3, 4
+    mem = space.memory("1f1b", "always", K, M, 1)
+
+    def needs(bal):
+        starts = np.cumsum([0, *bal])
+        return [float(mem[k, starts[k], starts[k + 1]]) for k in range(K)]
+
+    bal, need = space.least_memory(K, M)
+    assert sum(bal) == L and len(bal) == K and need == needs(bal)
+    every = [b for b in itertools.product(range(1, L), repeat=K) if sum(b) == L]
+    assert max(need) == min(max(needs(b)) for b in every)

@@ -130,6 +130,19 @@ def test_remat_adds_exactly_the_recompute():
         )
 
 
+def test_each_stage_recompute_time_is_its_recompute_events():
+    F, B = 0.4, 0.9
+    K, M = 3, 5
+    stages = [stage(F, B), stage(2 * F, B), stage(F, 3 * B)]
+    for mode, n in (("never", 0), ("always", M), ("except_last", M - 1)):
+        r = simulate(K, M, "gpipe", mode, stages, FREE)
+        assert r.recompute_s == pytest.approx([n * s.forward_s for s in stages])
+        assert r.recompute_s == [
+            sum(e.end - e.start for e in r.events if (e.stage, e.action) == (k, "recompute"))
+            for k in range(K)
+        ]
+
+
 def test_remat_forward_uses_the_nograd_cost():
     s = stage(1.0, 2.0, nograd=0.25)
     r = simulate(1, 4, "gpipe", "except_last", [s], FREE)

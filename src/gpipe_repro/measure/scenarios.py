@@ -34,7 +34,9 @@ from typing import Any
 import torch
 
 from ..engine import balance_by_cost
-from ..search.space import Candidate, Space, search
+from ..search.candidate import Candidate
+from ..search.scan import search
+from ..search.space import Space
 from ..search.subject import Subject, exact_peaks, simulate_candidate, space_of
 from ..sim.measured import DeviceModel, LayerProfile, MeasuredCosts, MeasuredDevice
 from ..sim.measured.device import host_cores

@@ -64,8 +64,7 @@ from ..engine.schedule import (
     stage_actions,
     virtual_stage,
 )
-from ..engine.split import Tape, backward_input
-from .working import split_working_set
+from .working import kept_bytes, split_working_set
 
 __all__ = [
     "Saved",
@@ -257,7 +256,7 @@ def measure_stage(
     out = sum(_nbytes(t) for t in as_tuple(y) if _key(t) not in seen and _key(t) not in inputs)
     weights = sum(seen[k] for k in copies)
     work, fixed = split_working_set(cell, x, loss, precision, device_type) if working else (0, 0)
-    kept = _kept_bytes(layers, x, loss, precision, device_type) if working else 0
+    kept = kept_bytes(layers, x, loss, precision, device_type) if working else 0
     act = StageActivation(
         sum(_nbytes(t) for t in xs),
         sum(seen.values()) - weights,
@@ -270,41 +269,6 @@ def measure_stage(
     )
     ys = tuple(_meta_like(t) for t in as_tuple(y))
     return act, (ys if isinstance(y, tuple) else ys[0])
-
-
-def _kept_bytes(
-    layers: Sequence[nn.Module],
-    x: Batch,
-    loss: Callable[[Any], torch.Tensor] | None,
-    precision: str,
-    device_type: str,
-) -> int:
-    """What a split backward's B keeps for W (``engine.split``): B run on fake tensors through the
-    engine's taped cell, the gradients it kept counted."""
-    mode = FakeTensorMode()
-    cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
-    state = {
-        n: _fake_like(p, mode, device_type, p.requires_grad) for n, p in cell.named_parameters()
-    }
-    buffers = {n: _fake_like(b, mode, device_type) for n, b in cell.named_buffers()}
-    xs = [_fake_like(t, mode, device_type, t.is_floating_point()) for t in as_tuple(x)]
-    tape = Tape()
-    with mode:
-        with autocast(device_type, precision), cell.taped(tape):
-            y = functional_call(
-                cell, {**state, **buffers}, (tuple(xs) if isinstance(x, tuple) else xs[0],)
-            )
-        if loss is not None:
-            outs = [fp32_loss(lambda out, _: loss(out), y, None, device_type)]
-            grads: list[torch.Tensor | None] = [None]
-        else:
-            outs = list({id(t): t for t in as_tuple(y) if t.requires_grad}.values())
-            grads = [torch.ones_like(t) for t in outs]
-        if not outs:
-            return 0
-        params = [t for t in state.values() if t.requires_grad]
-        backward_input(tape, grads, outs, params)
-        return tape.nbytes_kept()
 
 
 def peak_activation_bytes(

@@ -56,12 +56,9 @@ class StagePlan:
         )
 
 
-def _params(layers: Sequence[nn.Module]) -> int:
-    return sum(p.numel() for layer in layers for p in layer.parameters())
-
-
 class _Measured:
-    """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range."""
+    """Per-layer and per-stage activations of one model at MEASURE_BATCH, memoised by layer range,
+    and each layer's parameter count (``params``)."""
 
     def __init__(
         self,
@@ -77,6 +74,7 @@ class _Measured:
             precision,
             device_type,
         )
+        self.params = [sum(p.numel() for p in layer.parameters()) for layer in self.layers]
         self.inputs: list[Batch] = []
         x = sample
         for layer in self.layers:  # the input of every layer, once
@@ -183,12 +181,12 @@ def plan_stages(
     out = []
     for k in range(K):
         cells = [(starts[s], starts[s] + balance[s]) for s in range(k, K * v, K)]
-        params = sum(_params(layers[a:b]) for a, b in cells)
+        acts = [meas.stage(a, b) for a, b in cells]
+        params = sum(sum(meas.params[a:b]) for a, b in cells)
         # its state (its parameters', and the optimiser step's temporaries), then its activations
         # under its schedule and mode, walked with each of its cells' bytes
         state = state_bytes(params, opt)
         step = step_temporary_bytes(params, opt, weight_decay, device_type)
-        acts = [meas.stage(a, b) for a, b in cells]
         units = [replace(a.scaled(1 / MEASURE_BATCH), weights=0, work_fixed=0) for a in acts]
         mode = modes[k]
         per = peak_activation_bytes(

@@ -17,14 +17,19 @@ counted by ``memory.activations``), is the working set. Storages that existed be
 gradients, the input) are not counted. Scratch a kernel allocates and frees inside itself is
 invisible to the mode; the one that matters on a CPU, the convolution's (oneDNN's layout copies), is
 added from its operands' sizes (``scratch_bytes``).
+
+Where the schedule splits the backward (``engine.split``: B the input gradient, W the weight
+gradient later), B keeps gradients for W that live from B to W beside the graph; ``kept_bytes``
+counts them, with B run the same way on fake tensors through the engine's taped cell.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -33,9 +38,10 @@ from torch.utils._pytree import tree_leaves
 
 from ..engine.microbatch import Batch, as_tuple, from_tuple
 from ..engine.pipeline import Cell
-from ..engine.precision import autocast, fp32_loss
+from ..engine.precision import autocast, compute_dtype, fp32_loss
+from ..engine.split import Tape, backward_input
 
-__all__ = ["LiveBytes", "scratch_bytes", "working_set", "split_working_set"]
+__all__ = ["LiveBytes", "scratch_bytes", "working_set", "split_working_set", "kept_bytes"]
 
 
 class LiveBytes(TorchDispatchMode):
@@ -179,3 +185,39 @@ def split_working_set(
     if one - scaling < 0:
         return (two + 1) // 2, 0
     return scaling, one - scaling
+
+
+def kept_bytes(
+    layers: Sequence[nn.Module],
+    x: Batch,
+    loss: Callable[[Any], torch.Tensor] | None,
+    precision: str,
+    device_type: str,
+) -> int:
+    """What a split backward's B keeps for W (``engine.split``): B run on fake tensors through the
+    engine's taped cell, the gradients it kept counted."""
+    mode = FakeTensorMode()
+    cell = Cell(layers, compute_dtype(precision) if precision != "fp32" else None)
+    state = {
+        n: _fake(p, mode, device_type).requires_grad_(p.requires_grad)
+        for n, p in cell.named_parameters()
+    }
+    buffers = {n: _fake(b, mode, device_type) for n, b in cell.named_buffers()}
+    xs = [_fake(t, mode, device_type).requires_grad_(t.is_floating_point()) for t in as_tuple(x)]
+    tape = Tape()
+    with mode:
+        with autocast(device_type, precision), cell.taped(tape):
+            y = functional_call(
+                cell, {**state, **buffers}, (tuple(xs) if isinstance(x, tuple) else xs[0],)
+            )
+        if loss is not None:
+            outs = [fp32_loss(lambda out, _: loss(out), y, None, device_type)]
+            grads: list[torch.Tensor | None] = [None]
+        else:
+            outs = list({id(t): t for t in as_tuple(y) if t.requires_grad}.values())
+            grads = [torch.ones_like(t) for t in outs]
+        if not outs:
+            return 0
+        params = [t for t in state.values() if t.requires_grad]
+        backward_input(tape, grads, outs, params)
+        return tape.nbytes_kept()

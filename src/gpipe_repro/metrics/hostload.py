@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .contract import PredictionInfo
+
 __all__ = [
     "BUSY_WAIT_SHARE",
     "Sched",
@@ -30,6 +32,7 @@ __all__ = [
     "Watch",
     "wait_share",
     "busy_sentence",
+    "compare",
 ]
 
 # A run whose ranks waited for a core this share of their runnable time or more ran on a busy host:
@@ -139,4 +142,17 @@ def busy_sentence(share: float | None, error: float | None) -> str | None:
     return (
         f"{busy}; the run and the profiling behind its prediction shared the cores with other "
         f"work, so {gap} does not measure the simulator"
+    )
+
+
+def compare(predicted_s: float, measured_s: float, wait_share: float | None) -> PredictionInfo:
+    """The prediction against the measurement, with the host's load (``busy_sentence``)."""
+    error = predicted_s / measured_s - 1.0
+    return PredictionInfo(
+        predicted_step_time_s=predicted_s,
+        measured_step_time_s=measured_s,
+        error=error,
+        host_wait_share=wait_share,
+        host_busy=None if wait_share is None else wait_share >= BUSY_WAIT_SHARE,
+        note=busy_sentence(wait_share, error),
     )

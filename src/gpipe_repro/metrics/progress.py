@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ __all__ = [
     "ProgressWriter",
     "Follower",
     "ConsoleProgress",
+    "console_progress",
+    "tee",
     "read_progress",
     "PROGRESS_FILE",
 ]
@@ -171,3 +175,27 @@ class ConsoleProgress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def console_progress(
+    shown: bool, label: str, steps: int, every_s: float
+) -> Iterator[ConsoleProgress | None]:
+    """A run's progress on stderr while it runs (``shown``: ``train.progress``; the environment's
+    GPIPE_PROGRESS=0: none, and None is yielded)."""
+    if not shown or os.environ.get("GPIPE_PROGRESS", "1") == "0":
+        yield None
+        return
+    with ConsoleProgress(label, steps, every_s) as c:
+        yield c
+
+
+def tee(*calls: Callable[[StepRecord], Any] | None) -> Callable[[StepRecord], None]:
+    """One follower callback that calls each of ``calls`` in turn (None: skipped)."""
+
+    def each(rec: StepRecord) -> None:
+        for call in calls:
+            if call is not None:
+                call(rec)
+
+    return each

@@ -177,10 +177,11 @@ def base_metrics(
     hardware: dict[str, Any] | None = None,
 ) -> RunMetrics:
     """What is known of a run before it runs: its configuration (``hardware``: the simulated run's
-    hardware record; by default its profile's name)."""
+    hardware record; by default its profile's name) and, for a run that runs (``status`` ok; a
+    stopped run's record has none), its schedule's ideal bubble, whichever backend runs it."""
     p = spec.pipeline
     simulated = spec.backend == "sim"
-    return RunMetrics(
+    m = RunMetrics(
         source="simulated" if simulated else "measured",
         hardware=(hardware or {"name": spec.hardware.name}) if simulated else None,
         status=status,
@@ -210,6 +211,9 @@ def base_metrics(
         experiment=spec.experiment_name,
         env=env_info(launcher=launcher),
     )
+    if status == "ok":  # (K-1)/(M+K-1) for gpipe (GPipe §2.3); each schedule its own
+        m.bubble_ideal = ideal_bubble(p.schedule, p.K, p.M, p.virtual_stages)
+    return m
 
 
 def plan_info(plan: RunPlan) -> PlanInfo:
@@ -313,8 +317,6 @@ def summarize(
         m.throughput = n_sum / t_sum if n_sum else spec.train.batch_size / step_time
         m.tokens_per_s = (sum(rep.tokens[W:] or rep.tokens) / t_sum) if rep.tokens else None
     m.bubble_fraction = statistics.median(bubbles) if bubbles else 0.0
-    p = spec.pipeline
-    m.bubble_ideal = ideal_bubble(p.schedule, K, p.M, p.virtual_stages)
     m.host_wait_share = wait_share([r.sched for r in results])
     m.stages = stages
     m.layer_costs = results[0].costs

@@ -27,7 +27,6 @@ from ..errors import UserError
 from ..runplan.costing import simulate_plan
 from ..runplan.model import ModelPlan
 from ..runplan.plan import plan_run
-from ..sim.step import grad_bytes
 from .artefact import Artefact, Report
 from .provenance import Provenance
 from .schedules_page import plot, summary
@@ -108,9 +107,7 @@ def _cell(
     except (ArgumentError, UserError, ValueError) as err:
         row.status = str(err).splitlines()[0][:160]
         return row, []
-    res = simulate_plan(
-        spec, m.hw, m.costs, run.balance, run.micro_batch, layer_grad_bytes=grad_bytes(layers)
-    )
+    res = simulate_plan(spec, m.hw, m.costs, run.balance, run.micro_batch, layers=layers)
     row.step_s, row.bubble = res.step_s, res.bubble_fraction
     row.throughput = spec.train.batch_size / res.step_s
     row.ideal_bubble = ideal_bubble(schedule, p.K, p.M, vs)

@@ -12,7 +12,7 @@ only (the sweeps' ``fits`` flag checks memory). The studies:
 - **efficiency**: per-sample compute over the micro-batch, why more micro-batches per stage help.
   Every measured micro-batch on this CPU and on the profile; then the sweeps' cells on this CPU as
   measured, and with the smallest micro-batch's per-sample cost kept above it.
-- **planner** (Table 2): the planner's best configuration per K (``search.space``), as cells of an
+- **planner** (Table 2): the planner's best configuration per K (``search.scan``), as cells of an
   "adjusted to fit memory" series of the main table.
 
 Cells are normalised to the variant's own K = 2 at the table's reference M; the per-sample curve
@@ -32,8 +32,9 @@ from ..engine import balance_by_cost
 from ..engine.events import busy_time
 from ..runplan.costing import measured_sizes, run_hardware, simulate_plan
 from ..runplan.plan import ModelPlan, plan_model
+from ..search.candidate import Candidate
 from ..search.choose import search_space
-from ..search.space import Candidate, search
+from ..search.scan import search
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
 from ..sim.measured import MeasuredCosts
 from .numbers import throughput

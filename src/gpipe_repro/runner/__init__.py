@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from ..config import RunConfig
 from ..engine import RankError
 from ..errors import UserError
 from ..metrics.contract import ResumeInfo, RunMetrics
-from ..metrics.progress import PROGRESS_FILE, ConsoleProgress, Follower, StepRecord
+from ..metrics.progress import PROGRESS_FILE, Follower, console_progress, tee
 from ..metrics.summary import stopped_metrics, summarize
 from ..metrics.writer import OutputError, report_unwritable
 from ..rank import DIVERGED, RankContext, run_rank
@@ -66,7 +66,8 @@ def run(
         return None
     claimed = lock.acquire(out, key=None)  # FolderInUse: another run holds it, nothing written
     try:
-        return _run_owned(spec, out, launcher, group, claimed)
+        with _nccl_env(spec):  # the environment the ranks and the link measurement inherit
+            return _run_owned(spec, out, launcher, group, claimed)
     finally:
         claimed.release()
 
@@ -102,25 +103,27 @@ def _run_owned(
                 f"plan=auto runs under gpipe-run's own launcher, not {launcher}: this job's ranks "
                 "started before the planner chose K; run gpipe-plan and pass its pick's options"
             )
-        with _nccl_env(spec):
-            model = plan_model(spec)
-            planned = plan(spec, model)
-            spec = planned.spec  # train.batch_mode=fit: the batch as run
-            planned, resumed = resume.decide(planned, out, claim.run)  # said in one line
-            spec = planned.spec
-            wb = start_run(spec, out, group)
-            with (
-                STOP.running(out, spec.train.stop_grace_s),
-                _console(spec) as console,
-                Follower(out / PROGRESS_FILE, _tee(wb.log_step if wb else None, console)),
-            ):
-                if spec.backend == "sim":
-                    m, events = simulate_run(planned, model, out)
-                else:
-                    results = run_ranks(planned, model, out, launcher, claim.run)
-                    m, events = summarize(planned, results, launcher)
-                    if spec.train.predict:  # the simulator's prediction beside the measurement
-                        attach_prediction(planned, model, m)
+        model = plan_model(spec)
+        planned = plan(spec, model)
+        spec = planned.spec  # train.batch_mode=fit: the batch as run
+        planned, resumed = resume.decide(planned, out, claim.run)  # said in one line
+        spec = planned.spec
+        wb = start_run(spec, out, group)
+        p, t = spec.pipeline, spec.train
+        with (
+            STOP.running(out, t.stop_grace_s),
+            console_progress(
+                t.progress, f"K={p.K} M={p.M}", t.steps, t.progress_every_s
+            ) as console,
+            Follower(out / PROGRESS_FILE, tee(wb.log_step if wb else None, console)),
+        ):
+            if spec.backend == "sim":
+                m, events = simulate_run(planned, model, out)
+            else:
+                results = run_ranks(planned, model, out, launcher, claim.run)
+                m, events = summarize(planned, results, launcher)
+                if spec.train.predict:  # the simulator's prediction beside the measurement
+                    attach_prediction(planned, model, m)
     except FolderInUse:  # resume.ResumeRefused: nothing run, nothing written
         raise
     except (Exception, KeyboardInterrupt) as err:  # what it measured so far, and why it stopped
@@ -180,25 +183,3 @@ def _run_as_other_rank(spec: RunConfig, out: Path) -> None:
         except OSError:
             pass
         raise
-
-
-@contextmanager
-def _console(spec: RunConfig) -> Iterator[ConsoleProgress | None]:
-    """The run's progress on stderr (``train.progress``; env GPIPE_PROGRESS=0: none)."""
-    if not spec.train.progress or os.environ.get("GPIPE_PROGRESS", "1") == "0":
-        yield None
-        return
-    p = spec.pipeline
-    with ConsoleProgress(f"K={p.K} M={p.M}", spec.train.steps, spec.train.progress_every_s) as c:
-        yield c
-
-
-def _tee(*calls: Callable[[StepRecord], Any] | None) -> Callable[[StepRecord], None]:
-    """One follower callback that calls each of ``calls`` (None: skipped)."""
-
-    def each(rec: StepRecord) -> None:
-        for call in calls:
-            if call is not None:
-                call(rec)
-
-    return each

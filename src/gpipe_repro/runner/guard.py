@@ -7,6 +7,8 @@
   line instead of being killed minutes later (``train.memory_check=false`` runs it anyway).
 - ``oom_kills``: the kernel's count of out-of-memory kills in this cgroup, read before and after a
   launch, so a rank that died of SIGKILL is reported as killed by the OOM killer when it was.
+- ``watched``: the ranks' launch under the two above — the out-of-memory kills counted, the
+  heartbeats watched — and a failure that only shows a rank's echo traced to the rank that caused it.
 - ``Watchdog``: every rank touches a heartbeat file once a second from a thread of its own; a rank
   whose heartbeat stops for ``pipeline.heartbeat_s`` (stopped with SIGSTOP, or frozen) is named and
   killed, which ends the run at once instead of after the process group's timeout — and the report
@@ -16,16 +18,20 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from ..engine import RankError
 from ..errors import UserError
 from ..rank import HEARTBEAT_DIR
 from ..runplan.plan import RunPlan
 
-__all__ = ["check_memory", "oom_kills", "Watchdog"]
+__all__ = ["check_memory", "oom_kills", "Watchdog", "watched"]
 
 GiB = 2**30
 
@@ -48,7 +54,7 @@ def oom_kills() -> int | None:
 def check_memory(plan: RunPlan) -> list[int]:
     """Raise UserError when the planned stages cannot fit; returns the planned bytes per stage."""
     p, mem = plan.spec.pipeline, plan.memory
-    planned = plan.planned_bytes()
+    planned = [s.total for s in plan.stages]  # the plan's peak of each stage
     fix = (
         "lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
         "or train.memory_check=false to run anyway"
@@ -112,3 +118,39 @@ class Watchdog:
                     except OSError:
                         pass
                 return
+
+
+@contextmanager
+def watched(out: Path, heartbeat_s: float, K: int) -> Iterator[None]:
+    """Launch the ranks of a run in ``out`` inside: their heartbeats followed (``Watchdog``, silent
+    for ``heartbeat_s``: killed), the kernel's out-of-memory kills counted, and a ``RankError`` raised
+    again naming the rank that caused it (frozen, or killed by the OOM killer) rather than the one
+    that saw it. The heartbeat folder is emptied before and after."""
+    shutil.rmtree(out / HEARTBEAT_DIR, ignore_errors=True)
+    kills = oom_kills()
+    with Watchdog(out, heartbeat_s) as dog:
+        try:
+            yield
+        except RankError as err:
+            raise _explain(err, K, dog, kills) from None
+        finally:
+            shutil.rmtree(out / HEARTBEAT_DIR, ignore_errors=True)
+
+
+def _explain(err: RankError, K: int, dog: Watchdog, kills_before: int | None) -> RankError:
+    """Name the rank that caused the failure when the launcher can only see its echo (K: stages)."""
+    if dog.frozen is not None:
+        r, age = dog.frozen
+        return RankError(
+            r,
+            f"rank {r} (stage {r % K}, replica {r // K}) stopped responding: no heartbeat for "
+            f"{age:.0f} s (stopped, e.g. by SIGSTOP, or frozen); the run was stopped",
+        )
+    after = oom_kills()
+    if kills_before is not None and after is not None and after > kills_before:
+        return RankError(
+            err.rank,
+            f"rank {err.rank}: killed by the kernel's out-of-memory killer; the run needs "
+            "more memory than this host has (see train.memory_check and the plan)",
+        )
+    return err

@@ -19,14 +19,13 @@ import sys
 import torch
 
 from ..metrics.contract import PredictionInfo, RunMetrics
-from ..metrics.hostload import BUSY_WAIT_SHARE, busy_sentence
+from ..metrics.hostload import compare
 from ..runplan.costing import simulate_plan, workload
 from ..runplan.model import ModelPlan
 from ..runplan.plan import RunPlan
 from ..sim import HardwareConfig, SimResult, resolve_hardware
-from ..sim.step import grad_bytes
 
-__all__ = ["predict", "attach_prediction", "compare", "summary"]
+__all__ = ["predict", "attach_prediction", "summary"]
 
 
 def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
@@ -36,7 +35,7 @@ def predict(run: RunPlan, model: ModelPlan, balance: list[int]) -> SimResult:
     torch.set_num_threads(spec.train.threads)  # profiled with the run's threads
     hw = resolve_hardware(HardwareConfig(), spec.device, spec.sim.profile_repeats)  # measured
     costs = hw.cost_model(workload(spec, model), [mb], p.M)
-    return simulate_plan(spec, hw, costs, balance, mb, layer_grad_bytes=grad_bytes(model.layers))
+    return simulate_plan(spec, hw, costs, balance, mb, layers=model.layers)
 
 
 def attach_prediction(run: RunPlan, model: ModelPlan, m: RunMetrics) -> None:
@@ -56,19 +55,6 @@ def attach_prediction(run: RunPlan, model: ModelPlan, m: RunMetrics) -> None:
     m.predicted_throughput = run.spec.train.batch_size / res.step_s
     if m.step_time_s:
         m.prediction = compare(res.step_s, m.step_time_s, m.host_wait_share)
-
-
-def compare(predicted_s: float, measured_s: float, wait_share: float | None) -> PredictionInfo:
-    """The prediction against the measurement, with the host's load (``metrics.hostload``)."""
-    error = predicted_s / measured_s - 1.0
-    return PredictionInfo(
-        predicted_step_time_s=predicted_s,
-        measured_step_time_s=measured_s,
-        error=error,
-        host_wait_share=wait_share,
-        host_busy=None if wait_share is None else wait_share >= BUSY_WAIT_SHARE,
-        note=busy_sentence(wait_share, error),
-    )
 
 
 def summary(p: PredictionInfo) -> str:

@@ -14,7 +14,6 @@ fell back from a corrupt save.
 
 from __future__ import annotations
 
-import json
 import sys
 import uuid
 from dataclasses import asdict, replace
@@ -24,9 +23,9 @@ from typing import Any
 from ..config import RunConfig
 from ..metrics.contract import ResumeInfo
 from ..runplan.plan import RunPlan
-from ..save import SaveError, describe_model, open_save, resolve, run_of
-from ..save.folder import MARKER, SaveFolder
-from ..save.record import flat_config
+from ..save import SaveError, open_save, resolve
+from ..save.folder import SaveFolder, marked
+from ..save.record import run_differences
 from .folder import FolderInUse
 
 __all__ = ["ResumeRefused", "decide"]
@@ -41,29 +40,14 @@ def _saves_dir(spec: RunConfig, out: Path) -> Path:
     return Path(spec.train.save_dir) if spec.train.save_dir else out / "saves"
 
 
-def _candidates(directory: Path, run: str | None) -> list[tuple[int, Path]]:
-    """This run's marked saves (and those whose record cannot be read, whoever's), newest first."""
-    found = []
-    for p in directory.iterdir() if directory.is_dir() else []:
-        step = p.name.removeprefix("save-")
-        if step.isdigit() and (p / MARKER).is_file():
-            owner = run_of(p)
-            if run is None or owner is None or owner == run:
-                found.append((int(step), p))
-    return sorted(found, reverse=True)
-
-
-def _pick(spec: RunConfig, out: Path, run: str | None) -> tuple[SaveFolder | None, list[str]]:
+def _pick(value: str, directory: Path, run: str | None) -> tuple[SaveFolder | None, list[str]]:
     """The save to resume from (None: none, a fresh start) and the corrupt saves passed over."""
-    value = spec.train.resume
-    assert value is not None
-    directory = _saves_dir(spec, out)
     if value != "auto":
         path = resolve(value, directory)
         assert path is not None
         return open_save(path), []  # an explicit save must be intact: SaveError, one line
     corrupt: list[str] = []
-    for _, path in _candidates(directory, run):
+    for _, path in marked(directory, run):
         try:
             return open_save(path), corrupt
         except SaveError as err:
@@ -71,43 +55,6 @@ def _pick(spec: RunConfig, out: Path, run: str | None) -> tuple[SaveFolder | Non
             path.rename(aside)  # kept, out of the way of this run's own save of that step
             corrupt.append(f"{err} (kept as {aside.name})")
     return None, corrupt
-
-
-def _json(v: Any) -> Any:
-    return json.loads(json.dumps(v, default=str))
-
-
-def _differences(spec: RunConfig, save: SaveFolder) -> dict[str, dict[str, list[Any]]]:
-    """What differs between the save's run and this one, by what ``train.resume_allow`` names:
-    ``{"batch_size": {"train.batch_size": [save's, run's]}, ...}``."""
-    was = save.meta.get("run_config") or {}
-    out: dict[str, dict[str, list[Any]]] = {}
-    saved_batch = (was.get("train") or {}).get("batch_size")
-    if saved_batch is not None and saved_batch != spec.train.batch_size:
-        out["batch_size"] = {"train.batch_size": [saved_batch, spec.train.batch_size]}
-    data: dict[str, list[Any]] = {}
-    if "seed" in was and was["seed"] != spec.seed:
-        data["seed"] = [was["seed"], spec.seed]
-    mine = _json(asdict(spec.data))
-    theirs = was.get("data") or {}
-    for k in sorted(mine.keys() | theirs.keys()):
-        if theirs and mine.get(k) != theirs.get(k):
-            data[f"data.{k}"] = [theirs.get(k), mine.get(k)]
-    if data:
-        out["data"] = data
-    old = save.meta["model"]
-    options = {k: v for k, v in asdict(spec.model).items() if k != "name"}
-    if old["name"] != spec.model.name:
-        out["model"] = {"model": [old["name"], spec.model.name]}
-    else:
-        a = flat_config(old["config"])
-        b = flat_config(describe_model(spec.model.name, options, [])["config"])
-        model = {
-            k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
-        }
-        if model:
-            out["model"] = model
-    return out
 
 
 def _words(diffs: dict[str, dict[str, list[Any]]]) -> str:
@@ -122,16 +69,16 @@ def decide(planned: RunPlan, out: Path, run: str | None) -> tuple[RunPlan, Resum
     spec = planned.spec
     if spec.train.resume is None:
         return planned, None
-    save, corrupt = _pick(spec, out, run)
+    directory = _saves_dir(spec, out)
+    save, corrupt = _pick(spec.train.resume, directory, run)
     said = list(corrupt)
     if save is None:
-        where = _saves_dir(spec, out)
-        said.append(f"no intact save of this run in {where}: started fresh")
+        said.append(f"no intact save of this run in {directory}: started fresh")
         _say("; ".join(said))
         train = replace(spec.train, resume=None)
         info = ResumeInfo(save=None, step=0, corrupt=corrupt)
         return replace(planned, spec=replace(spec, train=train)), info
-    diffs = _differences(spec, save)
+    diffs = run_differences(save.meta, asdict(spec))
     refused = {k: v for k, v in diffs.items() if k not in spec.train.resume_allow}
     if refused:
         if said:  # the corrupt saves passed over are said before the refusal

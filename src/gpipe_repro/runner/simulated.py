@@ -22,15 +22,12 @@ from typing import Any
 import torch
 
 from ..engine.cell import chunk_slices
-from ..engine.events import busy_time
-from ..engine.schedule import ideal_bubble
 from ..metrics.contract import RunMetrics, StageMetrics
 from ..metrics.progress import PROGRESS_FILE, ProgressWriter, StepRecord
 from ..metrics.summary import base_metrics, plan_info
 from ..runplan.costing import simulate_plan
 from ..runplan.model import ModelPlan
 from ..runplan.plan import RunPlan
-from ..sim.step import grad_bytes
 
 __all__ = ["simulate_run"]
 
@@ -44,7 +41,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
     hw, costs = run.hardware, run.costs  # resolved once, when the run was planned
     assert hw is not None and costs is not None, "a simulated run's plan carries its profile"
     mb, balance, mem = run.micro_batch, run.balance, run.stages  # each layer fits (the plan)
-    res = simulate_plan(spec, hw, costs, balance, mb, layer_grad_bytes=grad_bytes(plan.layers))
+    res = simulate_plan(spec, hw, costs, balance, mb, layers=plan.layers)
     record = hw.record()
     budget = run.memory.budget()
     m = base_metrics(
@@ -68,7 +65,6 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
     tokens = plan.info.tokens_per_sample
     m.tokens_per_s = m.throughput * tokens if tokens else None
     m.bubble_fraction = res.bubble_fraction
-    m.bubble_ideal = ideal_bubble(p.schedule, p.K, p.M, p.virtual_stages)
     for k in range(p.K):  # a stage's cells: k, k + K, ... (one with virtual_stages=1)
         mine = [layer for sl in chunk_slices(balance, p.K, k) for layer in plan.layers[sl]]
         names = [type(layer).__name__ for layer in mine]
@@ -88,9 +84,7 @@ def simulate_run(run: RunPlan, plan: Plan, out: Path) -> tuple[RunMetrics, list[
                 accounted_memory_bytes=st.total,
                 memory_source="planned",
                 busy_s=res.busy_s[k],
-                recompute_s=busy_time(
-                    e for e in res.events if (e.stage, e.action) == (k, "recompute")
-                ),
+                recompute_s=res.recompute_s[k],
             )
         )
     m.layer_costs = run.choice.costs

@@ -17,7 +17,7 @@ import torch
 from ..config.schema import RunConfig
 from ..errors import UserError
 from ..sim import CostModel, Hardware, HardwareError, SimResult, Workload, resolve_hardware
-from ..sim.step import simulate_step
+from ..sim.step import grad_bytes, simulate_step
 from .model import ModelPlan
 
 __all__ = [
@@ -109,12 +109,13 @@ def simulate_plan(
     balance: Sequence[int],
     micro_batch: int,
     checkpoint: Sequence[str] | None = None,
-    layer_grad_bytes: Sequence[int] = (),
+    layers: Sequence[torch.nn.Module] = (),
 ) -> SimResult:
     """One training step of ``spec``'s pipeline cut by ``balance``, on ``costs`` from ``hw``;
     ``checkpoint``: one remat mode per stage (default: ``pipeline.checkpoint`` on every stage).
-    With ``pipeline.replicas`` > 1, ``layer_grad_bytes`` (``sim.step.grad_bytes``, one per layer)
-    are all-reduced per stage after its last backward."""
+    With ``pipeline.replicas`` > 1, the gradients of the planned model's ``layers``
+    (``sim.step.grad_bytes``; none given: nothing) are all-reduced per stage after its last
+    backward."""
     p = spec.pipeline
     return simulate_step(
         hw,
@@ -126,6 +127,6 @@ def simulate_plan(
         balance=balance,
         micro_batch=micro_batch,
         replicas=p.replicas,
-        layer_grad_bytes=layer_grad_bytes,
+        layer_grad_bytes=grad_bytes(layers) if layers else (),
         virtual_stages=p.virtual_stages,
     )

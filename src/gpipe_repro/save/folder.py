@@ -31,6 +31,7 @@ __all__ = [
     "RNG_DIR",
     "SaveFolder",
     "latest",
+    "marked",
     "run_of",
     "open_save",
     "resolve",
@@ -107,6 +108,20 @@ def latest(directory: Path | str, run: str | None = None) -> Path | None:
     """The newest complete save in ``directory`` (highest step) — of ``run`` when given — or None."""
     found = _complete(Path(directory), run)
     return found[-1][1] if found else None
+
+
+def marked(directory: Path, run: str | None) -> list[tuple[int, Path]]:
+    """The marked saves in ``directory`` of ``run`` (any run's where None), and those whose record
+    cannot be read, whoever's: (step, path), newest first. Unlike ``latest``, a save whose run is
+    unknown is listed: its record may be what is corrupt, which opening it then says."""
+    found = []
+    for p in directory.iterdir() if directory.is_dir() else []:
+        step = p.name.removeprefix("save-")
+        if step.isdigit() and (p / MARKER).is_file():
+            owner = run_of(p)
+            if run is None or owner is None or owner == run:
+                found.append((int(step), p))
+    return sorted(found, reverse=True)
 
 
 def resolve(value: str, directory: Path | str, run: str | None = None) -> Path | None:

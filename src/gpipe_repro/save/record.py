@@ -18,7 +18,14 @@ from torch import nn
 from .errors import SaveError
 from .keys import jsonable
 
-__all__ = ["describe_model", "check_model", "check_shapes", "config_difference", "flat_config"]
+__all__ = [
+    "describe_model",
+    "check_model",
+    "check_shapes",
+    "config_difference",
+    "flat_config",
+    "run_differences",
+]
 
 
 def describe_model(
@@ -59,6 +66,49 @@ def flat_config(config: Mapping[str, Any], prefix: str = "model.") -> dict[str, 
             out.update(flat_config(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
+    return out
+
+
+def _json(v: Any) -> Any:
+    return json.loads(json.dumps(v, default=str))
+
+
+def run_differences(
+    meta: Mapping[str, Any], run: Mapping[str, Any]
+) -> dict[str, dict[str, list[Any]]]:
+    """What differs between the run that made a save (its ``save.json``: ``meta``) and ``run`` (a
+    run's config as a dict, ``dataclasses.asdict``), grouped by what ``train.resume_allow`` names:
+    ``{"batch_size": {"train.batch_size": [save's, run's]}, "data": {...}, "model": {...}}``. The
+    data order is the seed and the ``data`` options; the model, its name, else its config as
+    ``describe_model`` records it."""
+    was = meta.get("run_config") or {}
+    out: dict[str, dict[str, list[Any]]] = {}
+    batch = run["train"]["batch_size"]
+    saved_batch = (was.get("train") or {}).get("batch_size")
+    if saved_batch is not None and saved_batch != batch:
+        out["batch_size"] = {"train.batch_size": [saved_batch, batch]}
+    data: dict[str, list[Any]] = {}
+    if "seed" in was and was["seed"] != run["seed"]:
+        data["seed"] = [was["seed"], run["seed"]]
+    mine = _json(run["data"])
+    theirs = was.get("data") or {}
+    for k in sorted(mine.keys() | theirs.keys()):
+        if theirs and mine.get(k) != theirs.get(k):
+            data[f"data.{k}"] = [theirs.get(k), mine.get(k)]
+    if data:
+        out["data"] = data
+    old, name = meta["model"], run["model"]["name"]
+    options = {k: v for k, v in run["model"].items() if k != "name"}
+    if old["name"] != name:
+        out["model"] = {"model": [old["name"], name]}
+    else:
+        a = flat_config(old["config"])
+        b = flat_config(describe_model(name, options, [])["config"])
+        model = {
+            k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
+        }
+        if model:
+            out["model"] = model
     return out
 
 

@@ -5,7 +5,8 @@
 The run's options compose and validate as ``gpipe-run``'s (``config.compose``); ``plan.*`` are the
 planner's own (``search.options``). Nothing is allocated: the model is built on the meta device, its
 per-layer costs come from the hardware profile (``runplan.costing``), its memory from the memory
-planner. What is searched and how it is pruned: ``search.space``. Bad input is one line, exit 2.
+planner. What is searched: ``search.scan``; how it is pruned: ``search.space``. Bad input is one
+line, exit 2.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from ..errors import UserError
 from ..runplan.costing import run_hardware
 from ..runplan.model import plan_model
 from . import report
+from .candidate import Candidate
 from .choose import rank_configurations
 from .options import PlanConfig, plan_config, split_args, usage
-from .space import Candidate
 
 __all__ = ["main", "plan"]
 

@@ -5,22 +5,21 @@ ranking) and ``gpipe-run plan=auto`` (which runs the best row, ``runner.planning
 the meta device; per-layer costs come from the run's ``hardware`` (resolved by the caller,
 ``runplan.costing``), memory from
 the memory planner (``memory.stages``), both through ``search.subject``, which the planner's
-validation calls too. What is searched and how it is pruned: ``search.space``.
+validation calls too. What is searched: ``search.scan``; how it is pruned: ``search.space``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from ..config import RunConfig
-from ..engine.partition import balance_by_cells
 from ..errors import UserError
 from ..runplan.costing import model_key
 from ..runplan.model import ModelPlan
 from ..sim import CostModel, Hardware
-from .space import MODES, Candidate, Space, Stats, search
+from .candidate import Candidate, Stats
+from .scan import search
+from .space import MODES, Space
 from .subject import Subject, exact_peaks, simulate_candidate, space_of
 
 __all__ = ["Ranked", "rank_configurations", "search_space", "subject"]
@@ -56,23 +55,6 @@ def subject(spec: RunConfig, model: ModelPlan) -> Subject:
 def search_space(spec: RunConfig, model: ModelPlan, cap: int, costs: CostModel) -> Space:
     """The planner's search space for ``spec``'s model: per-layer activations, parameters, costs, cap."""
     return space_of(subject(spec, model), cap, costs)
-
-
-def _nothing_fits(space: Space, K: int, M: int, cap: int) -> str:
-    """One line naming the smallest need per stage: the least-memory partition of K stages at
-    one sample per micro-batch, 1f1b, remat always."""
-    mem = space.memory("1f1b", "always", K, M, 1)
-    bal = balance_by_cells(np.where(space.valid, mem, np.inf))
-    need, start = [], 0
-    for k, b in enumerate(bal):
-        need.append(mem[k, start, start + b])
-        start += b
-    gib = ", ".join(f"{n / 2**20:.3f}" for n in need)
-    return (
-        f"plan.memory_gib={cap / GiB:.3g}: no configuration fits; the least any needs (K={K}, one "
-        f"sample per micro-batch, 1f1b, remat {MODES[1]}, balance {'-'.join(map(str, bal))}) is "
-        f"[{gib}] MiB per stage; raise plan.memory_gib or plan.devices"
-    )
 
 
 def rank_configurations(
@@ -115,6 +97,14 @@ def rank_configurations(
         if max(exact) <= cap:
             shown.append(replace(c, stage_bytes=exact))
     shown.sort(key=lambda c: (-c.samples_per_s, max(c.stage_bytes)))  # ties: the least memory
-    if not shown:
-        raise UserError(_nothing_fits(space, min(devices, L), max_m, cap))
+    if not shown:  # the least any needs: the least-memory partition at one sample, 1f1b, remat
+        K = min(devices, L)
+        bal, need = space.least_memory(K, max_m)
+        gib = ", ".join(f"{n / 2**20:.3f}" for n in need)
+        raise UserError(
+            f"plan.memory_gib={cap / GiB:.3g}: no configuration fits; the least any needs (K={K}, "
+            f"one sample per micro-batch, 1f1b, remat {MODES[1]}, balance "
+            f"{'-'.join(map(str, bal))}) is [{gib}] MiB per stage; raise plan.memory_gib or "
+            "plan.devices"
+        )
     return Ranked(shown, stats, hw, cap)

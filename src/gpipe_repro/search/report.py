@@ -6,7 +6,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from .space import Candidate, Stats
+from .candidate import Candidate, Stats
 
 __all__ = ["table", "why", "command", "write"]
 

@@ -1,9 +1,5 @@
-"""The search: every pipeline configuration of a model on D devices under a memory cap, scored.
-
-Searched: K (1..min(D, L)), replicas R (K * R <= D, R dividing the mini-batch), M (the divisors of
-the per-replica batch up to ``plan.max_m``; with ``plan.batch_size=fit``, powers of two), the
-schedule (gpipe, 1f1b), rematerialisation per stage (never / always for each stage) and the
-partition; the micro-batch follows (batch / R / M, or with ``fit`` the largest that fits).
+"""The search's space: a model's memory and costs over every layer range, the partitions of a
+(K, R, M, schedule) that fit a memory cap, and the lower bound on a candidate's step.
 
 Partition and per-stage remat in one exact min-max (``engine.balance_by_cells``, GPipe §2.2): cell
 k may hold layers i..j-1 in mode never if that fits the cap, else in mode always if that fits, else
@@ -18,7 +14,6 @@ the micro-batch in backward counts as the largest, over its layers m, of what la
 plus m's own working set (what later layers saved is freed by then), plus the gradient the cell
 receives. The bound is never below the exact peak, and on validate-plan's imbalanced model stays
 within the factor tests/paper/validate_plan/test_predict.py holds it to.
-The shown rows are then planned exactly by ``plan_stages``; a row over the cap there is dropped.
 
 Pruning before simulating: a candidate's step time is at least, for every stage k, the forwards of
 micro-batch 0 on stages before k, stage k's M forwards and backwards (recompute included), and the
@@ -29,8 +24,6 @@ for that gradient (the engine's early recompute), so only the backward itself is
 With R > 1 replicas each stage all-reduces its gradients after its last backward (``sim.simulate``):
 stage k's all-reduce is added after its own work, stage 0's after the gradient chain, the larger
 counts (both are certainly on the way to the step's end; no other all-reduce is).
-Candidates are simulated in order of that bound's samples/s; once the bound cannot beat the
-``plan.top``-th best simulated, the rest are skipped: the table's rows are exactly the best.
 
 What makes the scoring fast (the same candidates, bounds and ranking as solving each
 (K, R, M, schedule) on its own): the partitions of one K are solved together, C problems per numpy
@@ -45,105 +38,37 @@ across replicas and M; the bound's per-cell sums once per (micro-batch, layer ra
 
 from __future__ import annotations
 
-import heapq
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..engine.partition import balance_by_bands, cell_band
+from ..engine.partition import balance_by_bands, balance_by_cells, cell_band
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
 from ..engine.schedule import splits_backward
 from ..memory.activations import StageActivation, state_bytes
 from ..sim import CostModel, StageCost, stage_costs
-from ..sim.costs import LayerCost
+from ..sim.costs import CachedCosts
+from .candidate import Candidate
 from .holds import MODES, alive
 from .holds import Hold as _Hold
 from .holds import coef as _coef
 from .holds import coef_of as _coef_of
 from .holds import hold as _hold
 
-__all__ = ["Candidate", "Stats", "Space", "search", "SEARCHED", "MODES", "alive"]
+__all__ = [
+    "Space",
+    "Shape",
+    "Parts",
+    "partitions_many",
+    "largest_fit",
+    "bound",
+    "MODES",
+    "alive",
+]
 
-# the schedules searched, with their cells per stage (``pipeline.virtual_stages``): the paper's
-# fill-drain, 1F1B, zero bubble (one cell and two per stage) and interleaved 1F1B (two and four)
-SEARCHED: tuple[tuple[str, int], ...] = (
-    ("gpipe", 1),
-    ("1f1b", 1),
-    ("zb-h1", 1),
-    ("interleaved", 2),
-    ("interleaved", 4),
-    ("zb-h1", 2),
-)
 MAX_FIT = 2**16  # the largest micro-batch ``fit`` tries
-
-
-@dataclass(frozen=True)
-class Candidate:
-    K: int
-    replicas: int
-    M: int
-    schedule: str
-    checkpoint: tuple[str, ...]  # per stage
-    balance: tuple[int, ...]  # per model cell: K * virtual_stages of them
-    micro_batch: int  # per replica, dataset units
-    batch_size: int  # global
-    bound_s: float  # the lower bound on the step time
-    step_s: float = 0.0  # simulated
-    bubble: float = 0.0
-    stage_bytes: tuple[int, ...] = ()  # planned (bound, then exact for shown rows)
-    virtual_stages: int = 1  # cells per stage (interleaved, zb-h1 over v chunks)
-
-    @property
-    def schedule_name(self) -> str:
-        """The schedule as the planner's table names it: ``interleaved v=2``."""
-        v = self.virtual_stages
-        return self.schedule + (f" v={v}" if v > 1 else "")
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.batch_size / self.step_s if self.step_s else self.batch_size / self.bound_s
-
-    @property
-    def remat(self) -> str:
-        modes = set(self.checkpoint)
-        return self.checkpoint[0] if len(modes) == 1 else ",".join(m[0] for m in self.checkpoint)
-
-
-@dataclass
-class Stats:
-    enumerated: int = 0  # candidates scored: by memory, then by bound or by the simulator
-    over_cap: int = 0  # (K, R, M, schedule, remat) where no partition fits
-    pruned: int = 0
-    simulated: int = 0
-    seconds: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.enumerated / self.seconds if self.seconds else 0.0
-
-
-class CachedCosts:
-    """A cost model whose per-layer costs are computed once per micro-batch (the search asks the
-    same few sizes thousands of times)."""
-
-    def __init__(self, costs: CostModel) -> None:
-        self.inner = costs
-        self.link = costs.link
-        self.overhead_s = costs.overhead_s
-        self.step_overhead_s = costs.step_overhead_s
-        self._memo: dict[int, list[LayerCost]] = {}
-
-    @property
-    def recompute_overhead_s(self) -> float:
-        return self.inner.recompute_overhead_s
-
-    def layer_costs(self, micro_batch: int) -> list[LayerCost]:
-        if micro_batch not in self._memo:
-            self._memo[micro_batch] = self.inner.layer_costs(micro_batch)
-        return self._memo[micro_batch]
 
 
 @dataclass
@@ -153,7 +78,7 @@ class Space:
     layers: list[StageActivation]  # per sample
     params: list[int]
     optim: str
-    costs: CachedCosts
+    costs: CostModel  # memoised per micro-batch here (``CachedCosts``): asked thousands of times
     cap: int  # bytes per device
     unit: int = 1  # dataset units per sample (token batches: tokens per sentence)
     step_bytes: Callable[[int], int] = lambda params: 0
@@ -161,11 +86,11 @@ class Space:
     _times: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _fits: dict[tuple[str, int, _Hold], np.ndarray] = field(default_factory=dict)
     _cells: dict[tuple[int, int, int], StageCost] = field(default_factory=dict)
-    _parts: dict[_Shape, list[tuple[tuple[int, ...], tuple[str, ...]]]] = field(
-        default_factory=dict
-    )
+    _parts: dict[Shape, list[tuple[tuple[int, ...], tuple[str, ...]]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.costs, CachedCosts):
+            self.costs = CachedCosts(self.costs)
         L = len(self.layers)
         i = np.arange(L + 1)[:, None]
         j = np.arange(L + 1)[None, :]
@@ -247,6 +172,18 @@ class Space:
         co = np.array([_coef(schedule, mode, K, M, k) for k in range(K)])  # (K, 6)
         return self._bytes([co[:, q][:, None, None] for q in range(6)], n)
 
+    def least_memory(self, K: int, M: int) -> tuple[list[int], list[float]]:
+        """The partition of K stages that needs the least memory per stage, at one sample per
+        micro-batch, 1f1b, remat always (what no configuration of K stages can go below): its
+        balance and each stage's bytes."""
+        mem = self.memory("1f1b", "always", K, M, 1)
+        bal = balance_by_cells(np.where(self.valid, mem, np.inf))
+        need, start = [], 0
+        for k, b in enumerate(bal):
+            need.append(float(mem[k, start, start + b]))
+            start += b
+        return bal, need
+
     def _bytes(self, c: Sequence[Any], n: int) -> np.ndarray:
         """The working set counts once, whatever the mode and the micro-batches alive."""
         act = (
@@ -293,17 +230,13 @@ def _range_max(v: Sequence[int]) -> np.ndarray:
     return out
 
 
-def _divisors(n: int, most: int) -> list[int]:
-    return [m for m in range(1, min(n, most) + 1) if n % m == 0]
-
-
 Parts = list[tuple[tuple[int, ...], tuple[str, ...]]]
 KINDS = ("mixed", "never", "always")
 CHUNK = 2**22  # cost elements solved at once (32 MiB of float64)
 
 
 @dataclass(frozen=True)
-class _Shape:
+class Shape:
     """What a (K, R, M, schedule)'s partitions depend on: the micro-batch (costs), the samples in
     it and each stage's micro-batches alive and gradient sends held (memory). Configurations with
     the same shape share their partitions: the solve is cached on it."""
@@ -314,16 +247,16 @@ class _Shape:
     hold: tuple[_Hold, ...]
 
     @staticmethod
-    def of(K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1) -> _Shape:
-        """``K`` stages of ``v`` cells each: the partition has K·v cells (``_Shape.K``), cell s
+    def of(K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1) -> Shape:
+        """``K`` stages of ``v`` cells each: the partition has K·v cells (``Shape.K``), cell s
         on stage s mod K (``engine.schedule``)."""
         holds = tuple(
             _hold(schedule, K, M, s % K, DEFAULT_LOOKAHEAD, v, s // K) for s in range(K * v)
         )
-        return _Shape(K * v, micro_batch, n, holds)
+        return Shape(K * v, micro_batch, n, holds)
 
 
-def _masks(space: Space, s: _Shape) -> list[tuple[np.ndarray, np.ndarray]]:
+def _masks(space: Space, s: Shape) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per cell position, whether each layer range fits in mode never and in mode always."""
     return [(space.fits("never", s.n, h), space.fits("always", s.n, h)) for h in s.hold]
 
@@ -342,7 +275,7 @@ def _fitting(space: Space, K: int, allowed: Sequence[Sequence[np.ndarray]]) -> n
     return reach[:, W - 1]
 
 
-def _partitions_many(space: Space, shapes: Sequence[_Shape]) -> list[Parts]:
+def partitions_many(space: Space, shapes: Sequence[Shape]) -> list[Parts]:
     """For each shape (all of one K): the mixed, all-never and all-always min-max partitions that
     fit (deduplicated), solved together on the layer ranges a partition can use
     (``balance_by_bands``) and cached."""
@@ -392,18 +325,18 @@ def _partitions(
     space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1
 ) -> Parts:
     """The mixed, all-never and all-always min-max partitions that fit (deduplicated)."""
-    return _partitions_many(space, [_Shape.of(K, M, schedule, n, micro_batch, v)])[0]
+    return partitions_many(space, [Shape.of(K, M, schedule, n, micro_batch, v)])[0]
 
 
 def _fits_any(
     space: Space, K: int, M: int, schedule: str, n: int, micro_batch: int, v: int = 1
 ) -> bool:
     """Whether some partition fits with every stage in mode always (the least memory)."""
-    masks = _masks(space, _Shape.of(K, M, schedule, n, micro_batch, v))
+    masks = _masks(space, Shape.of(K, M, schedule, n, micro_batch, v))
     return bool(_fitting(space, K * v, [[a for _, a in masks]])[0])
 
 
-def _largest(space: Space, K: int, M: int, schedule: str, v: int = 1) -> int:
+def largest_fit(space: Space, K: int, M: int, schedule: str, v: int = 1) -> int:
     """The largest micro-batch (samples) some partition fits at, 0 if none (bisection: memory
     grows with the micro-batch)."""
 
@@ -455,93 +388,3 @@ def bound(space: Space, c: Candidate) -> float:
             for k in range(c.K)
         )
     return best + space.costs.step_overhead_s
-
-
-def _searched(K: int, M: int, L: int) -> list[tuple[str, int]]:
-    """The (schedule, cells per stage) pairs worth searching at K stages, M micro-batches, L
-    layers: at M = 1 the schedules do the same work in the same order (gpipe alone); at K = 1
-    gpipe and 1f1b do the same work but 1f1b holds one micro-batch instead of M (zb-h1 and
-    interleaved add nothing there); several cells per stage need M a multiple of K and a layer
-    per cell."""
-    if M == 1:
-        return [SEARCHED[0]]
-    if K == 1:
-        return [(s, v) for s, v in SEARCHED if v == 1 and s in ("gpipe", "1f1b")]
-    return [(s, v) for s, v in SEARCHED if v == 1 or (M % K == 0 and K * v <= L)]
-
-
-def enumerate_candidates(
-    space: Space, devices: int, batch: int | None, max_m: int, stats: Stats
-) -> list[Candidate]:
-    """Every (K, R, M, schedule, remat, partition) that fits the cap (``batch`` None: fit); the
-    partitions of one K are solved together (``_partitions_many``)."""
-    L = len(space.layers)
-    out: list[Candidate] = []
-    for K in range(1, min(devices, L) + 1):
-        configs: list[tuple[int, int, str, int, int, _Shape | None]] = []
-        for R in range(1, devices // K + 1):
-            if batch is not None and batch % R:
-                continue
-            per = None if batch is None else batch // R
-            ms = (
-                [m for m in (2**e for e in range(20)) if m <= max_m]
-                if per is None
-                else _divisors(per // space.unit if space.unit > 1 else per, max_m)
-            )
-            for M in ms:
-                for schedule, v in _searched(K, M, L):
-                    if per is None:
-                        n = _largest(space, K, M, schedule, v)
-                        mb = n * space.unit
-                    else:
-                        mb = per // M
-                        n = max(1, mb // space.unit)
-                    shape = _Shape.of(K, M, schedule, n, mb, v) if n else None
-                    configs.append((R, M, schedule, v, mb, shape))
-        # the partitions of one cell count are solved together
-        solved: dict[_Shape, Parts] = {}
-        for cells in sorted({c[5].K for c in configs if c[5] is not None}):
-            group = [c[5] for c in configs if c[5] is not None and c[5].K == cells]
-            solved.update(zip(group, _partitions_many(space, group), strict=True))
-        for R, M, schedule, v, mb, shape in configs:
-            parts = solved[shape] if shape is not None else []
-            stats.enumerated += 3
-            stats.over_cap += 3 - len(parts)
-            for bal, modes in parts:
-                per_stage = modes[:K]
-                if v > 1 and any(modes[s] != modes[s % K] for s in range(len(modes))):
-                    continue  # one remat mode per stage: its cells share it
-                c = Candidate(
-                    K, R, M, schedule, per_stage, bal, mb, mb * M * R, 0.0, virtual_stages=v
-                )
-                out.append(replace(c, bound_s=bound(space, c)))
-    return out
-
-
-def search(
-    space: Space,
-    devices: int,
-    batch: int | None,
-    max_m: int,
-    top: int,
-    simulate: Callable[[Candidate], tuple[float, float]],
-) -> tuple[list[Candidate], Stats]:
-    """The ``top`` best candidates by simulated samples/s (``simulate(c)``: step seconds, bubble)."""
-    stats = Stats()
-    t0 = time.perf_counter()
-    cands = enumerate_candidates(space, devices, batch, max_m, stats)
-    cands.sort(key=lambda c: -c.samples_per_s)
-    best: list[tuple[float, int, Candidate]] = []  # a min-heap of the top samples/s
-    for i, c in enumerate(cands):
-        if len(best) >= top and c.samples_per_s <= best[0][0]:
-            stats.pruned += len(cands) - i  # sorted by the bound: none after this can enter
-            break
-        step, bubble = simulate(c)
-        stats.simulated += 1
-        done = Candidate(**{**c.__dict__, "step_s": step, "bubble": bubble})
-        heapq.heappush(best, (done.samples_per_s, i, done))
-        if len(best) > top:
-            heapq.heappop(best)
-    stats.seconds = time.perf_counter() - t0
-    ranked = [c for _, _, c in sorted(best, key=lambda t: (-t[0], t[1]))]
-    return ranked, stats

@@ -21,7 +21,8 @@ from ..memory.activations import step_temporary_bytes
 from ..memory.stages import layer_activations, plan_stages
 from ..sim import CostModel, Hardware, SimResult
 from ..sim.step import grad_bytes, simulate_step
-from .space import CachedCosts, Candidate, Space
+from .candidate import Candidate
+from .space import Space
 
 __all__ = ["Subject", "space_of", "exact_peaks", "simulate_candidate", "Point", "schedule_point"]
 
@@ -58,7 +59,7 @@ def space_of(s: Subject, cap: int, costs: CostModel) -> Space:
         layers=acts,
         params=[sum(p.numel() for p in layer.parameters()) for layer in s.layers],
         optim=opt,
-        costs=CachedCosts(costs),
+        costs=costs,
         cap=cap,
         unit=s.unit,
         step_bytes=lambda n: step_temporary_bytes(n, opt, wd, "cpu"),

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["LayerCost", "StageCost", "Link", "CostModel", "stage_costs"]
+__all__ = ["LayerCost", "StageCost", "Link", "CostModel", "CachedCosts", "stage_costs"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,27 @@ class CostModel(Protocol):
         ...
 
     def layer_costs(self, micro_batch: int) -> list[LayerCost]: ...
+
+
+class CachedCosts:
+    """A cost model whose per-layer costs are computed once per micro-batch (a search asks the
+    same few sizes thousands of times)."""
+
+    def __init__(self, costs: CostModel) -> None:
+        self.inner = costs
+        self.link = costs.link
+        self.overhead_s = costs.overhead_s
+        self.step_overhead_s = costs.step_overhead_s
+        self._memo: dict[int, list[LayerCost]] = {}
+
+    @property
+    def recompute_overhead_s(self) -> float:
+        return self.inner.recompute_overhead_s
+
+    def layer_costs(self, micro_batch: int) -> list[LayerCost]:
+        if micro_batch not in self._memo:
+            self._memo[micro_batch] = self.inner.layer_costs(micro_batch)
+        return self._memo[micro_batch]
 
 
 def stage_costs(layers: Sequence[LayerCost], balance: Sequence[int]) -> list[StageCost]:

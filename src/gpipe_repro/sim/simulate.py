@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..engine.checkpoint import uses_remat
-from ..engine.events import COMPUTE, Event, measured_bubble
+from ..engine.events import COMPUTE, Event, busy_time, measured_bubble
 from ..engine.schedule import Action, peak_in_flight, splits_backward, stage_actions
 from .costs import Link, StageCost
 
@@ -78,6 +78,7 @@ class SimResult:
     events: list[Event] = field(repr=False)
     span_s: float = 0.0  # first to last computation (the span measured_bubble uses)
     stage_end_s: list[float] = field(default_factory=list)
+    recompute_s: list[float] = field(default_factory=list)  # per stage: its recompute alone
 
 
 @dataclass(frozen=True)
@@ -509,4 +510,8 @@ def _simulate(
         events=events,
         span_s=span,
         stage_end_s=ends,
+        recompute_s=[
+            busy_time(e for e in events if (e.stage, e.action) == (k, "recompute"))
+            for k in range(K)
+        ],
     )
