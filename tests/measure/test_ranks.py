@@ -3,7 +3,7 @@
 Whether the simulator's *costs* match this machine is a timing question for ``make validate-sim`` (it
 needs a quiet machine and reports the error); what a test can check anywhere is the simulator's *event
 model*: replayed with the per-action and per-message costs of a real step's own event log
-(``sim.simulate.Replay``), it must reproduce that step's timeline — every stage's actions in the
+(``sim.replay.Replay``), it must reproduce that step's timeline — every stage's actions in the
 same order and at the same times. A rule of the simulator that is not the engine's (a recompute
 that waits for its gradient, a send that occupies its sender, a stage that starts a backward before
 its forward) would move them.
@@ -19,7 +19,8 @@ from gpipe_repro.engine.schedule import splits_backward, stage_actions
 from gpipe_repro.measure import ranks as C
 from gpipe_repro.measure.models import MODELS
 from gpipe_repro.sim.costs import Link, StageCost
-from gpipe_repro.sim.simulate import Replay, simulate
+from gpipe_repro.sim.replay import Replay
+from gpipe_repro.sim.simulate import simulate
 
 # float rounding only: the replay adds and takes the log's own clock readings
 TOLERANCE_S = 1e-6

@@ -8,7 +8,7 @@ import pytest
 
 from gpipe_repro.engine.schedule import ideal_bubble
 from gpipe_repro.sim import Link, StageCost, simulate
-from gpipe_repro.sim.simulate import Replay
+from gpipe_repro.sim.replay import Replay
 
 FREE = Link(latency_s=0.0, bandwidth_Bps=1e30)
 COMPUTING = ("forward", "backward", "recompute", "weight")

@@ -252,7 +252,7 @@ def test_a_recompute_pays_its_overhead_once_per_rematerialised_micro_batch():
     "schedule,checkpoint", [("gpipe", "never"), ("1f1b", "always"), ("gpipe", "except_last")]
 )
 def test_a_replay_of_a_simulated_log_reproduces_it(schedule, checkpoint):
-    from gpipe_repro.sim.simulate import Replay
+    from gpipe_repro.sim.replay import Replay
 
     st = [
         StageCost(1.0, 0.6, 2.0, 1000),
