@@ -167,20 +167,27 @@ def simulate(
     ranks share ``link.cores`` cores of one host; a message is charged it when posted while every
     core runs a rank's compute, read off the same step simulated without the charge (module doc).
     """
-    args = (K, M, schedule, checkpoint, stages, overhead_s, sender_busy, step_overhead_s)
-    rest = (lookahead, recompute_overhead_s, replay, replicas, grad_bytes, virtual_stages)
     if not (link.shared_s >= 0 and (link.shared_s == 0 or link.cores >= 1)):
         raise ValueError(
             f"link.shared_s={link.shared_s}, link.cores={link.cores} are invalid; allowed: "
             "shared_s >= 0, and cores >= 1 where shared_s > 0"
         )
+
+    def run(
+        lk: Link, charged: frozenset[tuple[int, Key, str]], posts: list[_Post] | None
+    ) -> SimResult:
+        return _simulate(
+            K, M, schedule, checkpoint, stages, overhead_s, sender_busy, step_overhead_s, lk,
+            lookahead, recompute_overhead_s, replay, replicas, grad_bytes, virtual_stages,
+            charged, posts,
+        )  # fmt: skip
+
     if link.shared_s > 0 and K > 1:
         posts: list[_Post] = []
-        first = _simulate(*args, replace(link, shared_s=0.0), *rest, frozenset(), posts)
+        first = run(replace(link, shared_s=0.0), frozenset(), posts)
         taken = _Busy(first.events, K, link.cores)
-        charged = frozenset(p[:3] for p in posts if taken.cores_taken(p[0], p[3]))
-        return _simulate(*args, link, *rest, charged, None)
-    return _simulate(*args, link, *rest, frozenset(), None)
+        return run(link, frozenset(p[:3] for p in posts if taken.cores_taken(p[0], p[3])), None)
+    return run(link, frozenset(), None)
 
 
 def _simulate(
