@@ -54,7 +54,7 @@ def oom_kills() -> int | None:
 def check_memory(plan: RunPlan) -> list[int]:
     """Raise UserError when the planned stages cannot fit; returns the planned bytes per stage."""
     p, mem = plan.spec.pipeline, plan.memory
-    planned = [s.total for s in plan.stages]  # the plan's peak of each stage
+    planned = plan.planned_bytes()
     fix = (
         "lower train.batch_size, raise pipeline.M, or use pipeline.checkpoint=always — "
         "or train.memory_check=false to run anyway"

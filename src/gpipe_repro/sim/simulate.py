@@ -102,12 +102,12 @@ class _Busy:
 
     def __init__(self, events: Sequence[Event], K: int, cores: int) -> None:
         self.cores = cores
-        self.spans: list[list[tuple[float, float]]] = [[] for _ in range(K)]
+        spans: list[list[tuple[float, float]]] = [[] for _ in range(K)]
         for e in events:
             if e.action in COMPUTE and e.end > e.start:
-                self.spans[e.stage].append((e.start, e.end))
-        self.starts = [[a for a, _ in sorted(sp)] for sp in self.spans]
-        self.spans = [sorted(sp) for sp in self.spans]
+                spans[e.stage].append((e.start, e.end))
+        self.spans = [sorted(sp) for sp in spans]
+        self.starts = [[a for a, _ in sp] for sp in self.spans]
 
     def computing(self, k: int, t: float) -> bool:
         i = bisect_right(self.starts[k], t) - 1
