@@ -89,3 +89,27 @@ def test_the_emulation_dilation_grows_with_the_ranks_per_core():
     assert emulation_dilation(4, 5.0, 64) == 1.0  # a core each and more: no dilation needed
     with pytest.raises(ValueError, match="cores=0"):
         emulation_dilation(4, 5.0, 0)
+
+
+def test_each_model_is_profiled_in_passes_over_every_model_and_its_median_kept(monkeypatch):
+    from gpipe_repro.errors import UserError
+    from gpipe_repro.measure import calibration
+    from gpipe_repro.sim.measured.profile import LayerProfile
+
+    order: list[str] = []
+    speed = iter([1.0, 5.0, 1.2, 6.0, 9.0, 7.0])  # a, b, a, b, a, b: a's third pass slow
+
+    def fake(name, sizes, repeats, seed, ref):
+        order.append(name)
+        s = next(speed)
+        return LayerProfile(sizes, {n: [LayerCost(s, s, 2 * s, 8, 0.0)] for n in sizes}, {}, 1)
+
+    monkeypatch.setattr(calibration, "profile_model", fake)
+    s = Settings(profile_passes=3)
+    got = calibration.profile_models({"a": [4], "b": [4, 8]}, s, None, lambda m: None)
+    assert order == ["a", "b"] * 3  # one model's profiles lie a pass apart
+    assert got["a"].costs[4][0].forward_s == 1.2  # the slow pass left out
+    assert got["b"].costs[8][0].backward_s == 12.0
+    assert got["b"].key["passes"] == 3
+    with pytest.raises(UserError, match="profile_passes=0"):
+        calibration.profile_models({"a": [4]}, Settings(profile_passes=0), None, lambda m: None)

@@ -235,3 +235,42 @@ def test_b_and_w_are_costed_by_their_own_time_over_a_whole_backward():
     assert all(f > 0 for f in (b0, w0, b1, w1))
     assert b0 < w0 / 2  # first: B computes nothing, W the whole backward
     assert b1 > b0  # later: B computes the input's gradient
+
+
+def _profile(scale: float, probe: float | None = None, b: float | None = 0.4) -> LayerProfile:
+    def costs(s: float) -> list[LayerCost]:
+        return [
+            LayerCost(1.0 * s, 0.8 * s, 2.0 * s, 64, 0.1 * s,
+                      backward_input_s=None if b is None else b * s, backward_weight_s=0.3 * s),
+            LayerCost(3.0 * s, 2.5 * s, 5.0 * s, 32, 0.2 * s),
+        ]  # fmt: skip
+
+    return LayerProfile([4, 8], {4: costs(scale), 8: costs(2 * scale)}, {"layers": "x"}, 2,
+                        raw={4: costs(scale * 1.1), 8: costs(2.2 * scale)}, probe_s=probe,
+                        recompute_overhead_s=scale * 1e-3)  # fmt: skip
+
+
+def test_the_median_profile_takes_each_figure_from_the_middle_profile_and_keeps_the_bytes():
+    # three passes, one of them slow (the host busy that minute): the median ignores it
+    got = profile.median_profile([_profile(1.0, 0.01), _profile(1.5, 0.02), _profile(1.1, 0.03)])
+    one = _profile(1.1)
+    assert got.costs[4][0].forward_s == pytest.approx(one.costs[4][0].forward_s)
+    assert got.costs[8][1].backward_s == pytest.approx(one.costs[8][1].backward_s)
+    assert got.raw is not None and got.raw[8][0].update_s == pytest.approx(one.raw[8][0].update_s)
+    assert [c.out_bytes for c in got.costs[4]] == [64, 32]
+    assert got.probe_s == pytest.approx(0.02)
+    assert got.recompute_overhead_s == pytest.approx(1.1e-3)
+    assert got.key["passes"] == 3
+    # a split time missing from one profile is missing from the median (never half of one)
+    mixed = profile.median_profile([_profile(1.0), _profile(1.0, b=None)])
+    assert mixed.costs[4][0].backward_input_s is None
+    assert mixed.costs[4][1].backward_input_s is None
+    # one profile is itself; none, or profiles of other layers, are refused
+    single = _profile(1.0)
+    assert profile.median_profile([single]) is single
+    with pytest.raises(ValueError, match="profiles=\\[\\]"):
+        profile.median_profile([])
+    other = _profile(1.0)
+    other.costs[4][0] = LayerCost(1.0, 0.8, 2.0, 128, 0.1)
+    with pytest.raises(ValueError, match="differ in their layers"):
+        profile.median_profile([_profile(1.0), other])

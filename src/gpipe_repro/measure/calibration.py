@@ -40,7 +40,7 @@ from ..errors import UserError
 from ..sim.costs import LayerCost, stage_costs
 from ..sim.measured import DeviceModel, LayerProfile, ProfileError, device_model, profile_layers
 from ..sim.measured.device import host_cores as cores
-from ..sim.measured.profile import OUTSIDE_SPANS
+from ..sim.measured.profile import OUTSIDE_SPANS, median_profile
 from ..sim.measured.speed import reference_s
 from ..sim.simulate import SimResult, simulate
 from . import ranks
@@ -67,6 +67,9 @@ class Settings:
     warmup: int = 2
     steps: int = 3
     repeats: int = 5  # profile repeats per layer and size
+    # profiles of each model, taken in passes over every model (``profile_models``); the
+    # simulator's costs are their median
+    profile_passes: int = 1
     seed: int = 0
     normalize: bool = True  # put real cells and the profile on the speed probe's reference speed
     dilation_scale: float = 5.0  # emulated layers sleep this x (ranks per core) x their cost
@@ -164,6 +167,27 @@ def profile_model(
         )  # fmt: skip
     except ProfileError as err:
         raise UserError(f"{name}: {err}") from None
+
+
+def profile_models(
+    wanted: dict[str, list[int]], s: Settings, ref: float | None, log: Callable[[str], None]
+) -> dict[str, LayerProfile]:
+    """Each model of ``wanted`` (name -> micro-batch sizes) profiled ``s.profile_passes`` times, in
+    passes over every model so that one model's profiles lie minutes apart, and the median of its
+    profiles kept (``median_profile``): one profile is one stream, which the host's speed that
+    minute moves as a whole."""
+    if s.profile_passes < 1:
+        raise UserError(f"profile_passes={s.profile_passes} is invalid; allowed: an integer >= 1")
+    taken: dict[str, list[LayerProfile]] = {name: [] for name in wanted}
+    for p in range(s.profile_passes):
+        for name, sizes in wanted.items():
+            t0 = time.perf_counter()
+            taken[name].append(profile_model(name, sizes, s.repeats, s.seed, ref))
+            log(
+                f"profiled {name} at micro-batches {sizes} in {time.perf_counter() - t0:.1f} s "
+                f"(pass {p + 1}/{s.profile_passes})"
+            )
+    return {name: median_profile(got) for name, got in taken.items()}
 
 
 def _plus(c: LayerCost, o: float) -> LayerCost:
@@ -279,11 +303,13 @@ def calibrate(
     emulated_K: list[int],
     call_model: str | None,
     log: Callable[[str], None],
+    profile: dict[str, list[int]] | None = None,
 ) -> tuple[Calibration, DeviceModel, dict[str, LayerProfile]]:
     """The host calibrated for experiment ``s`` (module doc), its dilation at each of ``emulated_K``
-    and, with ``call_model``, the emulated call's CPU on that model (its profile at ``sizes`` is
-    returned, to be reused): K = 1 emulated steps at each M of ``Ms``, at K = 1's dilation (one rank
-    queues for nothing: a call's CPU, not its sleep, is measured)."""
+    and, with ``call_model``, the emulated call's CPU on that model: K = 1 emulated steps at each M
+    of ``Ms``, at K = 1's dilation (one rank queues for nothing: a call's CPU, not its sleep, is
+    measured). Returns the profiles of ``profile``'s models (name -> sizes) and of ``call_model`` at
+    ``sizes``, taken together (``profile_models``)."""
     if call_model is not None:  # refused before anything runs: never fitted on (``HELD_OUT``)
         calibration_model(call_model)
     load = _load()
@@ -298,9 +324,11 @@ def calibrate(
         python=sys.version.split()[0],
     )  # fmt: skip
     calib.dilations = {f"K={K}": calib.dilation(K) for K in emulated_K}
-    profiles: dict[str, LayerProfile] = {}
+    wanted = dict(profile or {})
     if call_model is not None:
-        profiles[call_model] = profile_model(call_model, sizes, s.repeats, s.seed, ref)
+        wanted[call_model] = sorted(set(wanted.get(call_model, [])) | set(sizes))
+    profiles = profile_models(wanted, s, ref, log)
+    if call_model is not None:
         costs = dilated(profiles[call_model].costs, calib.dilation(1))
         steps = (s.emulated_warmup, s.emulated_steps)
         calib.emulation_call_s = emulation_call_s(call_model, costs, dm, overshoot, Ms, *steps)

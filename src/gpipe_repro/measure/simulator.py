@@ -46,7 +46,6 @@ from .calibration import (
     as_emulated,
     calibrate,
     dilated,
-    profile_model,
     simulate_cell,
 )
 from .calibration import Settings as Calibrated
@@ -119,6 +118,7 @@ class Settings(Calibrated):
     emulated_rounds: int = 2
     steps: int = 4
     repeats: int = 7
+    profile_passes: int = 3
     emulated_steps: int = 3
 
     @classmethod
@@ -129,6 +129,7 @@ class Settings(Calibrated):
             Ms=[1, 8, 32],  # M = 8: the traced cell (TRACE_CELL)
             held_out_Ms=[1, 8],
             rounds=1, emulated_rounds=1, warmup=1, steps=2, repeats=3, emulated_K=[4],
+            profile_passes=1,
         )  # fmt: skip
 
     def call_model(self) -> str | None:
@@ -287,14 +288,14 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     apply_host_memory("retain")
     sizes = sorted({N // M for M in s.Ms + s.held_out_Ms})
     emulated_K = s.emulated_K if s.emulated_models else []
-    calib, dm, profiles = calibrate(s, sizes, sorted(set(s.Ms)), emulated_K, s.call_model(), log)
+    wanted = {
+        name: sorted({N // M for M in s.held_out_Ms}) if held_out(name) else sizes
+        for name in dict.fromkeys(s.models + s.emulated_models)
+    }
+    calib, dm, profiles = calibrate(
+        s, sizes, sorted(set(s.Ms)), emulated_K, s.call_model(), log, wanted
+    )
     ref, overshoot = calib.speed_reference_s, calib.sleep_overshoot_s
-    for name in dict.fromkeys(s.models + s.emulated_models):
-        if name not in profiles:
-            t0 = time.perf_counter()
-            own = sorted({N // M for M in s.held_out_Ms}) if held_out(name) else sizes
-            profiles[name] = profile_model(name, own, s.repeats, s.seed, ref)
-            log(f"profiled {name} at micro-batches {own} in {time.perf_counter() - t0:.1f} s")
     calib.profiles = {k: v.to_json() for k, v in profiles.items()}
     grid = _grid(s)
     rows: list[CellRow] = []

@@ -61,6 +61,7 @@ __all__ = [
     "LayerProfile",
     "ProfileError",
     "profile_layers",
+    "median_profile",
     "records",
     "check_recompute",
     "checked_stream",
@@ -127,6 +128,58 @@ class LayerProfile:
             data.get("probe_s"),
             float(data.get("recompute_overhead_s", 0.0)),
         )
+
+
+def _median_costs(runs: Sequence[list[LayerCost]], where: str) -> list[LayerCost]:
+    """Field by field, the median of one size's records over several profiles of the same layers
+    (a split time stays None where any profile lacks it)."""
+    if len({len(r) for r in runs}) != 1 or len({tuple(c.out_bytes for c in r) for r in runs}) != 1:
+        raise ValueError(
+            f"{where}: the profiles differ in their layers; allowed: profiles of one model"
+        )
+
+    def mid(values: Sequence[float | None]) -> float | None:
+        got = [v for v in values if v is not None]
+        return statistics.median(got) if len(got) == len(values) else None
+
+    out = []
+    for cs in zip(*runs, strict=True):
+        times = {
+            name: mid([getattr(c, name) for c in cs])
+            for name in asdict(cs[0])
+            if name != "out_bytes"
+        }
+        out.append(LayerCost(out_bytes=cs[0].out_bytes, **times))  # type: ignore[arg-type]
+    return out
+
+
+def median_profile(profiles: Sequence[LayerProfile]) -> LayerProfile:
+    """One profile from several of the same layers taken at different times: every figure the
+    median of the profiles' figures (a profile is one stream of a few minutes, which the host's
+    drift between minutes moves as a whole; the median of profiles spread over the run is the
+    steadier estimate). ``key["passes"]`` records how many."""
+    if not profiles:
+        raise ValueError("profiles=[] is invalid; allowed: one profile or more")
+    first = profiles[0]
+    if any(p.sizes != first.sizes or p.distinct != first.distinct for p in profiles):
+        raise ValueError(
+            "the profiles differ in their sizes or layers; allowed: profiles of one model"
+        )
+    if len(profiles) == 1:
+        return first
+    raws = [p.raw for p in profiles if p.raw is not None]
+    raw = None
+    if len(raws) == len(profiles):
+        raw = {n: _median_costs([r[n] for r in raws], f"raw size {n}") for n in first.sizes}
+    probes = [p.probe_s for p in profiles if p.probe_s is not None]
+    return replace(
+        first,
+        costs={n: _median_costs([p.costs[n] for p in profiles], f"size {n}") for n in first.sizes},
+        key={**first.key, "passes": len(profiles)},
+        raw=raw,
+        probe_s=statistics.median(probes) if probes else None,
+        recompute_overhead_s=statistics.median(p.recompute_overhead_s for p in profiles),
+    )
 
 
 # what the engine pays outside its spans, timed in the stream and charged to each layer: releasing a
