@@ -71,7 +71,7 @@ TEST_MARKS := not target and not long
 # again costs seconds; tests/test_makefile.py checks that every TIMED entry's file is here).
 TIMED_FILES := $(shell sed -n '/^TIMED = (/,/^)/s/^ *"\([^":]*\).*/\1/p' tests/conftest.py | sort -u)
 # Both phases run whatever the first gives; the exit status is the worse of the two.
-test: $(STAMP) ## the test suite (CPU, real gloo ranks; ~7 min on 2 cores: 345 s + 53 s of timed tests in a fresh clone at 909b86d; the longest: make test-long, make test-targets)
+test: $(STAMP) ## the test suite (CPU, real gloo ranks; its budget: 12 min on 2 cores, each part printing its slowest tests; the longest: make test-long, make test-targets)
 	@rc=0; \
 	$(BIN)/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile -m "$(TEST_MARKS) and not timed" || rc=$$?; \
 	$(BIN)/python -m pytest -q --durations=10 -m "$(TEST_MARKS) and timed" $(TIMED_FILES) || rc=$$?; \
