@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ..rows import Row, read_csv
+from ..template import words
 from ..verdict import RULES, UNTESTABLE, Finding
 
 MODULES = ("algorithm", "table1", "throughput", "transfer", "translation")
@@ -36,6 +37,13 @@ def results(folder: Path, row: type[Row], name: str = "results.csv") -> list[Row
     if not path.exists():
         raise Missing(f"no {name}")
     return read_csv(path, row)
+
+
+def worded(name: str, judge: str, verdict: str, **c: Any) -> Finding:
+    """A judge's finding worded by ``templates/<name>.md.j2``: its macros ``<judge>_ours`` and
+    ``<judge>_reason``, each called with the numbers ``c``."""
+    ours, reason = (words(name, f"{judge}_{part}", c=c) for part in ("ours", "reason"))
+    return Finding(verdict, ours, reason)
 
 
 @dataclass(frozen=True)
