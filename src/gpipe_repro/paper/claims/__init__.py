@@ -152,6 +152,14 @@ TARGETS_LEAD = (
 )
 
 
+def targeted(target: str, verdict: str, heading: str, **c: Any) -> Answer:
+    """A page's answer on one of its own targets (under ``TARGETS_LEAD``), linked to ``heading`` and
+    worded by ``templates/target_answers.md.j2``: its macros ``<target>_what`` and
+    ``<target>_number``, each called with the numbers ``c``."""
+    what, number = (words("target_answers", f"{target}_{part}", c=c) for part in ("what", "number"))
+    return Answer(verdict, what, number, anchor(heading))
+
+
 def answers(report: str, folder: Path) -> list[Answer]:
     """A page's first lines: each claim it judges with its verdict, the scorecard's findings."""
     out = []
