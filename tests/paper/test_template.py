@@ -8,3 +8,4 @@ def test_a_macro_is_called_with_its_numbers_and_leaves_no_line_of_its_own():
     assert words("stats", "trend", metric="BLEU", shape="one", higher=True, steps=[]) == (
         "BLEU: one setting only; no trend to judge."
     )
+    assert words("sweep_lines", "checks", series=[]) == ""  # no series: no line
