@@ -9,3 +9,4 @@ def test_a_macro_is_called_with_its_numbers_and_leaves_no_line_of_its_own():
         "BLEU: one setting only; no trend to judge."
     )
     assert words("sweep_lines", "checks", series=[]) == ""  # no series: no line
+    assert words("hw_lines", "idle", s=type("S", (), {"device": "tpu"})()).startswith("tpu: its")
