@@ -9,7 +9,7 @@ import pytest
 from gpipe_repro.paper import scorecard
 from gpipe_repro.paper.claims import _claim, anchor, of, registry
 from gpipe_repro.paper.claims.throughput import cells_within
-from gpipe_repro.paper.verdict import UNTESTABLE, VERDICTS
+from gpipe_repro.paper.verdict import RULES, UNTESTABLE, VERDICTS
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
@@ -104,3 +104,9 @@ def test_a_page_opens_with_the_verdicts_the_scorecard_gives(report):
         f = c.find(REPORTS / report)
         assert line.startswith(f"- **{f.verdict}** — {c.statement}"), line
         assert f.ours in line and f"**{f.verdict}**" in card
+
+
+def test_every_rule_is_worded_on_the_scorecard_in_its_order():
+    """``verdict.RULES`` names the rules a claim may use; the scorecard's template words each."""
+    rules = scorecard.render(REPORTS).split("## The rules")[1].split("\n\n")[1]
+    assert re.findall(r"^- \*\*(.+?)\*\*: ", rules, re.M) == list(RULES)

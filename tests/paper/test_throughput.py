@@ -15,7 +15,7 @@ from gpipe_repro.paper.numbers import throughput
 from gpipe_repro.paper.rows import write_csv
 from gpipe_repro.paper.sweep import SweepRow
 from gpipe_repro.paper.throughput import TABLE2, TABLE3, Cell, ThroughputRow, load
-from gpipe_repro.paper.throughput_norm import build, decompose, explain, renormalise
+from gpipe_repro.paper.throughput_norm import build, decompose, renormalise, why
 
 EXPERIMENTS = TABLE2.experiments
 OFF = argparse.Namespace(
@@ -49,13 +49,18 @@ def test_normalised_throughput_is_exactly_the_product_of_its_factors():
         assert f["balance"] == pytest.approx((sum(c.busy) / K / max(c.busy)) / (0.425 / 0.45))
 
 
+def _explain(r: ThroughputRow, ref: ThroughputRow, f: dict, paper: float | None) -> str:
+    """A cell's sentence beside the paper's ``paper``, its series normalised to the paper's cell."""
+    return why(replace(r, paper_normalized=paper), ref, f, (ref.K, ref.M))
+
+
 def test_the_sentence_is_read_from_the_numbers():
     ref = _cell(2, 1, 128, 1.0, [0.45, 0.45])
     c = _cell(8, 32, 128, 0.4, [0.2, 0.5, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3])
     r = c.row
     r.normalized = r.throughput / ref.row.throughput
     f = decompose(c, ref)
-    text = explain(r, ref.row, f, 3.48)
+    text = _explain(r, ref.row, f, 3.48)
     assert text.startswith(f"ours {r.normalized:.2f} = bubble bound {f['bound']:.2f}")
     assert f"partition imbalance {f['balance']:.2f}" in text  # the slowest stage: 0.5 vs mean 0.3
     assert (
@@ -64,13 +69,13 @@ def test_the_sentence_is_read_from_the_numbers():
     )
     ref.row.normalized = 1.0
     assert (
-        explain(ref.row, ref.row, decompose(ref, ref), 1.0)
+        _explain(ref.row, ref.row, decompose(ref, ref), 1.0)
         == "the reference cell (1 by definition)"
     )
     beaten = _cell(8, 1, 128, 0.4, c.busy)
     beaten.row.normalized = 1.0
     # above the bound is a number, not a cause: no explanation the numbers cannot show
-    assert "batch grew" not in explain(beaten.row, ref.row, decompose(beaten, ref), 1.3)
+    assert "batch grew" not in _explain(beaten.row, ref.row, decompose(beaten, ref), 1.3)
 
 
 def test_the_early_recompute_overlap_is_its_own_factor_and_explains_the_simulators_step():
@@ -90,7 +95,7 @@ def test_the_early_recompute_overlap_is_its_own_factor_and_explains_the_simulato
     assert f["overlap"] > 1.1 and f["transfers"] == pytest.approx(1.0)
     assert f["bound"] * f["overlap"] == pytest.approx(cell.row.throughput / ref.row.throughput)
     cell.row.normalized = cell.row.throughput / ref.row.throughput
-    assert f"early-recompute overlap {f['overlap']:.2f}" in explain(cell.row, ref.row, f, None)
+    assert f"early-recompute overlap {f['overlap']:.2f}" in _explain(cell.row, ref.row, f, None)
     no_rec = decompose(Cell(cell.row, cell.busy, True, ""), Cell(ref.row, ref.busy, True, ""))
     assert no_rec["overlap"] == 1.0 and no_rec["transfers"] > 1.1  # what the old table folded in
 

@@ -18,7 +18,7 @@ from typing import Any
 from .claims import registry
 from .provenance import FILE, Provenance
 from .template import _environment
-from .verdict import RULES, VERDICTS
+from .verdict import TOLERANCE, VERDICTS
 
 OUT = "README.md"
 
@@ -50,7 +50,7 @@ def summary(reports: Path) -> dict[str, Any]:
     return {
         "claims": rows,
         "counts": [(v, counts[v]) for v in VERDICTS],
-        "rules": RULES,
+        "tolerance": TOLERANCE,
         "made": made,
     }
 

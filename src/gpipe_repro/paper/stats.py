@@ -15,6 +15,8 @@ Table 5 —, else ``RELATIVE_EFFECT`` of the baseline mean, the observed scale):
   the detectable effect exceeds E (the seeds could not have seen an effect of the size in question);
 - *beyond the noise*: p < 0.05;
 - *inside the noise*: p >= 0.05 and the seeds could have detected E (detectable effect <= E).
+
+Every seeded page states this rule in one paragraph (``templates/stats.md.j2``).
 """
 
 from __future__ import annotations
@@ -26,19 +28,14 @@ from dataclasses import dataclass
 
 from scipy import optimize, stats
 
+from .template import words
+
 ALPHA = 0.05
 POWER = 0.80
 # The effect in question where the paper prints none: 10% of the baseline mean.
 RELATIVE_EFFECT = 0.10
 BEYOND, INSIDE, UNTESTABLE = "beyond the noise", "inside the noise", "not testable with these seeds"
-RULE = (
-    "Rule (`paper/stats.py`): Welch's t-test over seeds, two-sided, α = 0.05 — *beyond the noise* "
-    "when p < 0.05; otherwise *inside the noise* when the seeds could have detected the effect in "
-    "question (the smallest difference they detect at 80% power, noncentral-t approximation with the "
-    "sample standard deviations, is at most that effect), else *not testable with these seeds* (also "
-    "with fewer than 2 seeds on a side). The effect in question: the paper's relative change applied "
-    f"to our baseline mean where the paper prints one, else {RELATIVE_EFFECT:.0%} of the baseline mean."
-)
+RULE = words("stats", "rule", relative_effect=RELATIVE_EFFECT)  # as every seeded page states it
 
 
 @dataclass(frozen=True)
@@ -136,28 +133,25 @@ def trend(
     higher_is_better: bool,
     effects: Sequence[float | None] | None = None,
 ) -> tuple[str, bool | None]:
-    """One sentence on whether ``metric`` improves step by step along ``samples`` and a verdict:
-    True = every step improves beyond the noise, False = some step goes the wrong way beyond the
-    noise, None = neither shown. ``effects``: each step's effect in question."""
-    if len(samples) < 2:
-        return f"{metric}: one setting only; no trend to judge.", None
+    """One sentence on whether ``metric`` improves step by step along ``samples``
+    (``templates/stats.md.j2``) and a verdict: True = every step improves beyond the noise, False =
+    some step goes the wrong way beyond the noise, None = neither shown. ``effects``: each step's
+    effect in question."""
     effects = effects or [None] * (len(samples) - 1)
     steps = [compare(a, b, e) for a, b, e in zip(samples, samples[1:], effects)]
     better = [(d.delta > 0) == higher_is_better for d in steps]
-    parts = [f"{labels[i]} -> {labels[i + 1]}: {d.text()}" for i, d in enumerate(steps)]
-    word = "rises" if higher_is_better else "falls"
-    if all(better) and all(d.beyond for d in steps):
-        verdict, head = True, f"{metric} {word} at every step, each beyond the noise"
+    verdict: bool | None
+    if len(samples) < 2:
+        verdict, shape = None, "one"
+    elif all(better) and all(d.beyond for d in steps):
+        verdict, shape = True, "beyond"
     elif any(not ok and d.beyond for ok, d in zip(better, steps)):
-        verdict, head = False, f"{metric} goes the wrong way beyond the noise at some step"
-    elif all(better):
-        verdict, head = None, f"{metric} {word} at every step, not every step beyond the noise"
+        verdict, shape = False, "wrong"
     else:
-        verdict = None
-        head = (
-            f"{metric} does not {word.rstrip('s')} at every step; no wrong step is beyond the noise"
-        )
-    return f"{head} ({'; '.join(parts)}).", verdict
+        verdict, shape = None, "every" if all(better) else "mixed"
+    text = words("stats", "trend", metric=metric, shape=shape, higher=higher_is_better,
+                 steps=list(zip(labels, labels[1:], steps)))  # fmt: skip
+    return text, verdict
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:

@@ -23,11 +23,11 @@ from ..errors import UserError
 from ..metrics.contract import RunMetrics
 from .artefact import Report, SweepArtefact
 from .claims import LEAD, answers, of
-from .markdown import table
+from .markdown import DASH, mib, ms, table
 from .plot import figure
 from .provenance import Provenance
 from .runs import read_sweep
-from .template import render
+from .template import render, words
 
 
 @dataclass
@@ -174,11 +174,11 @@ FORMATS["prediction_error"] = "{:+.1%}"
 
 def _fmt(v: Any, col: str) -> str:
     if v is None:
-        return "—"
+        return DASH
     if col in ("step_time_s", "predicted_step_time_s"):
-        return f"{v * 1e3:.1f} ms"
+        return f"{ms(v)} ms"
     if col == "stage_memory_bytes":
-        return " / ".join(f"{int(x) / 2**20:.1f}" for x in str(v).split(";"))
+        return " / ".join(mib(int(x), 1) for x in str(v).split(";"))
     return FORMATS.get(col, "{}").format(v)
 
 
@@ -237,43 +237,28 @@ def markdown_table(rows: Sequence[SweepRow]) -> str:
 
 
 def checks(rows: Sequence[SweepRow]) -> list[str]:
-    """GPipe's two claims read off a K x M sweep, per series with K = 1 and K > 1 rows: the deepest
-    pipeline at its largest M against the fastest K = 1 row of any M; whether its speed-up over K = 1
-    at the same M rises with M; and whether the final losses are bit-equal across K at each M (the
-    update is synchronous, §2.2)."""
-    ok = [r for r in rows if _usable(r)]
-    out: list[str] = []
+    """GPipe's two claims read off a K x M sweep, in words (``templates/sweep_lines.md.j2``),
+    per series with K = 1 and K > 1 rows: the deepest pipeline at its largest M against the fastest
+    K = 1 row of any M; whether its speed-up over K = 1 at the same M rises with M; and whether the
+    final losses are bit-equal across K at each M (the update is synchronous, §2.2)."""
+    ok, out = [r for r in rows if _usable(r)], []
     for key in sorted({series(r) for r in ok}):
         group = [r for r in ok if series(r) == key]
         k1 = [r for r in group if r.K == 1]
         deep = [r for r in group if r.K != 1]
         if not k1 or not deep:
             continue
-        best = max(k1, key=lambda r: r.throughput or 0.0)
         K = max(r.K for r in deep)  # type: ignore[type-var]
         line = sorted((r for r in deep if r.K == K), key=lambda r: r.M or 0)
-        top = line[-1]
-        out.append(
-            f"- K = {K}, M = {top.M}: {top.speedup_vs_best_k1:.2f}x the fastest K = 1 row "
-            f"(K = 1, M = {best.M}: {best.throughput:.1f} samples/s)"
-        )
         ups = [r.speedup_vs_k1 for r in line if r.speedup_vs_k1 is not None]
-        rising = all(b > a for a, b in zip(ups, ups[1:]))
-        out.append(
-            f"- K = {K} over K = 1 at the same M rises with M: {'yes' if rising else 'no'} ("
-            + ", ".join(f"M = {r.M}: {r.speedup_vs_k1:.2f}" for r in line if r.speedup_vs_k1)
-            + ")"
-        )
-        differ = [
-            M
-            for M in sorted({r.M for r in group})  # type: ignore[type-var]
-            if len({r.final_loss for r in group if r.M == M}) > 1
-        ]
-        out.append(
-            "- final losses bit-equal across K at every M: "
-            + ("yes" if not differ else f"no (they differ at M = {', '.join(map(str, differ))})")
-        )
-    return out
+        out.append({
+            "K": K, "line": line, "top": line[-1],
+            "best": max(k1, key=lambda r: r.throughput or 0.0),
+            "rising": all(b > a for a, b in zip(ups, ups[1:])),
+            "differ": [M for M in sorted({r.M for r in group})  # type: ignore[type-var]
+                       if len({r.final_loss for r in group if r.M == M}) > 1],
+        })  # fmt: skip
+    return words("sweep_lines", "checks", series=out).splitlines()
 
 
 # The console's columns, most wanted first, with short headings: as many as fit the width; the error
@@ -375,17 +360,8 @@ def page(name: str, rows: Sequence[SweepRow], prov: Provenance, out: Path) -> st
     """The sweep's page: its answer (the verdicts of the claims judged on it, or where its table
     judges them), the provenance, the table, GPipe's claims read off it."""
     parent = _parent(name)
-    if parent:
-        judged, lead = (
-            [],
-            (
-                f"No claim is judged on this page: it is one sweep of {parent}, whose page "
-                f"[{parent}.md](../{parent}/{parent}.md) judges the paper's claims from it."
-            ),
-        )
-    else:
-        judged = answers(name, out)
-        lead = LEAD if judged else ""
+    judged = [] if parent else answers(name, out)
+    lead = words("sweep_lines", "lead", parent=parent) if parent else LEAD if judged else ""
     return render(
         "sweep", prov, name, judged, lead, table=markdown_table(rows), checks=checks(rows)
     )

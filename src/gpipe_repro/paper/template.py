@@ -5,6 +5,8 @@ page's first lines (``head``: the title, the page's answer — the verdicts of w
 ``templates/answers.md.j2`` — and the provenance); tables come from ``table`` and numbers from the formatters of
 ``markdown``, both available in the template under the same names. Blocks are trimmed
 (``trim_blocks``, ``lstrip_blocks``) so a ``{% if %}`` line leaves no line of its own in the page.
+A sentence quoted apart from a page (a claim's finding, a line of a summary) is a macro of a template
+(``words``), filled the same way.
 """
 
 from __future__ import annotations
@@ -56,3 +58,10 @@ def render(
     the provenance) and ``context`` (an artefact's summary)."""
     head = "\n".join(prov.page(title, answer(answers, lead)))
     return _environment().get_template(f"{name}.md.j2").render(head=head, **context)
+
+
+def words(name: str, macro: str, /, **context: Any) -> str:
+    """Macro ``macro`` of ``templates/<name>.md.j2`` called with ``context``: a sentence worded in a
+    template, where Python would assemble it piece by piece."""
+    template = _environment().get_template(f"{name}.md.j2")
+    return str(getattr(template.module, macro)(**context))

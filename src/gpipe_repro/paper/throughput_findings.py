@@ -18,7 +18,7 @@ from .markdown import DASH, mib, num, yes
 from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
-from .template import render
+from .template import render, words
 from .throughput_norm import PAPER_REF
 from .validate_hw.flags import MARK, Anchoring
 from .verdict import LINK_OK, TOLERANCE, within
@@ -32,16 +32,9 @@ BATCH = {
 
 
 def label(r: Any) -> str:
-    """What a series is: where its numbers come from, in words, and its batch."""
-    if r.source == "measured":
-        where = f"measured on K GPUs ({r.hardware})"
-    elif r.hardware == "measured":
-        where = "simulated on this machine's measured costs"
-    elif r.hardware.startswith("measured on "):  # a committed GPU profile (paper.throughput_gpu)
-        where = f"simulated from per-layer costs {r.hardware}"
-    else:
-        where = f"simulated on {DEVICES.get(r.hardware, r.hardware)} profile"
-    return f"{where} · {BATCH.get(r.batch_mode, 'batch ' + r.batch_mode)}"
+    """What a series is: where its numbers come from, in words, and its batch
+    (``templates/throughput_lines.md.j2``)."""
+    return words("throughput_lines", "label", r=r, devices=DEVICES, batch=BATCH)
 
 
 def _mark(r: Any, anchors: Anchoring) -> str:

@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from ..engine.schedule import bubble_fraction
 from .numbers import throughput
+from .template import words
 from .throughput_rows import Cell, ThroughputRow
 
 FACTORS = ("bound", "balance", "overlap", "transfers", "efficiency")
@@ -77,27 +78,6 @@ def decompose(c: Cell, ref: Cell) -> dict[str, float]:
     )
 
 
-def explain(r: ThroughputRow, ref: ThroughputRow, f: dict[str, float], paper: float | None) -> str:
-    """One sentence from the numbers: how far the bubble bound goes, what moves us off it, and the
-    paper (``paper``: re-normalised to our reference cell)."""
-    ours = float(r.normalized or 0)
-    if (r.K, r.M) == (ref.K, ref.M):
-        return "the reference cell (1 by definition)"
-    parts = [f"bubble bound {f['bound']:.2f}"]
-    movers = sorted(WHAT, key=lambda k: -abs(math.log(max(f[k], 1e-9))))
-    for k in movers:
-        if abs(math.log(max(f[k], 1e-9))) >= 0.03:
-            detail = (
-                f" (micro-batch {r.micro_batch} vs {ref.micro_batch})" if k == "efficiency" else ""
-            )
-            parts.append(f"{WHAT[k]} {f[k]:.2f}{detail}")
-    text = f"ours {ours:.2f} = " + " × ".join(parts)
-    if paper is not None:
-        share_p, share_o = paper / f["bound"], ours / f["bound"]
-        text += f"; paper {paper:.2f} = {share_p:.0%} of the bound, ours {share_o:.0%}"
-    return text
-
-
 def pick(items: Sequence[T], key: Callable[[T], tuple[int, int]], ran: Callable[[T], bool],
          paper_ref: tuple[int, int]) -> T | None:  # fmt: skip
     """The reference among a series' ``items``: the paper's cell if it ran, else the first that ran
@@ -109,18 +89,14 @@ def pick(items: Sequence[T], key: Callable[[T], tuple[int, int]], ran: Callable[
 def why(
     r: ThroughputRow, ref: ThroughputRow, f: dict[str, float], paper_ref: tuple[int, int]
 ) -> str:
-    """A normalised cell's sentence with what it is: the planner's pick, a batch that does not fit,
-    a series whose paper's reference did not run."""
-    text = explain(r, ref, f, r.paper_normalized)
-    if (ref.K, ref.M) != paper_ref:
-        text = (
-            f"normalised to {r.reference} (K={paper_ref[0]}, M={paper_ref[1]} did not run); " + text
-        )
-    if r.fits_memory is False:
-        text = "its batch does not fit the device; " + text
-    if r.config:
-        text = f"the planner's pick: {r.config}; " + text
-    return text
+    """A normalised cell's sentence from the numbers (``templates/throughput_lines.md.j2``): what it
+    is — the planner's pick, a batch that does not fit, a series whose paper's reference did not
+    run —, how far the bubble bound goes, what moves us off it (each factor 3% or more off 1, the
+    largest first) and the paper (re-normalised to our reference cell)."""
+    size = {k: abs(math.log(max(f[k], 1e-9))) for k in WHAT}
+    movers = [k for k in sorted(WHAT, key=lambda k: -size[k]) if size[k] >= 0.03]
+    return words("throughput_lines", "why", r=r, ref=ref, f=f, movers=movers, what=WHAT,
+                 paper_ref=paper_ref)  # fmt: skip
 
 
 def _normalise(

@@ -1,6 +1,7 @@
 """The four verdicts a claim of the paper can get, and the rules that give them — stated once, here.
 
-A claim (``paper.claims``) is judged from a report's rows by one of these rules, never by hand:
+A claim (``paper.claims``) is judged from a report's rows by one of these rules, never by hand (the
+scorecard's page, ``templates/scorecard.md.j2``, words each in one line):
 
 - **seeded** (a claim about an effect over seeds): each comparison by ``paper.stats`` (Welch's t,
   the effect the seeds could detect, a verdict in words); ``seeded`` turns them into one verdict:
@@ -45,22 +46,9 @@ VERDICTS = (MEASURED, SIMULATED, NOT, UNTESTABLE)
 
 TOLERANCE = 0.15  # relative: ours / the paper's within 1 +- this (module doc)
 LINK_OK = 0.95  # "communication is not the bottleneck": this share of a free link's throughput
-RULES = {
-    "seeded": "Welch's t per comparison (`paper/stats.py`); all beyond the noise the claim's way: "
-    "reproduced; any beyond the noise the other way, or inside the noise (the seeds would have seen "
-    "the effect in question): not reproduced; else (some the seeds cannot tell) not testable here",
-    "ratio": f"ours / the paper's within ±{TOLERANCE:.0%}: reproduced, else not reproduced",
-    "at most": f"ours at most the paper's × (1 + {TOLERANCE:.0%}): reproduced, else not reproduced",
-    "threshold": "the criterion the claim states, met: reproduced, else not reproduced",
-    "exceeds": f"better than the baseline by more than {TOLERANCE:.0%}: reproduced, else not "
-    "reproduced",
-    "contrast": f"the weaker one's gain at most (1 − {TOLERANCE:.0%}) of the stronger one's: "
-    "reproduced, else not reproduced",
-    "exact": "bit-equal: reproduced, else not reproduced",
-    "size step": "the largest size that fits within one step of the planner's search of the "
-    "paper's (AmoebaNet-D: 8 filters; Transformer-L: 1 layer): reproduced, else not reproduced",
-    "unavailable": "the data, scale or hardware the claim needs are not here: not testable here",
-}
+# The rules' names, in the order the scorecard (``templates/scorecard.md.j2``) words each.
+RULES = ("seeded", "ratio", "at most", "threshold", "exceeds", "contrast", "exact", "size step",
+         "unavailable")  # fmt: skip
 
 
 @dataclass(frozen=True)

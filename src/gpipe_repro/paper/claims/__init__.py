@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ..rows import Row, read_csv
+from ..template import words
 from ..verdict import RULES, UNTESTABLE, Finding
 
 MODULES = ("algorithm", "table1", "throughput", "transfer", "translation")
@@ -36,6 +37,13 @@ def results(folder: Path, row: type[Row], name: str = "results.csv") -> list[Row
     if not path.exists():
         raise Missing(f"no {name}")
     return read_csv(path, row)
+
+
+def worded(name: str, judge: str, verdict: str, **c: Any) -> Finding:
+    """A judge's finding worded by ``templates/<name>.md.j2``: its macros ``<judge>_ours`` and
+    ``<judge>_reason``, each called with the numbers ``c``."""
+    ours, reason = (words(name, f"{judge}_{part}", c=c) for part in ("ours", "reason"))
+    return Finding(verdict, ours, reason)
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,14 @@ TARGETS_LEAD = (
     "No claim of the paper is judged on this page (every claim: [the scorecard](../README.md)); "
     "its own targets, as measured:"
 )
+
+
+def targeted(target: str, verdict: str, heading: str, **c: Any) -> Answer:
+    """A page's answer on one of its own targets (under ``TARGETS_LEAD``), linked to ``heading`` and
+    worded by ``templates/target_answers.md.j2``: its macros ``<target>_what`` and
+    ``<target>_number``, each called with the numbers ``c``."""
+    what, number = (words("target_answers", f"{target}_{part}", c=c) for part in ("what", "number"))
+    return Answer(verdict, what, number, anchor(heading))
 
 
 def answers(report: str, folder: Path) -> list[Answer]:

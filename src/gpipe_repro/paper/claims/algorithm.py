@@ -1,18 +1,21 @@
 """The claims of the algorithm (GPipe §2.2-2.3): the synchronous update and the bubble, judged from
 the demo's sweep (``reports/demo/results.csv``, the engine run for real), and the partition, from
-Table 2's partition study (``reports/table2/sensitivity.csv``).
+Table 2's partition study (``reports/table2/sensitivity.csv``). The findings are worded by
+``templates/claims_algorithm.md.j2``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from ..sweep import SweepRow
 from ..verdict import NOT, TOLERANCE, Finding, exact, reproduced
-from . import Missing, results
+from . import Missing, results, worded
 from .throughput import studies
 
 SHARE = 0.85  # of the bubble's bound: the engine benchmark's goal at M = 8 (bench/engine.py)
+found = partial(worded, "claims_algorithm")
 
 
 def demo_rows(folder: Path) -> list[SweepRow]:
@@ -27,13 +30,7 @@ def synchronous(folder: Path) -> Finding:
     if len(Ks) < 2:
         raise Missing("the sweep has one K")
     differ = [M for M in Ms if len({r.final_loss for r in rs if r.M == M}) > 1]
-    ours = (
-        f"final losses bit-equal across K = {', '.join(map(str, Ks))} at M = "
-        f"{', '.join(map(str, Ms))}"
-        if not differ
-        else f"final losses differ across K at M = {', '.join(map(str, differ))}"
-    )
-    return Finding(exact(not differ), ours, "measured: the engine ran each (K, M) for real")
+    return found("synchronous", exact(not differ), differ=differ, Ks=Ks, Ms=Ms)
 
 
 def bubble(folder: Path) -> Finding:
@@ -45,17 +42,8 @@ def bubble(folder: Path) -> Finding:
         raise Missing("no K > 1 row with M >= 4K and a K = 1 row at its M")
     r = max(deep, key=lambda r: (r.K, r.M))
     share = (r.speedup_vs_k1 or 0) / (r.speedup_ideal or 1)
-    ours = (
-        f"K = {r.K}, M = {r.M}: {r.speedup_vs_k1:.2f}× K = 1, {share:.1%} of K·M/(M+K−1) = "
-        f"{r.speedup_ideal:.2f}; measured idle share {r.bubble_fraction:.3f} against "
-        f"(K−1)/(M+K−1) = {r.bubble_ideal:.3f}"
-    )
-    ok = share >= SHARE
-    reason = (
-        f"criterion ≥ {SHARE:.0%} of the bound (measured on {r.K} ranks of this CPU; deeper "
-        "pipelines only simulated: Table 2)"
-    )
-    return Finding(reproduced("measured") if ok else NOT, ours, reason)
+    verdict = reproduced("measured") if share >= SHARE else NOT
+    return found("bubble", verdict, r=r, share=share, least=SHARE)
 
 
 def partition(folder: Path) -> Finding:
@@ -66,15 +54,8 @@ def partition(folder: Path) -> Finding:
         raise Missing("no partition study in sensitivity.csv")
     K, M = max((r.K, r.M) for r in rs)
     at = [r for r in rs if (r.K, r.M) == (K, M)]
-    ours_row = next(r for r in at if r.variant.startswith("by time"))
-    others = [r for r in at if r is not ours_row]
-    best = max(others, key=lambda r: r.throughput)
-    gain = ours_row.throughput / best.throughput - 1
-    ours = (
-        f"K = {K}, M = {M}: by time {ours_row.normalized:.2f} (slowest/mean "
-        f"{ours_row.imbalance:.2f}) against {best.variant} {best.normalized:.2f} (slowest/mean "
-        f"{best.imbalance:.2f}): {gain:+.0%}"
-    )
-    ok = gain > TOLERANCE
-    return Finding(reproduced("simulated") if ok else NOT, ours,
-                   f"{ours_row.model}, simulated on the sweeps' profile, timing only")  # fmt: skip
+    ours = next(r for r in at if r.variant.startswith("by time"))
+    best = max((r for r in at if r is not ours), key=lambda r: r.throughput)
+    gain = ours.throughput / best.throughput - 1
+    verdict = reproduced("simulated") if gain > TOLERANCE else NOT
+    return found("partition", verdict, K=K, M=M, ours=ours, best=best, gain=gain)

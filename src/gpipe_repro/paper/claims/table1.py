@@ -6,20 +6,23 @@ accounting, ``STATED``: fp32 with the XLA-like accounting — the one that expla
 (the paper measured XLA on TPUs, whose fusion keeps fewer buffers than eager PyTorch; its parameter
 memory is fp32's 12 bytes per parameter). Every other precision and accounting is named in *ours*;
 the page shows them all with their verdicts. A CSV made before the accounting column holds eager
-rows alone: those claims are then judged eager, and say so.
+rows alone: those claims are then judged eager, and say so. The findings are worded by
+``templates/claims_table1.md.j2``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from ..table1.findings import KINDS, kind, kind_label, paper, ratios, size_steps
 from ..table1.planned import ResultRow
 from ..verdict import NOT, TOLERANCE, Finding, reproduced, within
-from . import Missing, results
+from . import Missing, results, worded
 
 STATED = ("fp32", "xla-like")
 EAGER = ("fp32", "eager")
+found = partial(worded, "claims_table1", tol=TOLERANCE)
 
 
 def eager(folder: Path) -> list[ResultRow]:
@@ -43,68 +46,34 @@ def counts(folder: Path) -> Finding:
     rs = eager(folder)
     worst = max(rs, key=lambda r: abs(r.param_count / paper(r.model, r.column, "parameters") - 1))
     gap = worst.param_count / paper(worst.model, worst.column, "parameters")
-    return Finding(
-        reproduced("measured") if within(gap, 1) else NOT,
-        f"{len(rs)} configurations, furthest {worst.model} {worst.column} {gap:.3f}×",
-        "counted on the models built on the meta device (the reference recipes' counts)",
-    )
+    verdict = reproduced("measured") if within(gap, 1) else NOT
+    return found("counts", verdict, n=len(rs), worst=worst, gap=gap)
 
 
 def param_memory(folder: Path) -> Finding:
     """Rule *ratio*: ours (12 B per parameter) against the paper's column, read in its unit."""
-    rs = eager(folder)
-    off = [
-        (r, r.param_memory_bytes / paper(r.model, r.column, "parameter memory"))
-        for r in rs
-        if not within(r.param_memory_bytes, paper(r.model, r.column, "parameter memory"))
-    ]
-    ours = f"{len(rs) - len(off)} of {len(rs)} columns within ±{TOLERANCE:.0%}"
-    reason = "; ".join(
-        f"{r.model} {r.column}: ours {x:.2f}× the paper's "
-        f"({paper(r.model, r.column, 'parameter memory') / paper(r.model, r.column, 'parameters'):.1f} "
-        "bytes per parameter in the paper)"
-        for r, x in off
-    )
-    return Finding(reproduced("simulated") if not off else NOT, ours,
-                   reason or "12 bytes per parameter, the paper's columns in their units")  # fmt: skip
-
-
-def _size(r: ResultRow) -> str:
-    if r.largest_L is None:
-        return "none fits"
-    return f"({r.largest_L}, {r.largest_D})" if r.model == "amoebanet_d" else f"L = {r.largest_L}"
+    rs, off = eager(folder), []
+    for r in rs:
+        pmem = paper(r.model, r.column, "parameter memory")
+        if not within(r.param_memory_bytes, pmem):
+            per = pmem / paper(r.model, r.column, "parameters")  # the paper's bytes per parameter
+            off.append((r, r.param_memory_bytes / pmem, per))
+    return found("param_memory", reproduced("simulated") if not off else NOT, n=len(rs), off=off)
 
 
 def naive(folder: Path) -> Finding:
     """Rule *size step*: Naive-1's largest model within one search step of the paper's, both
     models, under the stated accounting; the remaining gap's cause from the saved tensors."""
     rs, k = stated(folder)
-    at = [r for r in rs if r.column == "Naive-1" and kind(r) == k]
+    at = [(r, size_steps(r)) for r in rs if r.column == "Naive-1" and kind(r) == k]
     if not at:
         raise Missing("no Naive-1 row")
-    ok = all((s := size_steps(r)) is not None and abs(s) <= 1 for r in at)
-    ours = (
-        "; ".join(
-            f"{r.model} {_size(r)} ({size_steps(r):+d} steps)"
-            if size_steps(r) is not None
-            else f"{r.model} none"
-            for r in at
-        )
-        + f", {_label(k)}"
-    )
+    ok = all(s is not None and abs(s) <= 1 for _, s in at)
     eager = [r for r in rs if r.column == "Naive-1" and kind(r) == EAGER and k != EAGER]
-    if eager:
-        ours += "; eager fp32: " + ", ".join(f"{r.model} {_size(r)}" for r in eager)
     other = [r for r in rs if r.column == "Naive-1" and r.model == "amoebanet_d"
              and kind(r) == ("bf16", "xla-like")]  # fmt: skip
-    reason = "the paper's: amoebanet_d (18, 208), transformer_lm L = 3"
-    if other:
-        reason += (
-            f"; amoebanet_d in bf16, XLA-like: {_size(other[0])} — the paper's size lies between "
-            "our fp32 and bf16 estimates: the convolution outputs BatchNorm keeps decide (the "
-            "page's breakdown)"
-        )
-    return Finding(reproduced("simulated") if ok else NOT, ours, reason)
+    verdict = reproduced("simulated") if ok else NOT
+    return found("naive", verdict, at=at, label=_label(k), eager=eager, other=other)
 
 
 def headline_ratio(folder: Path, note: str) -> Finding:
@@ -113,18 +82,14 @@ def headline_ratio(folder: Path, note: str) -> Finding:
     r = next((x for x in ratios(rs) if x.note == note), None)
     if r is None or k not in r.ours:
         raise Missing(f"no {note} ratio")
-    ours = f"{r.ours[k]:.1f}× {_label(k)}" + "".join(
-        f"; {r.ours[o]:.1f}× {kind_label(*o)}" for o in KINDS if o != k and o in r.ours
-    )
     v = reproduced("simulated") if within(r.ours[k], r.printed) else NOT
     base = next(x for x in rs if x.model == r.model and x.column == "Naive-1" and kind(x) == k)
     top = next(x for x in rs if x.model == r.model and x.column == r.column and kind(x) == k)
-    reason = (
-        f"ours {(top.largest_param_count or 0) / 1e6:,.0f}M / {(base.largest_param_count or 0) / 1e6:,.1f}M; "
-        f"the paper's {paper(r.model, r.column, 'parameters') / 1e6:,.0f}M / "
-        f"{paper(r.model, 'Naive-1', 'parameters') / 1e6:,.1f}M ({r.from_table:.1f}× from its table)"
-    )
-    return Finding(v, ours, reason)
+    others = [(r.ours[o], kind_label(*o)) for o in KINDS if o != k and o in r.ours]
+    return found("headline_ratio", v, x=r.ours[k], label=_label(k), others=others,
+                 top=top.largest_param_count or 0, base=base.largest_param_count or 0,
+                 ptop=paper(r.model, r.column, "parameters"),
+                 pbase=paper(r.model, "Naive-1", "parameters"), from_table=r.from_table)  # fmt: skip
 
 
 def pipeline(folder: Path) -> Finding:
@@ -134,14 +99,9 @@ def pipeline(folder: Path) -> Finding:
     if not at:
         raise Missing("no Pipeline row")
     near = [r for r in at if (s := size_steps(r)) is not None and abs(s) <= 1]
-    ours = f"{len(near)} of {len(at)} columns within one step, {_label(k)}"
-    ratios_ = ", ".join(
-        f"{r.model.split('_')[0]} {r.column} "
-        f"{(r.largest_param_count or 0) / paper(r.model, r.column, 'parameters'):.2f}×"
-        for r in at
-    )
-    return Finding(reproduced("simulated") if len(near) == len(at) else NOT, ours,
-                   f"largest that fits / the paper's size: {ratios_}")  # fmt: skip
+    sizes = [(r, (r.largest_param_count or 0) / paper(r.model, r.column, "parameters")) for r in at]
+    verdict = reproduced("simulated") if len(near) == len(at) else NOT
+    return found("pipeline", verdict, near=len(near), sizes=sizes, label=_label(k))
 
 
 def scaling(folder: Path) -> Finding:
@@ -161,9 +121,5 @@ def scaling(folder: Path) -> Finding:
     if ga is None or gt is None:
         raise Missing("no Pipeline-1 and Pipeline-8 of both models")
     pa, pt = paper_growth("amoebanet_d"), paper_growth("transformer_lm")
-    ok = ga / gt <= 1 - TOLERANCE
-    return Finding(
-        reproduced("simulated") if ok else NOT,
-        f"Pipeline-1 → 8: AmoebaNet {ga:.2f}×, Transformer {gt:.2f}× ({ga / gt:.2f}), {_label(k)}",
-        f"the paper: {pa:.2f}× and {pt:.2f}× ({pa / pt:.2f}); 8× the accelerators would be linear",
-    )
+    verdict = reproduced("simulated") if ga / gt <= 1 - TOLERANCE else NOT
+    return found("scaling", verdict, ga=ga, gt=gt, pa=pa, pt=pt, label=_label(k))

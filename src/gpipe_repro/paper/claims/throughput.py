@@ -6,13 +6,16 @@ batch adjusted to fit memory — in this order of sources: measured on K GPUs wh
 else simulated on the paper's device's published profile (TPU v3 for Table 2, P100 over PCIe for
 Table 3), else simulated on this machine's measured per-layer costs; the first series that has the
 cells the claim needs decides (the others are named in *ours*). A miss's cause is read from the
-studies' rows (partition, per-sample efficiency) and the cell's decomposition, never guessed.
+studies' rows (partition, per-sample efficiency) and the cell's decomposition, never guessed. The
+findings are worded by ``templates/claims_throughput.md.j2``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ..numbers import throughput
 from ..rows import read_csv
@@ -20,13 +23,14 @@ from ..throughput_norm import renormalise, series
 from ..throughput_rows import ThroughputRow
 from ..throughput_sim import SimRow
 from ..verdict import LINK_OK, NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
-from . import Missing, results
+from . import Missing, results, worded
 
 Key = tuple[str, str, str, str]  # model, source, hardware, batch mode
 PROFILE = {2: "tpu_v3", 3: "p100_pcie"}
 NAMES = {"tpu_v3": "a TPU v3 profile", "p100_pcie": "a P100 (PCIe) profile",
          "measured": "this CPU's measured costs"}  # fmt: skip
 LINK = "the profile's (16 GB/s, 2 hops)"  # the link study's variant of the paper's set-up
+found = partial(worded, "claims_throughput", tol=TOLERANCE, link_ok=LINK_OK)
 
 
 def rows(folder: Path) -> list[ThroughputRow]:
@@ -93,16 +97,11 @@ def first_gain(
 
 
 def _scaling(rs: Sequence[ThroughputRow], model: str, key: Key, a: tuple[int, int],
-             b: tuple[int, int], g: float, why: str = "") -> str:  # fmt: skip
-    """Table 2's gain ``g`` in words, then every other design series' between the same cells."""
-    more = [(k, gain(rs, k, a, b)) for k in design(rs, 2, model) if k != key]
-    return f"{g:.2f}× from {_km(a)} to K = {b[0]}, {where(key)}{why}" + "".join(
-        f"; {x:.2f}× {where(k)}" for k, x in more if x is not None
-    )
-
-
-def _km(c: tuple[int, int]) -> str:
-    return f"K = {c[0]}, M = {c[1]}"
+             b: tuple[int, int], g: float, off: str = "") -> dict[str, Any]:  # fmt: skip
+    """Table 2's gain ``g`` and every other design series' between the same cells (the template's
+    ``scaling``); ``off``: the paper's device, where K = 2 does not run on it."""
+    more = [(gain(rs, k, a, b), where(k)) for k in design(rs, 2, model) if k != key]
+    return {"g": g, "a": a, "b": b, "where": where(key), "off": off, "more": more}
 
 
 # -- Table 2 -----------------------------------------------------------------------------------
@@ -111,16 +110,12 @@ def _km(c: tuple[int, int]) -> str:
 def m1_flat(folder: Path) -> Finding:
     """At M = 1 the throughput barely grows with K: ours at most the paper's gain (rule *at most*),
     both models."""
-    rs, parts, ok, source = rows(folder), [], True, "simulated"
+    rs, parts, ok = rows(folder), [], True
     for model in ("amoebanet_d", "transformer_lm"):
-        pairs = [((2, 1), (8, 1)), ((4, 1), (8, 1))]
-        key, a, b, g, p = first_gain(rs, 2, model, pairs)
+        key, a, b, g, p = first_gain(rs, 2, model, [((2, 1), (8, 1)), ((4, 1), (8, 1))])
         ok &= at_most(g, p)
-        source = key[1]
-        parts.append(f"{model} {_km(a)} → K = {b[0]}: {g:.2f}× (the paper {p:.2f}×), {where(key)}")
-    verdict = reproduced(source) if ok else NOT
-    return Finding(verdict, "; ".join(parts), "one device busy at a time: the early recompute "
-                   "(§2.3) is all that overlaps" if ok else "ours grows more than the paper's at M = 1")  # fmt: skip
+        parts.append((model, a, b, g, p, where(key)))
+    return found("m1_flat", reproduced(key[1]) if ok else NOT, parts=parts, ok=ok)
 
 
 def transformer_linear(folder: Path) -> Finding:
@@ -129,42 +124,26 @@ def transformer_linear(folder: Path) -> Finding:
     pairs = [((2, 32), (8, 32)), ((4, 32), (8, 32))]
     key, a, b, g, p = first_gain(rs, 2, "transformer_lm", pairs)
     paper_device = next((k for k in design(rs, 2, "transformer_lm") if k[2] == PROFILE[2]), None)
-    why = (
-        f" (K = 2 does not run on {NAMES[PROFILE[2]]}: no batch fits)"
-        if paper_device and key != paper_device and cell(rs, paper_device, *a) is None
-        else ""
-    )
-    ours = _scaling(rs, "transformer_lm", key, a, b, g, why)
-    c = cell(rs, key, *b)
-    reason = (
-        f"within ±{TOLERANCE:.0%} of the paper's {p:.2f}×"
-        if within(g, p)
-        else f"ours / the paper's = {g / p:.2f}"
-    )
-    if c is not None:
-        reason += f"; at {_km(b)}: bubble bound {c.bound:.2f} × balance {c.balance:.2f} × overlap {c.overlap:.2f}"
-    return Finding(ratio(g, p, key[1]), ours, reason)
+    off = paper_device and key != paper_device and cell(rs, paper_device, *a) is None
+    scaling = _scaling(rs, "transformer_lm", key, a, b, g, NAMES[PROFILE[2]] if off else "")
+    return found("transformer_linear", ratio(g, p, key[1]), scaling=scaling, g=g, p=p, b=b,
+                 ok=within(g, p), at=cell(rs, key, *b))  # fmt: skip
 
 
-def _partition_cause(folder: Path) -> str:
+def _partition_cause(folder: Path) -> dict[str, Any] | None:
     """Which partition of the study comes nearest the paper's AmoebaNet number at K = 8, M = 32,
-    and its balance."""
-    K, M = 8, 32
-    paper = throughput(2, "amoebanet_d")[(K, M)]
+    and ours by time (the template's ``partition_cause``); None: no partition study."""
+    paper = throughput(2, "amoebanet_d")[(8, 32)]
     at = [
         r
         for r in studies(folder, "partition")
-        if r.model == "amoebanet_d" and (r.K, r.M) == (K, M) and r.normalized is not None
+        if r.model == "amoebanet_d" and (r.K, r.M) == (8, 32) and r.normalized is not None
     ]
     if not at:
-        return "no partition study in this report"
+        return None
     near = min(at, key=lambda r: abs((r.normalized or 0.0) - paper))
     ours = next((r for r in at if r.variant.startswith("by time")), at[0])
-    return (
-        f"the partition study at {_km((K, M))}: {near.variant} {near.normalized:.2f} (slowest "
-        f"stage / mean {near.imbalance:.2f}) against the paper's {paper:.2f}, ours by time "
-        f"{ours.normalized:.2f} (slowest / mean {ours.imbalance:.2f})"
-    )
+    return {"near": near, "ours": ours, "paper": paper}
 
 
 def amoebanet_sublinear(folder: Path) -> Finding:
@@ -172,12 +151,8 @@ def amoebanet_sublinear(folder: Path) -> Finding:
     rs = rows(folder)
     key, a, b, g, p = first_gain(rs, 2, "amoebanet_d", [((2, 32), (8, 32))])
     v = ratio(g, p, key[1])
-    why = f"ours / the paper's = {g / p:.2f}; {_partition_cause(folder)}"
-    return Finding(
-        v,
-        _scaling(rs, "amoebanet_d", key, a, b, g),
-        why if v == NOT else f"within ±{TOLERANCE:.0%}",
-    )
+    return found("amoebanet_sublinear", v, scaling=_scaling(rs, "amoebanet_d", key, a, b, g),
+                 ok=v != NOT, g=g, p=p, cause=_partition_cause(folder))  # fmt: skip
 
 
 def contrast(folder: Path) -> Finding:
@@ -192,19 +167,8 @@ def contrast(folder: Path) -> Finding:
         if ga is None or gt is None:
             continue
         ok = ga / gt <= 1 - TOLERANCE
-        ours = (
-            f"AmoebaNet {ga:.2f}× / Transformer {gt:.2f}× = {ga / gt:.2f}, {where(key)} "
-            f"(the paper {p:.2f}: 2.88× / 3.5×)"
-        )
-        at = cell(rs, key, 8, 32)
-        balance = f"; our AmoebaNet cell's balance factor {at.balance:.2f}" if at else ""
-        reason = (
-            f"AmoebaNet scales within {TOLERANCE:.0%} of the Transformer here; "
-            f"{_partition_cause(folder)}{balance}"
-            if not ok
-            else "AmoebaNet scales below the Transformer by more than the tolerance"
-        )
-        return Finding(reproduced(key[1]) if ok else NOT, ours, reason)
+        return found("contrast", reproduced(key[1]) if ok else NOT, ga=ga, gt=gt, p=p, ok=ok,
+                     where=where(key), at=cell(rs, key, 8, 32), cause=_partition_cause(folder))  # fmt: skip
     raise Missing("no source ran both models at K = 2 and 8, M = 32")
 
 
@@ -223,16 +187,11 @@ def cells_within(folder: Path, table: int) -> Finding:
         n = sum(within(r.normalized or 0, r.paper_normalized or 1) for r in got)
         good, total, source = good + n, total + len(got), key[1]
         worst = max(got, key=lambda r: abs((r.ratio or 1) - 1), default=None)
-        w = f", furthest {_km((worst.K, worst.M))} {worst.ratio:.2f}" if worst else ""
-        parts.append(f"{model} {n} of {len(got)} {where(key)}{w}")
+        parts.append((model, n, len(got), where(key), worst))
     if not total:
         raise Missing("no normalised cell of the paper's design")
-    ok = good == total
-    return Finding(
-        reproduced(source) if ok else NOT,
-        f"{good} of {total} cells within ±{TOLERANCE:.0%} (ours / the paper's, same normaliser)",
-        "; ".join(parts),
-    )
+    verdict = reproduced(source) if good == total else NOT
+    return found("cells_within", verdict, good=good, total=total, parts=parts)
 
 
 # -- Table 3 -----------------------------------------------------------------------------------
@@ -245,18 +204,8 @@ def link(folder: Path) -> Finding:
     if not rs:
         raise Missing("no link study in sensitivity.csv")
     on = [r for r in rs if r.variant == LINK]
-    worst = min(on, key=lambda r: r.vs_free or 1.0)
     shared = [r for r in rs if r.variant.startswith("one shared PCIe")]
-    low = min(shared, key=lambda r: r.vs_free or 1.0) if shared else None
     ok = all((r.vs_free or 0) >= LINK_OK for r in on)
-    ours = f"worst {worst.vs_free:.1%} of the free link's throughput ({worst.model} K = {worst.K})"
-    tail = (
-        f"; one PCIe shared by every transfer: {low.vs_free:.0%} ({low.model} K = {low.K})"
-        if low
-        else ""
-    )
-    reason = (
-        f"criterion ≥ {LINK_OK:.0%} at every K on the P100 profile's link{'' if ok else ' not met'}"
-        + tail
-    )
-    return Finding(reproduced("simulated") if ok else NOT, ours, reason)
+    return found("link", reproduced("simulated") if ok else NOT, ok=ok,
+                 worst=min(on, key=lambda r: r.vs_free or 1.0),
+                 low=min(shared, key=lambda r: r.vs_free or 1.0) if shared else None)  # fmt: skip

@@ -6,7 +6,7 @@ claim that a pre-trained network fine-tuned on a new task does better than train
 scratch is tested small (``reports/table4``): fine-tuned against scratch on targets of the
 pre-training's domain — the paper's targets are natural images like ImageNet's —, each by
 ``paper.stats``; the cross-domain targets (clothing -> digits) are outside the paper's design and
-named in the reason.
+named in the reason. The finding is worded by ``templates/claims_transfer.md.j2``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..rows import read_csv
 from ..stats import Comparison
 from ..table4.results import RunRow, group, versus
 from ..verdict import UNTESTABLE, Finding, seeded
-from . import Missing
+from . import Missing, worded
 
 SAME = "same domain"  # RunRow.domain of a target of the pre-training's domain
 
@@ -40,13 +40,8 @@ def transfer(folder: Path) -> Finding:
             (same if g.first.domain.startswith(SAME) else other).append((g.first.label, c))
     if not same:
         raise Missing("no target of the pre-training's domain ran both ways")
-    ours = "; ".join(f"{lbl}: {c.delta:+.2f} points ({c.verdict})" for lbl, c in same)
-    reason = "fine-tuned − scratch, the same recipe and budget"
-    if other:
-        reason += "; cross-domain (outside the paper's design): " + ", ".join(
-            f"{c.delta:+.2f} ({c.verdict})" for _, c in other
-        )
-    return Finding(seeded([(c, 1) for _, c in same]), ours, reason)
+    return worded("claims_transfer", "transfer", seeded([(c, 1) for _, c in same]), same=same,
+                  other=other)  # fmt: skip
 
 
 def unavailable(folder: Path) -> Finding:

@@ -80,10 +80,6 @@ def _kind(g: SavedRow) -> str:
     return f"{g.layer_type} {KIND_NAMES.get(g.kind, g.kind)} ({g.dtype})"
 
 
-def _short(r: ResultRow) -> str:
-    return f"{r.column} {r.model.split('_')[0]}"
-
-
 def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
     """Per model: its title, the paper's row and ours at each precision per column, the notes."""
     out = []
@@ -193,9 +189,7 @@ def units_text(tol: float = 0.01) -> dict[str, Any]:
         "n": len(rows),
         "same": sum(abs(x - 1) <= tol for _, _, x in rows),
         "tol": tol,
-        "others": ", ".join(
-            f"{m} {c} {x:.2f}× the formula" for m, c, x in rows if abs(x - 1) > tol
-        ),
+        "others": [(m, c, x) for m, c, x in rows if abs(x - 1) > tol],  # the page words them
         "units": {m: "10⁹ bytes" if u == 1e9 else "GiB (2³⁰ bytes)" for m, u in UNITS.items()},
     }
 
@@ -262,14 +256,11 @@ def _naive(rs: Sequence[ResultRow], saved: Sequence[SavedRow], model: str) -> di
 
 
 def _by_kind(
-    rs: Sequence[ResultRow], keep: Callable[[ResultRow], Any], text: Callable[[ResultRow], str]
-) -> list[tuple[str, str]]:
-    """Per kind with rows that ``keep`` keeps: its label and each such row's ``text``, joined."""
-    out = []
-    for k in KINDS:
-        if items := [text(r) for r in rs if kind(r) == k and keep(r)]:
-            out.append((kind_label(*k), ", ".join(items)))
-    return out
+    rs: Sequence[ResultRow], keep: Callable[[ResultRow], Any]
+) -> list[tuple[str, list[ResultRow]]]:
+    """Per kind with rows that ``keep`` keeps: its label and those rows (the page words them)."""
+    by = [(kind_label(*k), [r for r in rs if kind(r) == k and keep(r)]) for k in KINDS]
+    return [(label, mine) for label, mine in by if mine]
 
 
 def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
@@ -284,15 +275,10 @@ def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
         },
         "units": units_text(),
         "naive": [n for model in dict.fromkeys(r.model for r in rs) if (n := _naive(rs, saved, model))],
-        "remat": _by_kind(rs, lambda r: r.column != "Naive-1",
-                          lambda r: f"{_short(r)} {ratio(r.activation_bytes, _pact(r))}"),
+        "remat": _by_kind(rs, lambda r: r.column != "Naive-1"), "paper": paper,
         "copies": _weight_copies(_eager(rs)),
-        "largest": _by_kind(rs, lambda r: r.largest_param_count, _largest),
+        "largest": _by_kind(rs, lambda r: r.largest_param_count),
     }  # fmt: skip
-
-
-def _largest(r: ResultRow) -> str:
-    return f"{r.model.split('_')[0]} {r.column} {ratio(r.largest_param_count, _pcount(r))}"
 
 
 def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, Any] | None:

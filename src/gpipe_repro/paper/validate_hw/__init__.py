@@ -21,7 +21,7 @@ from ...measure.roofline_check import measure_cpu, write_profile
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, check
 from ...sim.hardware import load_profile, published_names
 from ..artefact import Artefact, Report
-from ..claims import TARGETS_LEAD, Answer, anchor
+from ..claims import TARGETS_LEAD, Answer, targeted
 from ..markdown import pct, yes
 from ..plot import figure
 from ..provenance import Provenance
@@ -94,10 +94,8 @@ class ValidateHw(Artefact[AnchorRow]):
 def answer(summaries: list[DeviceSummary]) -> list[Answer]:
     """The page's answer: per published profile, its target met or not and its worst anchor."""
     return [
-        Answer("met" if d.enough and d.each else "not met", f"{d.device}: every anchor within "
-               f"{TOLERANCE:.0%} of its published throughput, at least {MIN_ANCHORS} anchors",
-               f"{d.within} of {d.anchors} within, worst {pct(d.worst, 1, True)}",
-               anchor("Targets per device"))
+        targeted("hw", "met" if d.enough and d.each else "not met", "Targets per device", d=d,
+                 tol=TOLERANCE, least=MIN_ANCHORS)
         for d in summaries
     ]  # fmt: skip
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ...measure.roofline_check import RooflineRow
 from ...models import MODELS
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult, validated, within
+from ..template import words
 from .uses import INPUTS, UseRow
 
 __all__ = [
@@ -112,17 +113,8 @@ class DeviceSummary:
         return validated(self.anchors, self.within)
 
     def line(self) -> str:
-        """The targets, met or not, in one line."""
-        count = (
-            f"{self.anchors} anchor(s) (>= {MIN_ANCHORS}: {'met' if self.enough else 'not met'})"
-        )
-        each = f"{self.within} of {self.anchors} within {TOLERANCE:.0%}"
-        each += f" (each: {'met' if self.each else 'not met'})"
-        worst = f", worst {self.worst:+.1%}" if self.worst is not None else ""
-        checks = f"{self.checks_within} of {self.checks} checks within {TOLERANCE:.0%}"
-        checks += f" ({self.checks_new} at a setting no fit anchor has)"
-        verdict = "target met" if self.met else "target NOT met"
-        return f"{self.device}: {count}; {each}{worst}; {checks}: {verdict}"
+        """The targets, met or not, in one line (``templates/hw_lines.md.j2``)."""
+        return words("hw_lines", "device", d=self, least=MIN_ANCHORS, tol=TOLERANCE)
 
 
 def devices(rows: Sequence[AnchorRow], names: Sequence[str] = ()) -> list[DeviceSummary]:
@@ -208,29 +200,18 @@ def problems(
     s: DeviceSummary | None, hardware: str, fed: str, cpu: Sequence[KindSummary]
 ) -> list[str]:
     """Why cells of a model fed ``fed`` simulated on ``hardware`` (its summary ``s``; None: no
-    anchor) rest on a roofline not anchored well enough; empty where it is anchored. End to end:
-    the profile's targets met and one of its anchors fed the same input (images or tokens); per
-    layer (what a time-balanced partition is cut on): every layer kind of this CPU's models fed that
-    input within ``TOLERANCE`` (``cpu``; not judged when empty)."""
-    out = []
-    if s is None or not s.anchors:
-        out.append(f"no published run checks {hardware}")
-    else:
-        if not s.met:
-            out.append(f"{hardware}'s targets are not met (worst anchor {s.worst:+.1%})")
-        if fed not in s.inputs.split("+"):
-            out.append(f"none of {hardware}'s anchors is fed {fed} ({s.inputs} only)")
+    anchor) rest on a roofline not anchored well enough, one line per reason
+    (``templates/hw_lines.md.j2``); empty where it is anchored. End to end: the profile's targets met
+    and one of its anchors fed the same input (images or tokens); per layer (what a time-balanced
+    partition is cut on): every layer kind of this CPU's models fed that input within ``TOLERANCE``
+    (``cpu``; not judged when empty)."""
     ks = [k for k in cpu if k.input == fed]
     bad = [k for k in ks if not k.within]
-    if bad:
-        worst, at = max(((e, k) for k in bad for _, e in k.errors), key=lambda p: abs(p[0]))
-        median = statistics.median(e for k in ks for _, e in k.errors)
-        out.append(
-            "the roofline's per-layer costs (a time-balanced partition is cut on them) miss "
-            f"this CPU's {fed} layers: {len(bad)} of {len(ks)} kinds outside "
-            f"{TOLERANCE:.0%}, median {median:+.0%}, worst {worst:+.0%} ({at.model} {at.kind})"
-        )
-    return out
+    worst, at = max(((e, k) for k in bad for _, e in k.errors), key=lambda p: abs(p[0]),
+                    default=(None, None))  # fmt: skip
+    median = statistics.median(e for k in ks for _, e in k.errors) if bad else None
+    return words("hw_lines", "problems", s=s, hardware=hardware, fed=fed, tol=TOLERANCE, kinds=ks,
+                 bad=bad, worst=worst, at=at, median=median).splitlines()  # fmt: skip
 
 
 def rests_on(
@@ -242,27 +223,8 @@ def rests_on(
     by_name = {s.device: s for s in summaries}
     out = []
     for u in used:
-        s = by_name.get(u.hardware)
-        head = f"{u.experiment} ({u.model}, fed {u.input}), {u.cells} cells on {u.hardware}"
+        s, ks = by_name.get(u.hardware), [k for k in cpu if k.input == u.input]
         why = problems(s, u.hardware, u.input, cpu)
-        if why:
-            line = f"{head}: every one rests on a roofline not anchored well enough: "
-            out.append((False, line + "; ".join(why)))
-            continue
-        ks = [k for k in cpu if k.input == u.input]
-        per_layer = (
-            f"; this CPU's {len(ks)} {u.input} layer kinds within {TOLERANCE:.0%}"
-            if ks
-            else "; per layer not checked (no CPU check in this report)"
-        )
-        assert s is not None
-        out.append(
-            (True, f"{head}: anchored ({s.inputs} anchors within {TOLERANCE:.0%}{per_layer})")
-        )
-    for s in summaries:
-        if not s.met and s.device not in {u.hardware for u in used}:
-            line = (
-                f"{s.device}: its targets are not met; no experiment simulates on it (a run with "
-            )
-            out.append((False, line + f"hardware={s.device} rests on its roofline alone)"))
-    return out
+        out.append((not why, words("hw_lines", "use", u=u, s=s, why=why, kinds=ks, tol=TOLERANCE)))
+    idle = [s for s in summaries if not s.met and s.device not in {u.hardware for u in used}]
+    return out + [(False, words("hw_lines", "idle", s=s)) for s in idle]

@@ -23,7 +23,7 @@ from ...measure.models import N
 from ...measure.planner import PlanRow, run
 from ...measure.scenarios import RULES
 from ..artefact import Artefact, Report
-from ..claims import TARGETS_LEAD, Answer, anchor
+from ..claims import TARGETS_LEAD, Answer, targeted
 from ..markdown import DASH, num, pct
 from ..plot import figure
 from ..provenance import Provenance
@@ -82,16 +82,9 @@ def answer(sums: Sequence[Summary]) -> list[Answer]:
         return []
     missed = [t.what for t in ts if not t.met]
     real, n = real_picks(sums)
-    cond = (
-        f"all {len(sums)} picks are emulated configurations (K ≥ 4: the engine in emulation "
-        "mode, each layer sleeping its profiled cost), none ran for real"
-        if not real
-        else f"{real} of {n} picks ran for real (K ≤ 2), {n - real} are emulated configurations"
-    )
     verdict = "every target met" if not missed else f"not met: {', '.join(missed)}"
-    return [Answer(verdict, "the planner's pick against every configuration measured, "
-                   f"{len(sums)} scenarios", f"{len(ts) - len(missed)} of {len(ts)} targets met; "
-                   f"{cond}", anchor("Targets"))]  # fmt: skip
+    return [targeted("plan", verdict, "Targets", scenarios=len(sums), targets=len(ts),
+                     missed=missed, real=real, n=n)]  # fmt: skip
 
 
 def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from ...measure.calibration import Calibration
 from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import TRACE_CELL, CellRow, measure
 from ..artefact import Artefact, Report
-from ..claims import TARGETS_LEAD, Answer, anchor
+from ..claims import TARGETS_LEAD, targeted
 from ..provenance import Provenance
 from ..rows import write_csv
 from ..template import render
@@ -59,24 +59,18 @@ class ValidateSim(Artefact[CellRow]):
         ]
         sp = split.summary(rows, out)
         judged = [
-            Answer("met" if s["met"] else "not met",
-                   f"{kind} cells: the simulated step against the measured one",
-                   f"median {s['median']:.1%}, max {s['max']:.1%} abs. error over {s['cells']} cells "
-                   f"(target median ≤ {findings.TARGETS[kind][0]:.0%}, max ≤ "
-                   f"{findings.TARGETS[kind][1]:.0%})", anchor("Targets"))
+            targeted("sim_cells", "met" if s["met"] else "not met", "Targets", kind=kind, s=s,
+                     goal=findings.TARGETS[kind])
             for kind, s in summ.items()
         ] + [
-            Answer(v["target"].strip("*"), f"{v['kind']} cells: every (model, K, remat) group's "
-                   f"bias within ±{split.BIAS:.0%}", "; ".join(v["parts"]),
-                   anchor("Bias per (model, K, remat) group"))
+            targeted("sim_bias", v["target"].strip("*"), "Bias per (model, K, remat) group", v=v,
+                     bias=split.BIAS)
             for v in sp["verdicts"]
         ]  # fmt: skip
         held = heldout.summary(rows, out)
         judged += [
-            Answer(v["met"].strip("*"), f"real cells, {v['set']} models: the raw error (no speed "
-                   f"probe)", f"median {v['median']}, max {v['max']}, bias {v['bias']} over "
-                   f"{v['cells']} cells; {v['groups_off']} of {v['groups']} groups off",
-                   anchor("What a user sees: the raw error, calibration and held-out models apart"))
+            targeted("sim_raw", v["met"].strip("*"),
+                     "What a user sees: the raw error, calibration and held-out models apart", v=v)
             for v in (held["heldout"] or {}).get("verdicts", [])
         ]  # fmt: skip
         page = render(

@@ -70,7 +70,8 @@ def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
 
 
 def _pair(a: float | None, b: float | None) -> str:
-    return DASH if a is None or b is None else f"{a:.1%} / {b:.1%}"
+    """Two shares as a median / max pair; a dash where either is missing."""
+    return DASH if a is None or b is None else f"{pct(a)} / {pct(b)}"
 
 
 def target_cells(summ: dict[str, Any]) -> list[list[Any]]:
@@ -78,9 +79,7 @@ def target_cells(summ: dict[str, Any]) -> list[list[Any]]:
     out = []
     for kind, s in summ.items():
         med_t, max_t = TARGETS[kind]
-        quiet = (
-            f"{s['quiet']}: {s['quiet_median']:.1%} / {s['quiet_max']:.1%}" if s["quiet"] else "0"
-        )
+        quiet = f"{s['quiet']}: {_pair(s['quiet_median'], s['quiet_max'])}" if s["quiet"] else "0"
         out.append(
             [f"{kind}, speed-normalised" if s["normalized"] else kind, s["cells"], pct(s["median"]),
              pct(s["max"]), pct(s["bias"], 1, True), s["within_10"], num(s["spearman"], ".3f"),
@@ -111,7 +110,7 @@ def variants(rows: Sequence[CellRow]) -> list[list[str]]:
                 for r in rows
                 if r.kind == kind and getattr(r, col) is not None
             ]
-            cells.append(f"{statistics.median(errs):.1%} / {max(errs):.1%}" if errs else DASH)
+            cells.append(_pair(statistics.median(errs), max(errs)) if errs else DASH)
         if cells != [DASH, DASH]:  # a choice an older calibration did not make has no row
             out.append([what, *cells])
     return out
