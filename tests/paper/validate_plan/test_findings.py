@@ -11,7 +11,6 @@ from gpipe_repro.paper.validate_plan.findings import (
     repeatability,
     summarize,
     targets,
-    verdict,
 )
 
 
@@ -171,7 +170,11 @@ def test_the_page_describes_the_emulation_as_the_calibration_ran_it(tmp_path):
     assert "K in ?" in none and "| (no scenario measured) | | | |" in none
 
 
-def test_the_verdict_states_the_share_of_picks_that_ran_for_real():
+def test_the_verdict_states_the_share_of_picks_that_ran_for_real(tmp_path):
+    from gpipe_repro.paper.artefact import Report
+    from gpipe_repro.paper.provenance import Provenance
+    from gpipe_repro.paper.validate_plan import ARTEFACT
+
     rows = [
         *_scenario("a/loose", [1.0, 2.0]),
         *_scenario("b/loose", [1.0, 2.0], kind="emulated", K=4),
@@ -181,10 +184,13 @@ def test_the_verdict_states_the_share_of_picks_that_ran_for_real():
     rows[0:0] = [_row("a/loose", None, 9.0, 9.0, kind="emulated")]  # a rule's row: not a pick
     sums = summarize(rows)
     assert real_picks(sums) == (2, 4)
-    line = verdict(sums)
+    page = ARTEFACT.markdown(Report(rows, Provenance(0)), tmp_path)
     met = sum(t.met for t in targets(sums))
-    assert (
-        line
-        == f"Verdict: {met} of {len(targets(sums))} targets met; 2 of 4 picks (50%) ran for real, 2 emulated."
+    line = (
+        f"Verdict: {met} of {len(targets(sums))} targets met; 2 of 4 picks (50%) ran for real, "
+        "2 emulated."
     )
-    assert verdict([]) is None
+    assert f" |\n\n{line}\n\n## Regret per scenario" in page  # below the targets' table
+    assert "Verdict:" not in ARTEFACT.markdown(
+        Report([], Provenance(0)), tmp_path
+    )  # nothing measured

@@ -29,7 +29,7 @@ from ..plot import figure
 from ..provenance import Provenance
 from ..stats import median
 from ..template import render
-from .findings import Summary, peaks, real_picks, summarize, targets, verdict
+from .findings import Summary, peaks, real_picks, summarize, targets
 
 TITLE = "The planner against every configuration measured (gpipe-plan, issue #19)"
 
@@ -58,7 +58,7 @@ class ValidatePlan(Artefact[PlanRow]):
 
     def markdown(self, report: Report[PlanRow], out: Path) -> str:
         s = summary(report.rows, Calibration.load(out))
-        return render("plan", report.provenance, TITLE, answer(s["summaries"]), TARGETS_LEAD, **s)
+        return render("plan", report.provenance, TITLE, answer(s), TARGETS_LEAD, **s)
 
     def plot(self, report: Report[PlanRow], path: Path) -> None:
         plot(summarize(report.rows), report.rows, path)
@@ -74,22 +74,22 @@ def _sps(step: float | None) -> float:
     return N / step if step else 0.0
 
 
-def answer(sums: Sequence[Summary]) -> list[Answer]:
-    """The page's answer: the targets met or not, and the condition they rest on — how many of the
-    picks ran for real (K <= 2) and how many are emulated configurations (``measure.planner``)."""
-    ts = targets(sums)
+def answer(s: dict[str, Any]) -> list[Answer]:
+    """The page's answer from its ``summary``: the targets met or not, and the condition they rest
+    on — how many of the picks ran for real (K <= 2) and how many are emulated configurations."""
+    ts = s["targets"]
     if not ts:
         return []
     missed = [t.what for t in ts if not t.met]
-    real, n = real_picks(sums)
     verdict = "every target met" if not missed else f"not met: {', '.join(missed)}"
-    return [targeted("plan", verdict, "Targets", scenarios=len(sums), targets=len(ts),
-                     missed=missed, real=real, n=n)]  # fmt: skip
+    return [targeted("plan", verdict, "Targets", scenarios=len(s["summaries"]), targets=len(ts),
+                     missed=missed, real=s["real"], n=s["n"])]  # fmt: skip
 
 
 def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any]:
-    """What the page says: the targets, each scenario's regret, the rules' gains, the picks' memory
-    (``findings.summarize``), the predicted peaks' error over every measured stage, the calibration."""
+    """What the page says: the targets and how many picks ran for real, each scenario's regret, the
+    rules' gains, the picks' memory (``findings.summarize``), the predicted peaks' error over every
+    measured stage, the calibration."""
     sums = summarize(rows)
     rho = lambda x: num(x, ".3f")  # noqa: E731
     errs = [
@@ -99,13 +99,17 @@ def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any
         for p, m in zip(peaks(r.predicted_peak_mib), peaks(r.measured_peak_mib))
         if m > 0
     ]
-    marked = [(t.what, t.value, t.goal, "met" if t.met else "**not met**") for t in targets(sums)]
+    ts = targets(sums)
+    marked = [(t.what, t.value, t.goal, "met" if t.met else "**not met**") for t in ts]
+    real, n = real_picks(sums)
     return {
         "summaries": sums,
+        "targets": ts,
+        "real": real,
+        "n": n,
         "schedules": ", ".join(s for s in SCHEDULES if any(r.schedule == s for r in rows)),
         "calib": calib,
         "target_cells": marked or [("(no scenario measured)", "", "", "")],
-        "verdict": verdict(sums),
         "scenario_cells": [
             [
                 s.scenario,

@@ -5,8 +5,8 @@ A *scenario* is one model under one memory cap; its rows are the planner's ranke
 where it fits the cap, measured. ``summarize`` gives per scenario the pick's regret against the best
 measured candidate, that one's rank, Spearman of predicted and measured step, the repeatability of
 the same configuration in two rounds (the machine's noise), the pick's gain over each rule and its
-memory against the cap. ``targets`` turns them into the issue's target lines; ``verdict`` adds the
-share of the picks that ran for real rather than emulated: a target met on emulated picks rests on
+memory against the cap. ``targets`` turns them into the issue's target lines; ``real_picks``
+counts the picks that ran for real rather than emulated: a target met on emulated picks rests on
 the emulation as much as on the planner (issue #38).
 """
 
@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from ...measure.planner import PlanRow
 from ...measure.scenarios import RULES
+from ..markdown import pct
 from ..stats import median, spearman
+from ..template import words
 
 
 def peaks(text: str) -> list[float]:
@@ -116,58 +118,32 @@ class Target:
 
 
 def targets(summaries: Sequence[Summary]) -> list[Target]:
-    """The issue's targets, each from the summaries (an empty list: nothing was measured)."""
+    """The issue's targets, each from the summaries (an empty list: nothing was measured); the
+    values worded by ``templates/plan_lines.md.j2``."""
     if not summaries:
         return []
     regrets = [s.regret for s in summaries]
-    med = statistics.median(regrets)
+    med, worst = statistics.median(regrets), max(regrets)
     top3 = sum(s.best_rank <= 3 for s in summaries) / len(summaries)
     over = [s.scenario for s in summaries if s.pick_over_cap]
     unmeasured = [s.scenario for s in summaries if s.pick_over_cap is None]
-    rhos = [s.spearman for s in summaries]
+    measured = len(summaries) - len(unmeasured)
     low = [s.scenario for s in summaries if s.spearman is None or s.spearman < 0.9]
-    worst_rho = min((r for r in rhos if r is not None), default=None)
-    not_measured = f"; not measured (emulated pick): {', '.join(unmeasured)}" if unmeasured else ""
+    lowest = min((s.spearman for s in summaries if s.spearman is not None), default=None)
     return [
-        Target("median regret", f"{med:.1%}", "<= 2%", med <= 0.02),
-        Target("worst regret", f"{max(regrets):.1%}", "<= 5%", max(regrets) <= 0.05),
-        Target(
-            "best measured in the planner's top 3",
-            f"{top3:.0%} of scenarios",
-            ">= 90%",
-            top3 >= 0.9,
-        ),
-        Target(
-            "picks over their cap when run",
-            f"{len(over)} of {len(summaries) - len(unmeasured)} measured"
-            + (f" ({', '.join(over)})" if over else "")
-            + not_measured,
-            "none",
-            not over,
-        ),
-        Target(
-            "Spearman(predicted, measured) per scenario",
-            "lowest "
-            + ("—" if worst_rho is None else f"{worst_rho:.3f}")
-            + (f"; below 0.9 or undefined: {', '.join(low)}" if low else ""),
-            ">= 0.9 in every scenario",
-            not low,
-        ),
-    ]
+        Target("median regret", pct(med), "<= 2%", med <= 0.02),
+        Target("worst regret", pct(worst), "<= 5%", worst <= 0.05),
+        Target("best measured in the planner's top 3", f"{pct(top3, 0)} of scenarios", ">= 90%",
+               top3 >= 0.9),
+        Target("picks over their cap when run",
+               words("plan_lines", "over", over=over, measured=measured, unmeasured=unmeasured),
+               "none", not over),
+        Target("Spearman(predicted, measured) per scenario",
+               words("plan_lines", "spearman", lowest=lowest, low=low),
+               ">= 0.9 in every scenario", not low),
+    ]  # fmt: skip
 
 
 def real_picks(summaries: Sequence[Summary]) -> tuple[int, int]:
     """How many of the scenarios' picks ran for real (``kind`` real, not emulated), of how many."""
     return sum(s.pick.kind == "real" for s in summaries), len(summaries)
-
-
-def verdict(summaries: Sequence[Summary]) -> str | None:
-    """The page's verdict line: the targets met, and the share of the picks that ran for real."""
-    ts = targets(summaries)
-    if not ts:
-        return None
-    real, n = real_picks(summaries)
-    return (
-        f"Verdict: {sum(t.met for t in ts)} of {len(ts)} targets met; {real} of {n} picks "
-        f"({real / n:.0%}) ran for real, {n - real} emulated."
-    )
