@@ -76,7 +76,7 @@ def test_a_small_bias_below_the_spread_is_noise_not_met():
     rows = _group("mlp", "never", [0.02, 0.03, 0.04], 0.05)
     (g,) = group_rows(rows)
     assert not g.outside and g.verdict == NOISE
-    (v,) = verdicts(split_rows(rows), [g])
+    (v,) = verdicts([g])
     assert v["target"] == f"not shown ({NOISE})" and v["groups"] == 1
     assert v["parts"][:2] == [
         "0 met",

@@ -116,9 +116,7 @@ def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
                 "set": s, "cells": top.cells, "median": pct(top.raw_median_abs),
                 "max": pct(top.raw_max_abs), "bias": pct(top.raw_bias, 1, True),
                 "met": _met(top.met), "groups": len(groups), "groups_off": len(off),
-                "off": ", ".join(
-                    f"{g.model} K = {g.K} {g.checkpoint} {pct(g.raw_bias, 1, True)}" for g in off
-                ),
+                "off": off,
                 "drift": pct(top.drift, 1, True), "engine": pct(top.engine, 1, True),
             }
         )  # fmt: skip

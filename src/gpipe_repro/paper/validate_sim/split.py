@@ -19,6 +19,7 @@ from ...measure.simulator import VARIANTS, CellRow
 from ..markdown import pct
 from ..rows import read_csv, write_csv
 from ..stats import median
+from ..template import words
 
 BIAS = 0.05  # issue #21: every (model, K, remat) group's median signed error within ±5%
 NOISE = "inside this machine's noise"
@@ -102,37 +103,28 @@ def group_rows(rows: Sequence[CellRow]) -> list[GroupRow]:
     return out
 
 
-def verdicts(splits: Sequence[SplitRow], groups: Sequence[GroupRow]) -> list[dict[str, Any]]:
-    """Per kind: the bias target over its groups (met, **not met**, or not shown inside the noise),
-    how many groups each verdict got and which, and the bias per remat."""
+def verdicts(groups: Sequence[GroupRow]) -> list[dict[str, Any]]:
+    """Per kind: the bias target over its groups (met, **not met**, or not shown inside the noise)
+    and how many groups each verdict got and which (worded by ``templates/sim_lines.md.j2``)."""
     out = []
     for kind in KINDS:
         gs = [g for g in groups if g.kind == kind]
         if not gs:
             continue
         by = {v: [g for g in gs if g.verdict == v] for v in ("met", "not met", NOISE)}
-        target = (
-            "**not met**"
-            if by["not met"]
-            else "met"
-            if len(by["met"]) == len(gs)
-            else f"not shown ({NOISE})"
-        )
-        parts = [f"{len(by['met'])} met"]
         if by["not met"]:
-            parts.append(f"{len(by['not met'])} not met ({', '.join(map(_name, by['not met']))})")
-        if by[NOISE]:
-            parts.append(
-                f"{len(by[NOISE])} {NOISE} ({', '.join(map(_name, by[NOISE]))}: bias below the "
-                "same-cell spread)"
-            )
-        remat = ", ".join(
-            f"`{s.checkpoint}` {pct(s.median_signed, 1, True)} ({s.cells} cells)"
-            for s in splits
-            if s.kind == kind and s.schedule == ALL
-        )
+            target = "**not met**"
+        elif len(by["met"]) == len(gs):
+            target = "met"
+        else:
+            target = f"not shown ({NOISE})"
+        parts = [
+            words("sim_lines", "part", verdict=v, groups=vs, noise=NOISE)
+            for v, vs in by.items()
+            if vs or v == "met"
+        ]
         out.append({"kind": kind, "target": target, "groups": len(gs), "parts": parts,
-                    "outside": sum(g.outside for g in gs), "remat": remat})  # fmt: skip
+                    "outside": sum(g.outside for g in gs)})  # fmt: skip
     return out
 
 
@@ -160,10 +152,6 @@ def by_m(rows: Sequence[CellRow]) -> list[list[Any]]:
     return out
 
 
-def _name(g: GroupRow) -> str:
-    return f"{g.model} K = {g.K} {g.checkpoint} {pct(g.median_signed, 1, True)}"
-
-
 def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
     """Write ``split.csv`` and ``groups.csv`` from ``rows`` into ``out``; the page's tables and
     verdicts, read back from them."""
@@ -183,6 +171,7 @@ def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
              "**not met**" if g.verdict == "not met" else g.verdict]
             for g in groups
         ],
-        "verdicts": verdicts(splits, groups),
+        "splits": splits,
+        "verdicts": verdicts(groups),
         "by_m": by_m(rows), "no_calls": VARIANTS["no_calls"],
     }  # fmt: skip
