@@ -1,8 +1,8 @@
 """Plots and traces of the simulator's validation (the page: ``templates/sim.md.j2``).
 
-One cell's measured and simulated steps as Chrome traces (``engine.events.chrome_trace``, the format of
-every run's ``trace.json``) and drawn one above the other; every cell's simulated against measured step;
-the roofline against the measured layer costs.
+One cell's measured and simulated steps as Chrome traces (``engine.events.chrome_trace``, the format
+of every run's ``trace.json``) and drawn one above the other; every cell's simulated against
+measured step; the roofline against the measured layer costs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import KEY, CellRow
 from ...metrics.timeline import COLORS
 from ..plot import figure
+
+MARKS = {"amoebanet": "o", "transformer": "s", "imbalanced": "^"}  # a validation model's marker
 
 
 def _events(path: Path, cell: dict[str, Any]) -> tuple[list[Event], list[Event]] | None:
@@ -63,11 +65,12 @@ def _timelines(
 
 
 def trace_cell(out: Path, cell: dict[str, Any], tag: str) -> str | None:
+    """``cell``'s traces and their drawing written as ``trace_<tag>*``; its name (None: no events)."""
     got = _events(out / "events.jsonl", cell)
     if got is None or not got[0]:
         return None
     measured, simulated = got
-    name = f"{cell['model']} K={cell['K']} M={cell['M']} {cell['schedule']} remat={cell['checkpoint']} ({cell['kind']})"
+    name = "{model} K={K} M={M} {schedule} remat={checkpoint} ({kind})".format(**cell)
     for which, evs in (("measured", measured), ("simulated", simulated)):
         (out / f"trace_{tag}_{which}.json").write_text(json.dumps(chrome_trace(evs)))
     _timelines(measured, simulated, cell["K"], out / f"trace_{tag}.png", name)
@@ -75,27 +78,19 @@ def trace_cell(out: Path, cell: dict[str, Any], tag: str) -> str | None:
 
 
 def plot_cells(rows: Sequence[CellRow], path: Path) -> None:
+    """Every cell's simulated against measured step, and its error by M."""
     with figure(path, 1, 2, figsize=(11, 4.2)) as (fig, axes):
-        marks = {"amoebanet": "o", "transformer": "s", "imbalanced": "^"}
         for kind, color in (("real", "#4C72B0"), ("emulated", "#DD8452")):
-            for model, mk in marks.items():
+            for model, mark in MARKS.items():
                 rs = [r for r in rows if r.kind == kind and r.model == model]
-                if rs:
-                    axes[0].scatter(
-                        [1e3 * r.measured_step_s for r in rs],
-                        [1e3 * r.simulated_step_s for r in rs],
-                        marker=mk,
-                        color=color,
-                        s=14,
-                        label=f"{kind} {model}",
-                    )
-                    axes[1].scatter(
-                        [r.M * (1.08 if kind == "emulated" else 1.0) for r in rs],
-                        [100 * r.rel_error for r in rs],
-                        marker=mk,
-                        color=color,
-                        s=14,
-                    )
+                if not rs:
+                    continue
+                style: dict[str, Any] = {"marker": mark, "color": color, "s": 14}
+                measured = [1e3 * r.measured_step_s for r in rs]
+                simulated = [1e3 * r.simulated_step_s for r in rs]
+                axes[0].scatter(measured, simulated, label=f"{kind} {model}", **style)
+                shifted = [r.M * (1.08 if kind == "emulated" else 1.0) for r in rs]
+                axes[1].scatter(shifted, [100 * r.rel_error for r in rs], **style)
         lo = min(1e3 * min(r.measured_step_s, r.simulated_step_s) for r in rows)
         hi = max(1e3 * max(r.measured_step_s, r.simulated_step_s) for r in rows)
         xs = [lo, hi]
@@ -124,17 +119,13 @@ def plot_cells(rows: Sequence[CellRow], path: Path) -> None:
 
 
 def plot_roofline(rows: Sequence[RooflineRow], path: Path) -> None:
+    """Each layer's roofline cost against its measured one, per pass and micro-batch."""
     with figure(path, figsize=(5.5, 4.2)) as (fig, ax):
-        for model, mk in (("amoebanet", "o"), ("transformer", "s"), ("imbalanced", "^")):
+        for model, mark in MARKS.items():
             rs = [r for r in rows if r.model == model]
             if rs:
-                ax.scatter(
-                    [1e3 * r.measured_s for r in rs],
-                    [1e3 * r.roofline_s for r in rs],
-                    marker=mk,
-                    s=10,
-                    label=model,
-                )
+                xs, ys = [1e3 * r.measured_s for r in rs], [1e3 * r.roofline_s for r in rs]
+                ax.scatter(xs, ys, marker=mark, s=10, label=model)
         vals = [1e3 * v for r in rows for v in (r.measured_s, r.roofline_s) if v > 0]
         ax.plot([min(vals), max(vals)], [min(vals), max(vals)], "k-", lw=0.8)
         ax.set(

@@ -17,6 +17,7 @@ from ..markdown import DASH, ms, num, pct
 from ..rows import read_csv
 from ..stats import median, spearman
 from .figures import plot_roofline
+from .split import KINDS
 
 # (median |error|, max |error|): real as issue #9 set them; emulated as #21 does (median ≤ 3%, max
 # ≤ 10%, with the wake-up of a blocked receiver modelled), which replaced #9's ≤ 5% per cell
@@ -29,7 +30,7 @@ def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
     """Per kind: cells, median and max |error|, Spearman over the cells, whether targets hold, and
     the same without the speed probe (``raw_*``) and the rounds' spread (``spread_*``)."""
     out = {}
-    for kind in ("real", "emulated"):
+    for kind in KINDS:
         rs = [r for r in rows if r.kind == kind]
         if not rs:
             continue
@@ -104,7 +105,7 @@ def variants(rows: Sequence[CellRow]) -> list[list[str]]:
     for v, what in VARIANTS.items():
         col = "simulated_step_s" if v == "model" else f"simulated_{v}_s"
         cells = []
-        for kind in ("real", "emulated"):
+        for kind in KINDS:
             errs = [
                 abs(getattr(r, col) - r.measured_step_s) / r.measured_step_s
                 for r in rows
@@ -119,21 +120,18 @@ def variants(rows: Sequence[CellRow]) -> list[list[str]]:
 def by_group(rows: Sequence[CellRow]) -> dict[str, Any]:
     """The signed error per model, kind and K: where the simulator is biased, and which way; and
     the median of one process (K = 1) against several (None: not both ran)."""
-    groups: dict[tuple[str, str, int], list[float]] = {}
-    raw: dict[tuple[str, str, int], list[float]] = {}
-    for r in rows:
-        key = (str(r.model), str(r.kind), int(r.K))
-        groups.setdefault(key, []).append(float(r.rel_error))
-        if r.rel_error_raw is not None:
-            raw.setdefault(key, []).append(float(r.rel_error_raw))
-    cells = [
-        [model, kind, K, len(errs), pct(statistics.median(errs), 1, True),
-         pct(min(errs), 1, True), pct(max(errs), 1, True),
-         pct(median(raw.get((model, kind, K), [])), 1, True)]
-        for (model, kind, K), errs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0]))
-    ]  # fmt: skip
-    one = [e for (_, kind, K), es in groups.items() if kind == "real" and K == 1 for e in es]
-    many = [e for (_, kind, K), es in groups.items() if K >= 2 for e in es]
+    cells = []
+    keys = sorted({(r.model, r.kind, r.K) for r in rows}, key=lambda k: (k[1], k[2], k[0]))
+    for model, kind, K in keys:
+        rs = [r for r in rows if (r.model, r.kind, r.K) == (model, kind, K)]
+        errs = [r.rel_error for r in rs]
+        raw = [r.rel_error_raw for r in rs if r.rel_error_raw is not None]
+        cells.append(
+            [model, kind, K, len(errs), pct(statistics.median(errs), 1, True),
+             pct(min(errs), 1, True), pct(max(errs), 1, True), pct(median(raw), 1, True)]
+        )  # fmt: skip
+    one = [r.rel_error for r in rows if r.kind == "real" and r.K == 1]
+    many = [r.rel_error for r in rows if r.K >= 2]
     both = bool(one and many)
     return {
         "by_group": cells,
@@ -180,7 +178,7 @@ def _cell(r: CellRow) -> list[Any]:
 def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, str, str, list[list[Any]]]]:
     """Every cell, one table per kind and model: (kind, model, its partitions, the rows)."""
     out = []
-    for kind in ("real", "emulated"):
+    for kind in KINDS:
         for model in dict.fromkeys(r.model for r in rows if r.kind == kind):
             rs = [r for r in rows if r.kind == kind and r.model == model]
             parts = ", ".join(sorted({f"K={r.K}: {r.balance}" for r in rs}))
@@ -192,7 +190,7 @@ def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, str, str, list[list[
 def worst_cells(rows: Sequence[CellRow]) -> list[tuple[str, dict[str, Any], CellRow]]:
     """Per kind, the key and row of the cell with the largest error."""
     out = []
-    for kind in ("real", "emulated"):
+    for kind in KINDS:
         key = worst(rows, kind)
         if key is not None:
             w = next(r for r in rows if all(getattr(r, k) == v for k, v in key.items()))
