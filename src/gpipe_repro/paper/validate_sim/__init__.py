@@ -3,8 +3,9 @@
     python -m gpipe_repro.paper validate-sim --publish     # make validate-sim -> reports/sim/
     python -m gpipe_repro.paper validate-sim --quick       # a smoke run of every step
 
-Measurement: ``measure.simulator``. Summary: ``findings``, ``split`` (by remat, schedule and group)
-and ``heldout`` (calibration and held-out models apart). Page: ``templates/sim.md.j2`` and ``figures``.
+Measurement: ``measure.simulator``. Summary: ``findings``, ``split`` (by remat, schedule and
+group) and ``heldout`` (calibration and held-out models apart). Page: ``templates/sim.md.j2`` (its
+lines: ``templates/sim_lines.md.j2``) and ``figures``.
 """
 
 from __future__ import annotations

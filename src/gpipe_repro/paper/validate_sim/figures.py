@@ -65,7 +65,7 @@ def _timelines(
 
 
 def trace_cell(out: Path, cell: dict[str, Any], tag: str) -> str | None:
-    """``cell``'s traces and their drawing written as ``trace_<tag>*``; its name (None: no events)."""
+    """Write ``cell``'s traces and their drawing as ``trace_<tag>*``; its name (None: no events)."""
     got = _events(out / "events.jsonl", cell)
     if got is None or not got[0]:
         return None

@@ -35,8 +35,8 @@ def set_of(model: str) -> str:
 
 @dataclass
 class HeldOutRow:
-    """One set's real cells (``model`` ``all``) or one (model, K, remat) group of them: the raw error
-    against the targets, the probed error beside it, and the raw error's two parts."""
+    """One set's real cells (``model`` ``all``) or one (model, K, remat) group of them: the raw
+    error against the targets, the probed error beside it, and the raw error's two parts."""
 
     part: str  # calibration | held-out
     model: str

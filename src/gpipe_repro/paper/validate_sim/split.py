@@ -1,4 +1,4 @@
-"""The validation's error split by what users decide: remat and schedule, per (model, K, remat), and per M.
+"""The validation's error by what users decide (remat, schedule), per (model, K, remat) and per M.
 
 Issue #21's target is a *bias* target: in every (model, K, remat) group the median signed error
 within ±5% (bias distorts a table; noise averages out). A group whose bias is smaller than its
