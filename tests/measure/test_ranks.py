@@ -88,7 +88,7 @@ def test_a_real_k2_step_replays_exactly_from_its_own_event_log():
 @pytest.mark.slow
 def test_train_predict_puts_the_simulated_step_beside_the_measured_one(tmp_path):
     from gpipe_repro.config.compose import compose
-    from gpipe_repro.paper.sweep import sweep_rows
+    from gpipe_repro.paper.sweep_rows import sweep_rows
     from gpipe_repro.runner import run
 
     spec = compose(

@@ -7,7 +7,8 @@ import pytest
 from _runs import pipeline, write_run
 
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.sweep import Sweep, SweepRow, checks, sweep_rows
+from gpipe_repro.paper.sweep import Sweep, checks
+from gpipe_repro.paper.sweep_rows import SweepRow, sweep_rows
 
 
 def test_rows_keep_failed_and_unreadable_jobs_and_normalise_to_the_smallest_cell(tmp_path):

@@ -13,7 +13,7 @@ from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.numbers import throughput
 from gpipe_repro.paper.provenance import Provenance
 from gpipe_repro.paper.rows import read_csv, write_csv
-from gpipe_repro.paper.sweep import SweepRow
+from gpipe_repro.paper.sweep_rows import SweepRow
 from gpipe_repro.paper.throughput import TABLE3, Throughput, ThroughputRow
 from gpipe_repro.paper.throughput_findings import LINK_OK, markdown
 from gpipe_repro.paper.throughput_norm import build

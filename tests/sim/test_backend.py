@@ -14,7 +14,8 @@ from gpipe_repro.config.compose import compose, preflight
 from gpipe_repro.errors import UserError
 from gpipe_repro.metrics.contract import load_metrics
 from gpipe_repro.metrics.schema import json_schema
-from gpipe_repro.paper.sweep import markdown_table, sweep_rows
+from gpipe_repro.paper.sweep import markdown_table
+from gpipe_repro.paper.sweep_rows import sweep_rows
 from gpipe_repro.runner import plan, run
 from gpipe_repro.runner.simulated import simulate_run
 from gpipe_repro.runplan import costing

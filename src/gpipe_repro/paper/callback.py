@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from .artefact import Artefact, make, publish
 from .registry import ARTEFACTS
 from .rows import columns
-from .sweep import Sweep, SweepRow, checks, console_table
+from .sweep import Sweep, checks, console_table
+from .sweep_rows import SweepRow
 
 
 def canonical(task_overrides: list[str], experiment: str) -> bool:

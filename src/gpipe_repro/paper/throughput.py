@@ -20,7 +20,7 @@ from .claims import LEAD, answers
 from .numbers import throughput
 from .provenance import Provenance
 from .rows import read_csv, write_csv
-from .sweep import SweepRow
+from .sweep_rows import SweepRow
 from .throughput_findings import markdown, plot
 from .throughput_gpu import gpu_cells
 from .throughput_norm import build, renormalise

@@ -58,7 +58,7 @@ def _sweep(exp: str, *extra: str) -> tuple[str, ...]:
 
 
 ENTRIES = (
-    Entry("demo", "demo", "make demo-publish", _sweep("demo", f"{SRC}/paper/sweep.py")),
+    Entry("demo", "demo", "make demo-publish", _sweep("demo", f"{SRC}/paper/sweep_rows.py")),
     Entry(
         "table1",
         "table1",
@@ -82,7 +82,7 @@ ENTRIES = (
                     f"table{n}_{m}",
                     f"table{n}_{m}",
                     f"make table{n}",
-                    (*SIMULATE, *_sweep(f"table{n}_{m}", f"{SRC}/paper/sweep.py")),
+                    (*SIMULATE, *_sweep(f"table{n}_{m}", f"{SRC}/paper/sweep_rows.py")),
                 )
                 for m in ("amoebanet", "transformer")
             ),
@@ -96,7 +96,7 @@ ENTRIES = (
                     f"conf/experiment/table{n}_transformer.yaml",
                     *(
                         f"{SRC}/paper/{f}.py"
-                        for f in ("throughput", "throughput_sim", "throughput_gpu", "sweep")
+                        for f in ("throughput", "throughput_sim", "throughput_gpu", "sweep_rows")
                     ),
                     GPU_PROFILES,
                 ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from ..sweep import SweepRow
+from ..sweep_rows import SweepRow
 from ..verdict import NOT, TOLERANCE, Finding, exact, reproduced
 from . import Missing, results, worded
 from .throughput import studies
