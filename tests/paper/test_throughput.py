@@ -225,7 +225,8 @@ def test_a_cell_on_an_unanchored_profile_carries_validate_hws_mark_and_one_on_an
     tmp_path, monkeypatch
 ):
     from gpipe_repro.paper.validate_hw.flags import MARK
-    from gpipe_repro.paper.validate_hw.profiles import CpuRow, DeviceSummary
+    from gpipe_repro.paper.validate_hw.hw_rows import CpuRow
+    from gpipe_repro.paper.validate_hw.profiles import DeviceSummary
 
     hw = (
         tmp_path / "hw"

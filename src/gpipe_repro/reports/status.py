@@ -136,7 +136,7 @@ ENTRIES = (
         (
             *SIMULATE,
             f"{MEASURE}/roofline_check.py",
-            f"{SRC}/paper/validate_hw/profiles.py",
+            f"{SRC}/paper/validate_hw/hw_rows.py",
             f"{SRC}/paper/validate_hw/uses.py",
         ),
     ),  # fmt: skip

@@ -28,16 +28,8 @@ from ..provenance import Provenance
 from ..rows import read_csv, write_csv
 from ..stats import median
 from ..template import render
-from .profiles import (
-    AnchorRow,
-    CpuRow,
-    DeviceSummary,
-    anchor_rows,
-    cpu_rows,
-    devices,
-    kinds,
-    rests_on,
-)
+from .hw_rows import AnchorRow, CpuRow, anchor_rows, cpu_rows
+from .profiles import DeviceSummary, devices, kinds, rests_on
 from .uses import UseRow, uses
 
 CPU_HOW = (

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ..provenance import Provenance
 from ..rows import read_csv
-from .profiles import CpuRow, DeviceSummary, kinds, problems
+from .hw_rows import CpuRow
+from .profiles import DeviceSummary, kinds, problems
 from .uses import INPUTS
 
 MARK = "†"  # beside a cell whose profile is not anchored well enough for it

@@ -1,11 +1,9 @@
-"""The hardware validation's typed rows and what they sum up to: per anchor, per device, per layer kind.
+"""What the hardware validation's rows sum up to: per device, per layer kind, per use of a profile.
 
-Rows: ``AnchorRow`` (one published throughput against its simulation, ``results.csv``), ``CpuRow``
-(one kind of layer of one model at one micro-batch, this CPU's roofline against the measured costs,
-``cpu.csv``). Summary, computed from the rows alone: ``DeviceSummary`` (the targets per device: at
-least ``MIN_ANCHORS`` anchors, each within ``TOLERANCE``), ``KindSummary`` (the roofline per layer
-kind on this CPU), and ``rests_on`` — for every experiment simulated on a profile (``uses``), whether
-that profile's anchors vouch for it, and the line that says so.
+From the rows alone (``hw_rows.py``): ``DeviceSummary`` (the targets per device: at least
+``MIN_ANCHORS`` anchors, each within ``TOLERANCE``), ``KindSummary`` (the roofline per layer kind on
+this CPU), and ``rests_on`` — for every experiment simulated on a profile (``uses``), whether that
+profile's anchors vouch for it, and the line that says so.
 """
 
 from __future__ import annotations
@@ -14,76 +12,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...measure.roofline_check import RooflineRow
-from ...models import MODELS
-from ...sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult, validated, within
+from ...sim.anchors import MIN_ANCHORS, TOLERANCE, validated, within
 from ..template import words
-from .uses import INPUTS, UseRow
+from .hw_rows import AnchorRow, CpuRow
+from .uses import UseRow
 
-__all__ = [
-    "problems",
-    "AnchorRow",
-    "CpuRow",
-    "DeviceSummary",
-    "KindSummary",
-    "anchor_rows",
-    "cpu_rows",
-    "devices",
-    "kinds",
-    "rests_on",
-]
-
-
-@dataclass
-class AnchorRow:
-    """One published end-to-end training throughput against the profile's simulation of it."""
-
-    device: str  # the profile
-    model: str
-    batch: int  # samples per device and step
-    seq: int  # tokens per sample (0: images)
-    precision: str
-    devices: int  # of the published run
-    published: float  # samples per second per device
-    simulated: float
-    error: float  # simulated / published - 1
-    role: str  # fit | check
-    within: bool  # |error| <= TOLERANCE
-    source: str
-    note: str
-
-    @property
-    def input(self) -> str:
-        return "tokens" if self.seq else "image"
-
-    @property
-    def setting(self) -> tuple[str, int, int, str]:
-        """What the simulation sees (the published run's device count is not simulated)."""
-        return self.model, self.batch, self.seq, self.precision
-
-
-def anchor_rows(results: Sequence[AnchorResult]) -> list[AnchorRow]:
-    rows = []
-    for r in results:
-        a = r.anchor
-        rows.append(
-            AnchorRow(
-                r.profile,
-                a.model,
-                a.batch,
-                a.seq,
-                a.precision,
-                a.devices,
-                r.published,
-                r.predicted,
-                r.error,
-                a.use,
-                within(r.error),
-                a.source,
-                a.note,
-            )
-        )
-    return rows
+__all__ = ["problems", "DeviceSummary", "KindSummary", "devices", "kinds", "rests_on"]
 
 
 @dataclass
@@ -137,38 +71,6 @@ def devices(rows: Sequence[AnchorRow], names: Sequence[str] = ()) -> list[Device
             )
         )
     return out
-
-
-@dataclass
-class CpuRow:
-    """One kind of layer of one model at one micro-batch: forward + backward of every such layer,
-    measured on this CPU and by its roofline."""
-
-    model: str
-    input: str  # what the model is fed: image | tokens (``uses.INPUTS``)
-    kind: str  # the layers' class (a Sequential by its children)
-    layers: int
-    micro_batch: int
-    measured_s: float
-    roofline_s: float
-    error: float  # roofline / measured - 1
-    within: bool
-
-
-def cpu_rows(pairs: Sequence[RooflineRow]) -> list[CpuRow]:
-    """``pairs`` (one per layer, micro-batch and pass) summed per model, layer kind and micro-batch,
-    forward + backward (in the order first seen)."""
-    groups: dict[tuple[str, str, int], list[RooflineRow]] = {}
-    for p in pairs:
-        groups.setdefault((p.model, p.name, p.micro_batch), []).append(p)
-    rows = []
-    for (model, kind, n), ps in groups.items():
-        meas, roof = sum(p.measured_s for p in ps), sum(p.roofline_s for p in ps)
-        err = roof / meas - 1.0
-        fed = INPUTS[MODELS[model].data_kind]
-        layers = len({p.layer for p in ps})
-        rows.append(CpuRow(model, fed, kind, layers, n, meas, roof, err, within(err)))
-    return rows
 
 
 @dataclass(frozen=True)
