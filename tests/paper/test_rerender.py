@@ -33,6 +33,7 @@ COMMITTED = {
     "validate-sim": "sim/validation.csv",
     "validate-hw": "hw/results.csv",
     "validate-plan": "plan/validation.csv",
+    "schedules": "schedules/results.csv",
 }
 SWEEPS = ("table2_amoebanet", "table2_transformer", "table3_amoebanet", "table3_transformer")
 

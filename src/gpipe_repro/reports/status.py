@@ -150,7 +150,6 @@ ENTRIES = (
             *SIMULATE,
             "conf/experiment/demo.yaml",
             f"{SRC}/paper/schedules.py",
-            f"{SRC}/paper/schedules_page.py",
         ),
     ),  # fmt: skip
     Entry(
