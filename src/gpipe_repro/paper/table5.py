@@ -2,8 +2,8 @@
 
 Experiment: ``gpipe-run -m experiment=table5`` (``conf/experiment/table5.yaml``): per seed three runs
 of M micro-batches of the same size, M = 1, 2, 4, for 4U, 2U and U updates: the same tokens seen.
-Collect: every job's ``metrics.json``: its end (test split) and its learning curve (dev split, every
-``train.eval_every`` updates) as rows. Two series, each mean ± sd over seeds per batch size:
+Collect: ``paper.table5_rows`` (every job's end and its learning curve as rows). Two series, each
+mean ± sd over seeds per batch size:
 
 - **same updates** (the paper's design: every run at update U, the largest batch's last update, read
   from the dev curves): the paper's claim is judged here, on its own design;
@@ -12,8 +12,8 @@ Collect: every job's ``metrics.json``: its end (test split) and its learning cur
 
 Each step of a trend is judged by ``paper.stats`` (the effect in question: the paper's relative
 change between the same two rows, applied to our mean), each series' verdict by
-``verdict.seeded`` — the same rule as the scorecard's (``paper.claims.translation``). The sweep's wall time is measured from the
-jobs' files (first job start to last job end). Render: ``table5.md``, ``table5.png`` (the series and
+``verdict.seeded`` — the same rule as the scorecard's (``paper.claims.translation``). The sweep's
+wall time is measured from the jobs' files (first job start to last job end). Render: ``table5.md``, ``table5.png`` (the series and
 the dev-NLL learning curves against tokens and updates). Ours are measured; the paper's are quoted
 (``paper.numbers``).
 """
@@ -26,87 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from . import runs
-from .artefact import Report, SweepArtefact
+from .artefact import SweepArtefact
 from .claims import LEAD, answers
 from .numbers import quote, rows
 from .plot import figure
 from .provenance import Provenance
-from .runs import Job, failures, job_times, read_sweep
+from .runs import failures
 from .stats import RULE, Comparison, Sample, compare, sample, trend
+from .table5_rows import DEV, END, Table5Row, collect
 from .template import render
 from .verdict import seeded
 
 PAPER = rows(5)  # the paper's batch sizes, "260K", "1M", "4M"
-END, DEV = "test", "dev"  # a row: a run's end (test split) or one of its curve points (dev split)
-
-
-@dataclass
-class Table5Row:
-    job: str
-    status: str
-    split: str | None = None  # test: the run's end; dev: a learning-curve point
-    M: int | None = None
-    batch_tokens: int | None = None
-    seed: int | None = None
-    step: int | None = None
-    tokens: int | None = None
-    nll: float | None = None
-    bleu: float | None = None
-    model: str | None = None
-    corpus: str | None = None
-    lr: float | None = None
-    started: float | None = None  # unix seconds: the job's start (its .hydra/ folder)
-    ended: float | None = None  # unix seconds: its metrics.json written
-    train_s: float | None = None  # the sum of its steps' times (metrics.json step_times_s)
-    bleu_signature: str | None = None
-    error: str | None = None
-
-
-def _rows_of(j: Job, sweep: Path) -> list[Table5Row]:
-    m, ev = j.metrics, j.metrics.eval
-    cfg = m.model.config if m.model else {}
-    base: dict[str, Any] = dict(
-        job=j.name,
-        status=m.status,
-        M=m.pipeline.M if m.pipeline else None,
-        batch_tokens=m.batch_size,
-        seed=m.seed,
-        model=f"T({cfg['L']},{cfg['H']},{cfg['A']}) d={cfg.get('d')}" if "L" in cfg else None,
-        corpus=(m.data or {}).get("corpus"),
-        lr=(m.optim or {}).get("lr"),
-        train_s=round(sum(m.step_times_s), 3),
-        error=m.error,
-    )
-    base["started"], base["ended"] = job_times(sweep / j.name)
-    if m.status != "ok" or ev is None:
-        return [Table5Row(**base)]
-    steps = m.steps or len(m.losses)
-    last = [p.tokens for p in m.curve if p.step == steps]  # target tokens seen, counted
-    out = [
-        Table5Row(
-            **base,
-            split=END,
-            step=steps,
-            tokens=last[0] if last else None,
-            nll=ev.loss,
-            bleu=ev.bleu,
-            bleu_signature=ev.bleu_signature,
-        )
-    ]
-    for p in m.curve:
-        out.append(
-            Table5Row(**base, split=DEV, step=p.step, tokens=p.tokens, nll=p.loss, bleu=p.bleu)
-        )
-    return out
-
-
-def collect(sweep: Path) -> Report[Table5Row]:
-    jobs = read_sweep(sweep)
-    out = [r for j in jobs for r in _rows_of(j, sweep)]
-    out.sort(
-        key=lambda r: (r.M or 0, r.seed if r.seed is not None else -1, r.split or "", r.step or 0)
-    )
-    return Report(out, Provenance.of_jobs([j.metrics.env for j in jobs], sweep))
 
 
 def updates(rows: Sequence[Table5Row]) -> int | None:

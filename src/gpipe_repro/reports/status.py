@@ -119,7 +119,7 @@ ENTRIES = (
         "table5",
         "table5",
         "make table5",
-        _sweep("table5", "conf/table5_run", f"{SRC}/paper/table5.py"),
+        _sweep("table5", "conf/table5_run", f"{SRC}/paper/table5_rows.py"),
     ),  # fmt: skip
     Entry("fig3", "fig3", "make fig3", _sweep("fig3", "conf/mt_size", f"{SRC}/paper/fig3.py")),
     Entry(
