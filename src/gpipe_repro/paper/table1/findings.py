@@ -137,7 +137,7 @@ def units_text(tol: float = 0.01) -> dict[str, Any]:
         "same": sum(abs(x - 1) <= tol for _, _, x in rows),
         "tol": tol,
         "others": [(m, c, x) for m, c, x in rows if abs(x - 1) > tol],  # the page words them
-        "units": {m: "10⁹ bytes" if u == 1e9 else "GiB (2³⁰ bytes)" for m, u in UNITS.items()},
+        "units": UNITS,  # bytes per unit of each half
     }
 
 
