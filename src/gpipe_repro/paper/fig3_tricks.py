@@ -37,20 +37,16 @@ TRAINED_BLEU = 1.0
 CONFIGURED = CONF_DIR / "experiment" / "fig3.yaml"  # the runs' data, where the CSV lacks it
 
 
-def vocabulary(rows: Sequence[Fig3Row]) -> tuple[int | None, str]:
-    """The vocabulary the runs used and where that is read from: the rows, else the experiment's
-    configuration (a CSV collected before the column existed)."""
+def vocabulary(rows: Sequence[Fig3Row]) -> tuple[int | None, bool]:
+    """The vocabulary the runs used, and whether the rows recorded it (else it is read from the
+    experiment's configuration: a CSV collected before the column existed; None: from neither)."""
     v = next((r.vocab for r in rows if r.vocab), None)
     if v:
-        return v, "recorded by the runs"
+        return v, True
     try:
-        v = int(yaml.safe_load(CONFIGURED.read_text())["data"]["vocab_size"])
+        return int(yaml.safe_load(CONFIGURED.read_text())["data"]["vocab_size"]), False
     except (OSError, KeyError, TypeError, ValueError):
-        return None, "not recorded"
-    return (
-        v,
-        f"configured in `conf/experiment/{CONFIGURED.name}` (this CSV predates its vocab column)",
-    )
+        return None, False
 
 
 @dataclass
@@ -65,7 +61,7 @@ class Arms:
     spikes: tuple[Sample, Sample]  # the largest training loss after update SKIP
     results: list[tuple[str, Comparison]]  # each: the claim's way is a positive difference
     vocab: int | None
-    vocab_from: str
+    recorded: bool  # the vocabulary by the rows, else by ``CONFIGURED``
 
     @property
     def trained(self) -> bool:
@@ -111,17 +107,14 @@ def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
     a = arms(rows)
     if a is None:
         return out
-    cells = []
-    for m, spike, nll, bleu in zip((a.on, a.off), a.spikes, a.nll, a.bleu):
-        mine = [r for r in jobs if _key(r) == m]
-        cells.append(["with" if m[3] else "without", len(mine),
-                      sum(r.status == "diverged" for r in mine), spike.text(), nll.text(3), bleu.text()])  # fmt: skip
+    runs = [[r for r in jobs if _key(r) == m] for m in (a.on, a.off)]  # each arm's runs
     needed = any(c.beyond and c.delta > 0 for _, c in a.results) or any(
         r.status == "diverged" and not r.tricks for r in jobs
     )  # where both arms trained: worse without them beyond the noise, or diverged
     failed = failures((r.job, r.status, r.error) for r in rows)
-    return {**out, "pair": True, "model": label(a.on), "skip": SKIP, "cells": cells, "arms": a,
-            "results": a.results, "needed": needed, "trained_bleu": TRAINED_BLEU, "rule": RULE, "failed": failed}  # fmt: skip
+    return {**out, "pair": True, "model": label(a.on), "skip": SKIP, "runs": runs, "arms": a,
+            "results": a.results, "needed": needed, "trained_bleu": TRAINED_BLEU, "rule": RULE, "failed": failed,
+            "configured": CONFIGURED.name}  # fmt: skip
 
 
 def tricks_markdown(rows: Sequence[Fig3Row], prov: Provenance, out: Path) -> str:

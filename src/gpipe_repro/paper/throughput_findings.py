@@ -10,11 +10,11 @@ and the bubble bound.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..engine.schedule import bubble_fraction
-from .markdown import DASH, mib, num, yes
 from .numbers import throughput
 from .plot import figure
 from .provenance import Provenance
@@ -42,43 +42,22 @@ def _mark(r: Any, anchors: Anchoring) -> str:
     return anchors.mark(r.model, r.hardware) if r.source == "simulated" else ""
 
 
-def _cells(r: Any, anchors: Anchoring) -> list[str]:
-    if r is None:
-        return [DASH, DASH]
-    if r.normalized is None:
-        return ["failed", DASH]
-    flag = " (no fit)" if r.fits_memory is False else ""
-    return [f"{r.normalized:.2f}{_mark(r, anchors)}{flag}", num(r.ratio)]
-
-
-def _series(r: Any, anchors: Anchoring) -> list[Any]:
-    head = [r.M or DASH, r.K, r.batch_size or DASH, r.micro_batch or DASH, yes(r.fits_memory)]
-    if r.normalized is None:
-        return [*head, DASH, "failed", num(r.paper_normalized), *[DASH] * 6, r.why]
-    factors = (r.bound, r.balance, r.overlap, r.transfers, r.efficiency)
-    return [*head, f"{r.throughput:.4g}", f"{r.normalized:.2f}{_mark(r, anchors)}",
-            num(r.paper_normalized), num(r.ratio), *map(num, factors), r.why]  # fmt: skip
-
-
 def design(r: Any) -> bool:
     """Whether a row's series is the paper's design: measured on K GPUs, or the batch adjusted to
     fit memory ("batch size was adjusted to fit memory if necessary")."""
     return r.source == "measured" or r.batch_mode == "fit"
 
 
-def _grid(
-    rows: Sequence[Any], labels: Sequence[str], table: int, anchors: Anchoring
-) -> dict[str, Any]:
+def _grid(rows: Sequence[Any], labels: Sequence[str], table: int) -> dict[str, Any]:
+    """The paper's cells beside each series of ``labels`` (the template's ``grid``): the paper's
+    numbers, their (K, M) by M then K, and each series' first row per cell, as the page reads."""
     paper = throughput(table, rows[0].model)
-    at = {(label(r), r.K, r.M): r for r in reversed(rows)}  # the first of each, as the page reads
     return {
-        "head": ["M", "K", "paper", *(c for lb in labels for c in (f"ours: {lb}", "ratio"))],
-        "cells": [
-            [M, K, f"{paper[(K, M)]:g}",
-             *(c for lb in labels for c in _cells(at.get((lb, K, M)), anchors))]
-            for K, M in sorted(paper, key=lambda km: (km[1], km[0]))
-        ],
-    }  # fmt: skip
+        "labels": labels,
+        "paper": paper,
+        "keys": sorted(paper, key=lambda km: (km[1], km[0])),
+        "at": {(label(r), r.K, r.M): r for r in reversed(rows)},
+    }
 
 
 def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> dict[str, Any]:
@@ -91,20 +70,20 @@ def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> di
     planner = [lb for lb in every if BATCH["planner"] in lb]
     marked = dict.fromkeys((r.model, r.hardware) for r in rows if _mark(r, anchors))
 
-    def tables(lbs: Sequence[str]) -> list[tuple[str, list[str], list[list[Any]]]]:
-        """Per series: its label, the cells it is normalised to, its table's rows."""
+    def tables(lbs: Sequence[str]) -> list[tuple[str, list[str], list[Any]]]:
+        """Per series: its label, the cells it is normalised to, its rows."""
         return [
             (lb, sorted({r.reference for r in rows if label(r) == lb and r.reference}),
-             [_series(r, anchors) for r in rows if label(r) == lb])
+             [r for r in rows if label(r) == lb])
             for lb in lbs
         ]  # fmt: skip
 
     return {
         "name": name,
-        **_grid(rows, main, table, anchors),
+        "grid": _grid(rows, main, table),
         "footnotes": [anchors.why[p] for p in marked],
         "series": tables(main),
-        "fixed": {**_grid(rows, fixed, table, anchors), "series": tables(fixed)} if fixed else None,
+        "fixed": {"grid": _grid(rows, fixed, table), "series": tables(fixed)} if fixed else None,
         "planner": tables(planner),
     }
 
@@ -116,21 +95,13 @@ def _by_model(rows: Sequence[Any]) -> Iterator[tuple[str, list[Any], list[str]]]
         yield mod, rs, list(dict.fromkeys(r.variant for r in rs))
 
 
-def _mib(text: str) -> str:
-    return ", ".join(mib(int(b), 1) for b in text.split(";") if b) or DASH
-
-
 def _partition(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, Any]]:
     out = []
     for mod, rs, _ in _by_model(rows):
         top = max(rs, key=lambda r: (r.K, r.M))
         out.append({
             "name": names.get(mod, mod),
-            "cells": [
-                [r.M, r.K, r.variant, r.balance, f"{r.imbalance:.2f}", f"{r.throughput:.4g}",
-                 f"{r.normalized:.2f}", num(r.paper_normalized, "g")]
-                for r in sorted(rs, key=lambda r: (r.M, r.K))
-            ],
+            "rows": sorted(rs, key=lambda r: (r.M, r.K)),
             "top": top,
             "at": [r for r in rs if (r.K, r.M) == (top.K, top.M)],
         })  # fmt: skip
@@ -153,11 +124,7 @@ def _link(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: s
         ]  # fmt: skip
         out.append({
             "name": names.get(mod, mod), "M": rs[0].M,
-            "cells": [
-                [r.K, r.variant, _mib(r.boundary_bytes), f"{r.throughput:.4g}",
-                 f"{r.normalized:.2f}", f"{r.vs_free:.3f}"]
-                for r in sorted(rs, key=lambda r: r.K)
-            ],
+            "rows": sorted(rs, key=lambda r: r.K),
             "holds": holds, "fails": [v for v in variants if v not in holds],
             "worst": min(rs, key=lambda r: r.vs_free or 1.0), "ours": ours,
         })  # fmt: skip
@@ -171,16 +138,8 @@ def _efficiency(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, An
         at = {(r.variant, r.micro_batch): r for r in rs}
         lo, hi = sizes[0], sizes[-1]
         out.append({
-            "name": names.get(mod, mod),
-            "head": ["micro-batch", *(f"{w}: {c}" for w in where for c in ("ms/sample", "efficiency"))],
-            "cells": [
-                [n, *(x for w in where for x in (
-                    (f"{1e3 / at[w, n].throughput:.4g}", f"{at[w, n].normalized:.2f}")
-                    if (w, n) in at else (DASH, DASH)))]
-                for n in sizes
-            ],
-            "lo": lo, "hi": hi,
-            "span": [(w, at[w, lo]) for w in where if (w, lo) in at],
+            "name": names.get(mod, mod), "where": where, "sizes": sizes, "at": at, "lo": lo,
+            "hi": hi, "span": [(w, at[w, lo]) for w in where if (w, lo) in at],
         })  # fmt: skip
     return out
 
@@ -192,16 +151,8 @@ def _extrapolation(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str,
         keys = sorted({(r.M, r.K) for r in rs})
         M, K = keys[-1]
         out.append({
-            "name": names.get(mod, mod),
-            "head": ["M", "K", "micro-batch", *(f"{v}: normalised" for v in variants), "paper"],
-            "cells": [
-                [M, K, at[variants[0], K, M].micro_batch,
-                 *(f"{at[v, K, M].normalized:.2f}" for v in variants),
-                 num(at[variants[0], K, M].paper_normalized, "g")]
-                for M, K in keys
-            ],
-            "M": M, "K": K, "variants": variants, "a": at[variants[0], K, M],
-            "b": at[variants[1], K, M],
+            "name": names.get(mod, mod), "keys": keys, "at": at, "M": M, "K": K,
+            "variants": variants, "a": at[variants[0], K, M], "b": at[variants[1], K, M],
         })  # fmt: skip
     return out
 
@@ -243,6 +194,7 @@ def markdown(
     ]
     page = render(
         "throughput", prov, title, answers, lead, ref=ref, anchors=anchors, mark=MARK, models=models,
+        mark_of=partial(_mark, anchors=anchors),
         studies=studies(sims, rows, names, profile), profile=profile, link_ok=LINK_OK,
         tolerance=TOLERANCE, paper_ref="K={}, M={}".format(*PAPER_REF[table]),
     )  # fmt: skip

@@ -30,7 +30,7 @@ PROFILE = {2: "tpu_v3", 3: "p100_pcie"}
 NAMES = {"tpu_v3": "a TPU v3 profile", "p100_pcie": "a P100 (PCIe) profile",
          "measured": "this CPU's measured costs"}  # fmt: skip
 LINK = "the profile's (16 GB/s, 2 hops)"  # the link study's variant of the paper's set-up
-found = partial(worded, "claims_throughput", tol=TOLERANCE, link_ok=LINK_OK)
+found = partial(worded, "claims_throughput", tol=TOLERANCE, link_ok=LINK_OK, names=NAMES)
 
 
 def rows(folder: Path) -> list[ThroughputRow]:
@@ -40,13 +40,6 @@ def rows(folder: Path) -> list[ThroughputRow]:
 def studies(folder: Path, study: str) -> list[SimRow]:
     path = folder / "sensitivity.csv"
     return [r for r in read_csv(path, SimRow) if r.study == study] if path.exists() else []
-
-
-def where(key: Key) -> str:
-    """A series' source in words."""
-    if key[1] == "measured":
-        return f"measured on K GPUs ({key[2]})"
-    return f"simulated on {NAMES.get(key[2], key[2])}"
 
 
 def design(rs: Sequence[ThroughputRow], table: int, model: str) -> list[Key]:
@@ -99,9 +92,9 @@ def first_gain(
 def _scaling(rs: Sequence[ThroughputRow], model: str, key: Key, a: tuple[int, int],
              b: tuple[int, int], g: float, off: str = "") -> dict[str, Any]:  # fmt: skip
     """Table 2's gain ``g`` and every other design series' between the same cells (the template's
-    ``scaling``); ``off``: the paper's device, where K = 2 does not run on it."""
-    more = [(gain(rs, k, a, b), where(k)) for k in design(rs, 2, model) if k != key]
-    return {"g": g, "a": a, "b": b, "where": where(key), "off": off, "more": more}
+    ``scaling``); ``off``: the paper's device (its hardware), where K = 2 does not run on it."""
+    more = [(gain(rs, k, a, b), k) for k in design(rs, 2, model) if k != key]
+    return {"g": g, "a": a, "b": b, "key": key, "off": off, "more": more}
 
 
 # -- Table 2 -----------------------------------------------------------------------------------
@@ -114,7 +107,7 @@ def m1_flat(folder: Path) -> Finding:
     for model in ("amoebanet_d", "transformer_lm"):
         key, a, b, g, p = first_gain(rs, 2, model, [((2, 1), (8, 1)), ((4, 1), (8, 1))])
         ok &= at_most(g, p)
-        parts.append((model, a, b, g, p, where(key)))
+        parts.append((model, a, b, g, p, key))
     return found("m1_flat", reproduced(key[1]) if ok else NOT, parts=parts, ok=ok)
 
 
@@ -125,7 +118,7 @@ def transformer_linear(folder: Path) -> Finding:
     key, a, b, g, p = first_gain(rs, 2, "transformer_lm", pairs)
     paper_device = next((k for k in design(rs, 2, "transformer_lm") if k[2] == PROFILE[2]), None)
     off = paper_device and key != paper_device and cell(rs, paper_device, *a) is None
-    scaling = _scaling(rs, "transformer_lm", key, a, b, g, NAMES[PROFILE[2]] if off else "")
+    scaling = _scaling(rs, "transformer_lm", key, a, b, g, PROFILE[2] if off else "")
     return found("transformer_linear", ratio(g, p, key[1]), scaling=scaling, g=g, p=p, b=b,
                  ok=within(g, p), at=cell(rs, key, *b))  # fmt: skip
 
@@ -168,7 +161,7 @@ def contrast(folder: Path) -> Finding:
             continue
         ok = ga / gt <= 1 - TOLERANCE
         return found("contrast", reproduced(key[1]) if ok else NOT, ga=ga, gt=gt, p=p, ok=ok,
-                     where=where(key), at=cell(rs, key, 8, 32), cause=_partition_cause(folder))  # fmt: skip
+                     key=key, at=cell(rs, key, 8, 32), cause=_partition_cause(folder))  # fmt: skip
     raise Missing("no source ran both models at K = 2 and 8, M = 32")
 
 
@@ -187,7 +180,7 @@ def cells_within(folder: Path, table: int) -> Finding:
         n = sum(within(r.normalized or 0, r.paper_normalized or 1) for r in got)
         good, total, source = good + n, total + len(got), key[1]
         worst = max(got, key=lambda r: abs((r.ratio or 1) - 1), default=None)
-        parts.append((model, n, len(got), where(key), worst))
+        parts.append((model, n, len(got), key, worst))
     if not total:
         raise Missing("no normalised cell of the paper's design")
     verdict = reproduced(source) if good == total else NOT

@@ -15,8 +15,8 @@ from itertools import accumulate
 from typing import Any
 
 from ...memory.breakdown import FUSED_AWAY, fused_away
-from ..markdown import DASH, gib, mib, pct, ratio, yes
 from ..numbers import QUOTES, UNITS, quote
+from ..verdict import ratio as judge  # the rule the scorecard applies
 from .planned import AllocRow, ResultRow, SavedRow
 
 BYTES_PER_PARAMETER = 12  # fp32 weights + gradients + RMSProp's one slot (GPipe §3: RMSProp)
@@ -46,12 +46,6 @@ HALVES = (
 )
 
 
-def _count(n: float | None) -> str:
-    if n is None:
-        return DASH
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
-
-
 def accounting(r: ResultRow) -> str:
     return r.accounting or "eager"
 
@@ -64,63 +58,30 @@ def kind_label(precision: str, acct: str) -> str:
     return precision + (", XLA-like" if acct == "xla-like" else "")
 
 
+def label(r: ResultRow) -> str:
+    """A row's precision and accounting, as the page names them."""
+    return kind_label(*kind(r))
+
+
 def paper(model: str, column: str, what: str) -> float:
     """The paper's number in bytes (memory) or parameters (``paper.numbers``)."""
     return quote(1, f"{model} {column}", what).value
 
 
-def _size(r: ResultRow, L: str = "L", D: str = "D") -> str:
-    return f"({getattr(r, L)}, {getattr(r, D)})" if r.model == "amoebanet_d" else str(getattr(r, L))
-
-
-def _kind(g: SavedRow) -> str:
-    if g.kind == "internal":
-        what = "indices" if "int" in g.dtype else "statistics"
-        return f"{g.layer_type} {g.dtype} tensors outside autograd ({what})"
-    return f"{g.layer_type} {KIND_NAMES.get(g.kind, g.kind)} ({g.dtype})"
-
-
 def halves(rs: Sequence[ResultRow]) -> list[dict[str, Any]]:
-    """Per model: its title, the paper's row and ours at each precision per column, the notes."""
+    """Per model: its title, its unit, its rows and ours per column in ``KINDS``' order (the page
+    puts the paper's row before them)."""
     out = []
     for model, title, unit in HALVES:
         sub = [r for r in rs if r.model == model]
-        if not sub:
-            continue
-        cells = []
-        for col in dict.fromkeys(r.column for r in sub):
-            p = next(r for r in sub if r.column == col)
-            count = paper(model, col, "parameters")
-            pmem, pact = (paper(model, col, f"{w} memory") for w in ("parameter", "activation"))
-            cells.append(
-                [col, "paper (TPU)", _size(p), _count(count), gib(pmem), gib(pact),
-                 DASH, DASH, f"{_size(p)}: {_count(count)}", DASH]
-            )  # fmt: skip
-            mine = sorted((r for r in sub if r.column == col), key=lambda r: KINDS.index(kind(r)))
-            for r in mine:
-                fit = (
-                    f"{_size(r, 'largest_L', 'largest_D')}: {_count(r.largest_param_count)} "
-                    f"({ratio(r.largest_param_count, count)})"
-                    if r.largest_L
-                    else "none"
-                )
-                cells.append(
-                    [col, kind_label(*kind(r)), _size(r),
-                     f"{_count(r.param_count)} ({ratio(r.param_count, count)})",
-                     f"{gib(r.param_memory_bytes)} ({ratio(r.param_memory_bytes, pmem)})",
-                     f"{gib(r.activation_bytes)} ({ratio(r.activation_bytes, pact)})",
-                     f"{gib(r.max_stage_activation_bytes)} / {gib(r.max_stage_total_bytes)}",
-                     yes(r.fits), fit, f"{r.M}, {r.schedule}, {r.checkpoint}"]
-                )  # fmt: skip
-        out.append(
-            {
-                "title": title,
-                "row": sub[0],
-                "unit": unit,
-                "cells": cells,
-                "notes": [f"{r.column}, {kind_label(*kind(r))}: {r.note}" for r in sub if r.note],
+        if sub:
+            columns = {
+                col: sorted((r for r in sub if r.column == col), key=lambda r: KINDS.index(kind(r)))
+                for col in dict.fromkeys(r.column for r in sub)
             }
-        )
+            out.append(
+                {"model": model, "title": title, "unit": unit, "rows": sub, "columns": columns}
+            )
     return out
 
 
@@ -138,6 +99,10 @@ class Ratio:
     @property
     def name(self) -> str:
         return f"{self.note}: {self.model} {self.column} / Naive-1"
+
+    def verdict(self, k: tuple[str, str]) -> str:
+        """Ours of kind ``k`` against the printed ratio: rule *ratio* of ``paper.verdict``."""
+        return judge(self.ours[k], self.printed, "simulated")
 
 
 def ratios(rs: Sequence[ResultRow]) -> list[Ratio]:
@@ -158,24 +123,6 @@ def ratios(rs: Sequence[ResultRow]) -> list[Ratio]:
     return out
 
 
-def headline(rs: Sequence[ResultRow]) -> tuple[list[str], list[list[str]]]:
-    """§3's headline ratios as a table: the paper's, and ours per kind with its verdict (rule
-    *ratio* of ``paper.verdict`` against the printed ratio)."""
-    from ..verdict import ratio as judge  # the rule the scorecard applies
-
-    rows = ratios(rs)
-    kinds = [k for k in KINDS if any(k in r.ours for r in rows)]
-    head = ["ratio", "paper, printed", "paper, from Table 1",
-            *(f"ours, {kind_label(*k)}" for k in kinds)]  # fmt: skip
-    cells = [
-        [r.name, f"{r.printed:g}×", f"{r.from_table:.1f}×",
-         *(f"{r.ours[k]:.2f}× ({judge(r.ours[k], r.printed, 'simulated')})" if k in r.ours else DASH
-           for k in kinds)]
-        for r in rows
-    ]  # fmt: skip
-    return head, cells
-
-
 def units_text(tol: float = 0.01) -> dict[str, Any]:
     """Which of the paper's parameter-memory figures (in its unit) are ``BYTES_PER_PARAMETER`` x its
     parameter count within ``tol``, and the others."""
@@ -190,18 +137,8 @@ def units_text(tol: float = 0.01) -> dict[str, Any]:
         "same": sum(abs(x - 1) <= tol for _, _, x in rows),
         "tol": tol,
         "others": [(m, c, x) for m, c, x in rows if abs(x - 1) > tol],  # the page words them
-        "units": {m: "10⁹ bytes" if u == 1e9 else "GiB (2³⁰ bytes)" for m, u in UNITS.items()},
+        "units": UNITS,  # bytes per unit of each half
     }
-
-
-def allocator_cells(alloc: Sequence[AllocRow]) -> list[list[Any]]:
-    """The planner's per-stage peak against the CPU allocator's measured peak."""
-    return [
-        [a.K, a.stage, a.checkpoint,
-         *(f"{mib(b)} MiB" for b in (a.state_bytes, a.planned_bytes, a.measured_bytes)),
-         pct(a.error, 1, True)]
-        for a in alloc
-    ]  # fmt: skip
 
 
 def remains(
@@ -248,10 +185,10 @@ def _naive(rs: Sequence[ResultRow], saved: Sequence[SavedRow], model: str) -> di
         "model": model, "fp32": f, "bf16": b, "paper": pact, "count": _pcount(f),
         "closed": (f.activation_bytes - b.activation_bytes) / gap if gap > 0 else 0.0,
         "total": total,
-        "remains": [(_kind(g), g.bytes) for g in top],
+        "remains": top,
         "kept": sum(g.bytes for g in kept),
         "kept_dtypes": sorted({g.dtype for g in kept}),
-        "kept_top": [(_kind(g), g.bytes) for g in sorted(kept, key=lambda g: -g.bytes)[:3]],
+        "kept_top": sorted(kept, key=lambda g: -g.bytes)[:3],
     }  # fmt: skip
 
 
@@ -270,8 +207,7 @@ def why(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> dict[str, Any]:
     return {
         "params": {
             "gap": max(abs(r.param_count / _pcount(r) - 1) for r in f32),
-            "worst": worst, "ours": _count(worst.param_count),
-            "paper": _count(_pcount(worst)),
+            "worst": worst, "paper": _pcount(worst),
         },
         "units": units_text(),
         "naive": [n for model in dict.fromkeys(r.model for r in rs) if (n := _naive(rs, saved, model))],
@@ -291,9 +227,10 @@ def _weight_copies(rs: Sequence[ResultRow]) -> dict[str, Any] | None:
     return {"each": bf, "worse": worse} if bf else None
 
 
-def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[list[str]]:
+def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[dict[str, Any]]:
     """The Naive-1 gap under the XLA-like accounting mode (``memory.breakdown.FUSED_AWAY``), per
-    model and precision, from the saved tensors' breakdown."""
+    model and precision, from the saved tensors' breakdown: the bytes each rule drops, what is
+    left, the share of the gap closed and the largest group kept."""
     out = []
     for r in (r for r in _eager(rs) if r.column == "Naive-1"):
         groups = [g for g in saved if g.model == r.model and g.precision == r.precision]
@@ -306,15 +243,12 @@ def fused(rs: Sequence[ResultRow], saved: Sequence[SavedRow]) -> list[list[str]]
                 drops[k] = drops.get(k, 0) + g.bytes
         total, pact = sum(g.bytes for g in groups), _pact(r)
         left = total - sum(drops.values())
-        closed = (total - left) / (total - pact) if total > pact else 0.0
-        kept = sorted(
-            (g for g in groups if fused_away(g.kind, g.dtype) is None), key=lambda g: -g.bytes
-        )
-        out.append(
-            [r.model, r.precision, gib(total), ", ".join(f"{k} {gib(v)}" for k, v in drops.items()),
-             gib(left), gib(pact), f"{ratio(total, pact)} → {ratio(left, pact)}", pct(closed, 0),
-             f"{_kind(kept[0])} {gib(kept[0].bytes)}" if kept else DASH]
-        )  # fmt: skip
+        kept = [g for g in groups if fused_away(g.kind, g.dtype) is None]
+        out.append({
+            "row": r, "total": total, "drops": drops, "left": left, "paper": pact,
+            "closed": (total - left) / (total - pact) if total > pact else 0.0,
+            "kept": max(kept, key=lambda g: g.bytes, default=None),
+        })  # fmt: skip
     return out
 
 
@@ -326,34 +260,26 @@ def size_steps(r: ResultRow) -> int | None:
     return None if r.largest_L is None else r.largest_L - r.L
 
 
-def naive_sizes(rs: Sequence[ResultRow]) -> list[list[Any]]:
-    """Naive-1's largest model per model and kind against the paper's size, in search steps
-    (AmoebaNet: D in 8s; Transformer: L)."""
-    return [
-        [r.model, kind_label(*kind(r)), _size(r, "largest_L", "largest_D") if r.largest_L else "none",
-         _size(r), DASH if (n := size_steps(r)) is None else f"{n:+d}"]
-        for r in rs if r.column == "Naive-1"
-    ]  # fmt: skip
-
-
 def summary(
     rs: Sequence[ResultRow], saved: Sequence[SavedRow], alloc: Sequence[AllocRow]
 ) -> dict[str, Any]:
     """Everything the page says (module doc)."""
-    head, cells = headline(rs)
+    ratio_rows = ratios(rs)
     worst = max(alloc, key=lambda a: abs(a.error)) if alloc else None
     return {
         "planning_s": sum(r.seconds or 0 for r in rs),
         "allocator_s": sum(a.seconds or 0 for a in alloc),
         "halves": halves(rs),
-        "headline_head": head,
-        "headline": cells,
+        "label": label,
+        "ratios": ratio_rows,
+        "kinds": {k: kind_label(*k) for k in KINDS if any(k in r.ours for r in ratio_rows)},
         "allocator": list(alloc),
         "allocator_worst": worst,
-        "allocator_cells": allocator_cells(alloc),
         **why(rs, saved),
+        "kind_names": KIND_NAMES,
         "rules": FUSED_AWAY,
-        "fused_cells": fused(rs, saved),
-        "naive_sizes_cells": naive_sizes(rs),
+        "fused": fused(rs, saved),
+        "naive_rows": [r for r in rs if r.column == "Naive-1"],
+        "size_steps": size_steps,
         "has_xla": any(accounting(r) == "xla-like" for r in rs),
     }

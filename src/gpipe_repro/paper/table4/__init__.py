@@ -27,7 +27,6 @@ from ...measure.transfer_jobs import CANONICAL, QUICK, run_table, sigterm, write
 from ...runner.jobs import read_job
 from ..artefact import Artefact, Report
 from ..claims import LEAD, answers
-from ..markdown import num
 from ..numbers import quote
 from ..numbers import rows as paper_rows
 from ..plot import figure
@@ -49,6 +48,8 @@ from .results import (
     load_runs,
     versus,
 )
+
+PAPER = ("train", "test", "classes", "accuracy", "previous best")  # the paper's Table 4 columns
 
 
 def _pretrain(pt: dict[str, Any]) -> dict[str, Any]:
@@ -146,27 +147,15 @@ def _gains(pre: Group, scratch: Group | None) -> list[float]:
     return [pre.accuracies[s] - scratch.accuracies[s] for s in seeds]
 
 
-def _mean_sd(g: Group) -> str:
-    return f"{num(g.sample.mean if g.accuracies else None)} ± {num(g.sample.sd if g.accuracies else None)}"
-
-
-def _ours(groups: dict[tuple[str, str, int], Group]) -> list[list[Any]]:
-    """Each target at K = 1, fine-tuned against from scratch."""
-    cells = []
+def _ours(groups: dict[tuple[str, str, int], Group]) -> list[tuple[Any, ...]]:
+    """Each target at K = 1: fine-tuned, from scratch (None: not run), their comparison (None:
+    not comparable) and the seeds fine-tuned beat scratch on."""
+    out = []
     for (target, init, K), g in groups.items():
-        if init != "pretrained" or K != 1:
-            continue
-        s = groups.get((target, "scratch", 1))
-        r = g.first
-        c, wins = versus(g, s) if s else (None, "")
-        failed = len(g.failed) + (len(s.failed) if s else 0)
-        note = f" ({failed} failed: {(g.failed or s.failed)[0].error})" if failed and s else ""
-        cells.append(
-            [r.label, r.domain, r.train_size or "?", r.test_size or "?", r.classes or "?",
-             "yes" if r.flip else "no", _mean_sd(g), _mean_sd(s) if s else "— ± —",
-             "—" if c is None else c.text(), f"{wins}{note}"]
-        )  # fmt: skip
-    return cells
+        if init == "pretrained" and K == 1:
+            s = groups.get((target, "scratch", 1))
+            out.append((g, s, *(versus(g, s) if s else (None, ""))))
+    return out
 
 
 def _ladder(plan: dict[str, Any], groups: dict[tuple[str, str, int], Group]) -> dict[str, Any]:
@@ -177,15 +166,12 @@ def _ladder(plan: dict[str, Any], groups: dict[tuple[str, str, int], Group]) -> 
         return {}
     pres = {str(D): pt for D, pt in (plan.get("rungs") or {}).items()}
     main = plan.get("pretrain") or {}
-    cells = []
-    for D, pre, scratch in steps:
-        acc = (pres.get(str(D)) or (main if main.get("D") == D else {})).get("accuracy")
-        c = versus(pre, scratch)[0] if scratch else None
-        cells.append(
-            [D, num(100 * acc if acc is not None else None), pre.sample.text(),
-             scratch.sample.text() if scratch else "—", "—" if c is None else c.text(),
-             ", ".join(f"{g:+.2f}" for g in _gains(pre, scratch))]
-        )  # fmt: skip
+    rungs = [
+        {"D": D, "pre": pre, "scratch": scratch, "gains": _gains(pre, scratch),
+         "accuracy": (pres.get(str(D)) or (main if main.get("D") == D else {})).get("accuracy"),
+         "versus": versus(pre, scratch)[0] if scratch else None}
+        for D, pre, scratch in steps
+    ]  # fmt: skip
     labels = [f"D = {D}" for D, _, _ in steps]
     trends = []
     for what, samples in (
@@ -195,7 +181,7 @@ def _ladder(plan: dict[str, Any], groups: dict[tuple[str, str, int], Group]) -> 
     ):
         if len(samples) == len(steps):
             trends.append(trend(samples, labels, what, True)[0])
-    return {"target": steps[0][1].first.label.split(", D =")[0], "cells": cells, "trends": trends}
+    return {"target": steps[0][1].first.label.split(", D =")[0], "rungs": rungs, "trends": trends}
 
 
 def _checks(groups: dict[tuple[str, str, int], Group]) -> dict[str, Any]:
@@ -208,34 +194,8 @@ def _checks(groups: dict[tuple[str, str, int], Group]) -> dict[str, Any]:
         "same_accuracy": sum(a1 is not None and a1 == r.accuracy for r, a1 in checks),
         "same_losses": sum(bool(r.losses_equal_k1) for r, _ in checks),
         "largest": max(diffs) if diffs else None,
-        "cells": [
-            [r.label, r.init, r.seed, num(a1, ".4f"), num(r.accuracy, ".4f"), r.K,
-             f"{'yes' if r.losses_equal_k1 else 'no'} ({r.loss_steps} steps)"]
-            for r, a1 in checks
-        ],
-    }  # fmt: skip
-
-
-def _paper() -> list[list[Any]]:
-    """The paper's Table 4, and what each dataset needs here."""
-    cells = []
-    for name in paper_rows(4):
-        q = {
-            c: quote(4, name, c) for c in ("train", "test", "classes", "accuracy", "previous best")
-        }
-        how = (
-            f"`data={OPTIONS[name]} data.root=...`"
-            if name in OPTIONS
-            else "no data option yet (ImageFolder layout)"
-            if name == "Birdsnap"
-            else "the pre-training set; no data option"
-        )
-        train, test, classes = (int(q[c].value) for c in ("train", "test", "classes"))
-        cells.append(
-            [name, f"{train:,}", f"{test:,}", classes, q["accuracy"].value,
-             q["previous best"].text(), f"{NEEDS_ROOT}: {how}"]
-        )  # fmt: skip
-    return cells
+        "pairs": checks,
+    }
 
 
 def summary(
@@ -244,16 +204,16 @@ def summary(
     """What the page says, from the runs and the plan as run: the recipe, the pre-training, each
     target fine-tuned against from scratch, the capacity ladder, K = 1 against K = 2, the paper's."""
     recipe = plan.get("recipe") or {}
-    model, optim = recipe.get("model") or {}, dict(recipe.get("optim") or {})
     pt = plan.get("pretrain") or {}
     return {
-        "plan": plan, "wall_s": plan.get("wall_s"), "recipe": recipe, "model": model,
-        "optim": optim, "size": ", ".join(f"{k}={v}" for k, v in model.items() if k != "name"),
-        "opt": ", ".join(f"{k} {v}" for k, v in optim.items() if k != "name"),
+        "plan": plan, "wall_s": plan.get("wall_s"), "recipe": recipe,
+        "model": recipe.get("model") or {}, "optim": dict(recipe.get("optim") or {}),
         "pt": pt, "data": pt.get("data") or {},
         "pt_accuracy": 100 * pt["accuracy"] if pt.get("accuracy") is not None else None,
         "seeds": len(plan.get("seeds") or []), "ours": _ours(groups), "rule": RULE,
-        "ladder": _ladder(plan, groups), "checks": _checks(groups), "paper": _paper(),
+        "ladder": _ladder(plan, groups), "checks": _checks(groups),
+        "paper": {name: {c: quote(4, name, c) for c in PAPER} for name in paper_rows(4)},
+        "options": OPTIONS, "needs_root": NEEDS_ROOT,
         "ok": sum(r.status == "ok" for r in runs), "runs": len(runs),
         "spent": sum(r.seconds or 0.0 for r in runs),
     }  # fmt: skip
