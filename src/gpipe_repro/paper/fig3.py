@@ -2,8 +2,8 @@
 
 Experiment: ``gpipe-run -m experiment=fig3``: the smallest model T(1, 512, 4) and the
 parameter-matched deep / wide pair T(4, 512, 4) / T(2, 1024, 8), one model for all languages (es
-high-resource; ca, gl low-resource), 5 seeds. Collect: every job's ``metrics.json``; rows per job and
-language: its end (test split) and its learning curve (dev split). Claims, each judged by
+high-resource; ca, gl low-resource), 5 seeds. Collect: ``paper.fig3_rows`` (per job and language its end and its
+learning curve). Claims, each judged by
 ``paper.stats`` (the paper prints no number for them: the effect in question is 10% of the
 baseline's BLEU): (1) the capacity gain of deep and of wide over T1 per language; (2) whether it is
 largest for low-resource languages (per seed, low minus high BLEU of the bigger model against the
@@ -15,17 +15,15 @@ smallest's); (3) deep against wide on low-resource languages. Render: ``fig3.md`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..metrics.contract import RunMetrics
-from .artefact import Report, SweepArtefact
+from .artefact import SweepArtefact
 from .claims import LEAD, answers
+from .fig3_rows import DEV, END, Fig3Row, collect
 from .plot import figure
 from .provenance import Provenance
-from .rows import later
-from .runs import failures, job_times, read_sweep, wall_time
+from .runs import failures, wall_time
 from .stats import RELATIVE_EFFECT, RULE, Sample, compare, sample
 from .template import render
 
@@ -34,86 +32,10 @@ SMALL: Model = (1, 512, 4, True)
 DEEP: Model = (4, 512, 4, True)  # the deep / wide pair: the same parameters
 WIDE: Model = (2, 1024, 8, True)
 GROUPS = ("high", "low")
-END, DEV = "test", "dev"
-SKIP = 5  # the tricks' sweep: the largest training loss after this update
-
-
-@dataclass
-class Fig3Row:
-    job: str
-    status: str
-    L: int | None = None
-    H: int | None = None
-    A: int | None = None
-    tricks: bool = False
-    params: int | None = None
-    seed: int | None = None
-    split: str | None = None  # test: the run's end; dev: a learning-curve point
-    step: int | None = None
-    language: str | None = None
-    resource: str | None = None
-    train_pairs: int | None = None
-    synthetic: bool | None = None
-    bleu: float | None = None
-    nll: float | None = None
-    max_train_loss: float | None = None  # the largest training loss after update SKIP
-    started: float | None = None  # unix seconds (``runs.job_times``)
-    ended: float | None = None
-    error: str | None = None
-    vocab: int | None = later()  # the data's vocabulary (pieces): a uniform guess scores ln(vocab)
 
 
 def label(m: Model) -> str:
     return f"T({m[0]},{m[1]},{m[2]})" + ("" if m[3] else " no tricks")
-
-
-def _rows_of(job: str, m: RunMetrics, folder: Path) -> list[Fig3Row]:
-    cfg = m.model.config if m.model else {}
-    langs = (m.eval.by_language if m.eval else None) or {}
-    status, error = m.status, m.error
-    if status == "ok" and not langs:
-        status, error = "failed", "no eval.by_language in metrics.json (not a data.corpora run?)"
-    late = [x for x in m.losses[SKIP:]]
-    started, ended = job_times(folder)
-    base: dict[str, Any] = dict(
-        job=job,
-        status=status,
-        L=cfg.get("L"),
-        H=cfg.get("H"),
-        A=cfg.get("A"),
-        tricks=bool(cfg.get("ffn_init_scale")) and cfg.get("logit_clip") is not None,
-        params=m.model.param_count if m.model else None,
-        seed=m.seed,
-        # a non-finite loss counts as infinitely large
-        max_train_loss=max(float("inf") if x is None else x for x in late) if late else None,
-        started=started,
-        ended=ended,
-        error=error,
-        vocab=(m.data or {}).get("vocab_size"),
-    )
-    if not langs:
-        return [Fig3Row(**base)]
-    out = []
-    for lang, v in langs.items():
-        meta: dict[str, Any] = dict(language=lang, resource=v.get("resource"), train_pairs=v.get("train_pairs"),
-                    synthetic=v.get("synthetic"))  # fmt: skip
-        out.append(
-            Fig3Row(**base, **meta, split=END, step=m.steps, bleu=v.get("bleu"), nll=v.get("nll"))
-        )
-        for p in m.curve:
-            at = (p.by_language or {}).get(lang, {})
-            out.append(
-                Fig3Row(
-                    **base, **meta, split=DEV, step=p.step, bleu=at.get("bleu"), nll=at.get("nll")
-                )
-            )
-    return out
-
-
-def collect(sweep: Path) -> Report[Fig3Row]:
-    jobs = read_sweep(sweep)
-    rows = [r for j in jobs for r in _rows_of(j.name, j.metrics, sweep / j.name)]
-    return Report(rows, Provenance.of_jobs([j.metrics.env for j in jobs], sweep))
 
 
 def _key(r: Fig3Row) -> Model:

@@ -24,7 +24,8 @@ import yaml
 from ..config.compose import CONF_DIR
 from .artefact import SweepArtefact
 from .claims import LEAD, answers
-from .fig3 import SKIP, Fig3Row, Model, _curve, _key, _models, collect, label, of
+from .fig3 import Model, _curve, _key, _models, label, of
+from .fig3_rows import SKIP, Fig3Row, collect
 from .plot import figure
 from .provenance import Provenance
 from .runs import failures, wall_time

@@ -121,12 +121,12 @@ ENTRIES = (
         "make table5",
         _sweep("table5", "conf/table5_run", f"{SRC}/paper/table5_rows.py"),
     ),  # fmt: skip
-    Entry("fig3", "fig3", "make fig3", _sweep("fig3", "conf/mt_size", f"{SRC}/paper/fig3.py")),
+    Entry("fig3", "fig3", "make fig3", _sweep("fig3", "conf/mt_size", f"{SRC}/paper/fig3_rows.py")),
     Entry(
         "fig3_tricks",
         "fig3_tricks",
         "make fig3",
-        _sweep("fig3_tricks", "conf/experiment/fig3.yaml", "conf/mt_size", f"{SRC}/paper/fig3.py"),
+        _sweep("fig3_tricks", "conf/experiment/fig3.yaml", "conf/mt_size", f"{SRC}/paper/fig3_rows.py"),
     ),  # fmt: skip
     Entry("sim", "sim", "make validate-sim", (*TRAIN, *SIMULATE, MEASURE)),
     Entry(

@@ -15,14 +15,16 @@ from pathlib import Path
 from .. import fig3 as f3
 from .. import fig3_tricks as tricks
 from .. import table5 as t5
+from ..fig3_rows import Fig3Row
+from ..table5_rows import Table5Row
 from ..verdict import UNTESTABLE, Finding, seeded
 from . import Missing, results, worded
 
 found = partial(worded, "claims_translation")
 
 
-def _fig3(folder: Path) -> list[f3.Fig3Row]:
-    return results(folder, f3.Fig3Row)
+def _fig3(folder: Path) -> list[Fig3Row]:
+    return results(folder, Fig3Row)
 
 
 def capacity(folder: Path) -> Finding:
@@ -65,7 +67,7 @@ def trainability(folder: Path) -> Finding:
 def batch_size(folder: Path) -> Finding:
     """Bigger batches, better BLEU and NLL, on the paper's design (the same updates); the
     confound (token-matched: the same data seen) in the reason."""
-    rs = results(folder, t5.Table5Row)
+    rs = results(folder, Table5Row)
     same, matched = t5.series(rs, True), t5.series(rs, False)
     if len(same) < 2:
         raise Missing("fewer than two batch sizes at the same updates")
