@@ -126,7 +126,9 @@ ENTRIES = (
         "fig3_tricks",
         "fig3_tricks",
         "make fig3",
-        _sweep("fig3_tricks", "conf/experiment/fig3.yaml", "conf/mt_size", f"{SRC}/paper/fig3_rows.py"),
+        _sweep(
+            "fig3_tricks", "conf/experiment/fig3.yaml", "conf/mt_size", f"{SRC}/paper/fig3_rows.py"
+        ),
     ),  # fmt: skip
     Entry("sim", "sim", "make validate-sim", (*TRAIN, *SIMULATE, MEASURE)),
     Entry(
