@@ -139,7 +139,7 @@ table1: $(STAMP) ## Table 1 (largest model that fits, fp32 and bf16; headline ra
 	$(BIN)/python -m gpipe_repro.paper table1 --publish
 
 .PHONY: table4 table4-quick
-table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; capacity ladder D=8,16,32; K=1 vs K=2) -> reports/table4/ (14 min in a clean clone on 2 AMD EPYC cores at 5929e43)
+table4: $(STAMP) ## Table 4 (transfer: fine-tuned vs scratch, 5 seeds; capacity ladder D=8,16,32; K=1 vs K=2) -> reports/table4/ (15 min in a clean clone on 2 AMD EPYC cores at 0854510)
 	$(BIN)/python -m gpipe_repro.paper table4 --publish
 
 table4-quick: $(STAMP) ## Table 4 with 2 seeds and short runs -> outputs/table4-quick/ (a few minutes)
@@ -172,7 +172,7 @@ validate-sim: $(STAMP) ## the simulator against the real engine (K=1,2) and emul
 validate-hw: $(STAMP) ## published hardware profiles against published training throughputs, and this CPU's roofline -> reports/hw/ (~1 min)
 	$(BIN)/python -m gpipe_repro.paper validate-hw --publish
 
-validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (49 min in a clean clone on 2 AMD EPYC cores at 5658003, every schedule searched; needs a quiet machine)
+validate-plan: $(STAMP) ## the planner's pick against every configuration measured (4 models x 3 caps) -> reports/plan/ (76 min in a clean clone on 2 AMD EPYC cores at 0854510, every schedule searched; needs a quiet machine)
 	$(BIN)/python -m gpipe_repro.paper validate-plan --publish
 
 validate-plan-quick: $(STAMP) ## the planner's validation on small scenarios -> outputs/validate-plan/quick/ (a few minutes)
