@@ -134,7 +134,7 @@ SLOW = (
     "tests/paper/test_table1.py::test_a_budget_too_small_names_the_layer",  # 9
     "tests/paper/test_stats.py::test_the_detectable_effect_is_detected_four_times_in_five",  # 8
     "tests/runner/test_transfer.py::test_the_body_loads_from_the_save_and_the_head_is_new",  # 8
-    "tests/paper/test_throughput_sim.py::test_the_partition_study_cuts_by",  # 7
+    "tests/studies/test_sensitivity.py::test_the_partition_study_cuts_by",  # 7
     "tests/config/test_compose.py::test_every_experiment_runs_two_steps[fig3_tricks]",  # 7
     "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[fig3",  # 5-7
     "tests/config/test_compose.py::test_every_job_of_every_experiment_composes_and_validates[table5]",  # 6

@@ -107,7 +107,7 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
     assert "Dry run on the CPU" in page and "Not a publishable" in page or "# GPU check" in page
     for f in ("results.csv", "provenance.json", "profiles/table2_transformer.json"):
         assert (out / f).is_file(), f
-    # the profile it wrote loads back as a committed profile (paper.throughput_gpu reads these)
+    # the profile it wrote loads back as a committed profile (studies.gpu_series reads these)
     from gpipe_repro.sim.measured.committed import load
 
     committed = load(out / "profiles" / "table2_transformer.json")

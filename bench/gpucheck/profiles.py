@@ -6,7 +6,7 @@ the experiment's ``sim.profile_max_micro_batch`` allows, in streams of ``sim.pro
 the engine's overheads calibrated on the GPU; one GPU has no link to measure, so the file borrows the
 link figures of its device's published profile (``sim.measured.committed``). Written to
 ``<out>/profiles/<experiment>.json``: committed from ``reports/gpu/``, they give Tables 2 and 3 a
-series simulated from these costs (``paper.throughput_gpu``).
+series simulated from these costs (``studies.gpu_series``).
 """
 
 from __future__ import annotations

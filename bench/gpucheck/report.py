@@ -12,7 +12,7 @@ from jinja2 import Template
 from tabulate import tabulate
 
 from gpipe_repro.paper.gpu_rows import GpuCheckRow, long_rows
-from gpipe_repro.paper.rows import write_csv
+from gpipe_repro.typed_csv import write_csv
 
 __all__ = ["write"]
 

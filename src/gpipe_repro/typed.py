@@ -1,6 +1,6 @@
 """One typed serialisation of the project's plain dataclasses, by pydantic 2's ``TypeAdapter``.
 
-``metrics.json`` (``metrics.contract``), a report's CSV rows (``paper.rows``) and the published JSON
+``metrics.json`` (``metrics.contract``), a report's CSV rows (``typed_csv``) and the published JSON
 Schema (``metrics.schema``) go through this one mechanism: values are read back into the declared
 types — nested dataclasses found from the type hints, no list of classes — and dumped to JSON, and
 the JSON Schema is generated from the same types. A field's doc and allowed values come from its

@@ -12,7 +12,7 @@ from gpipe_repro.paper.fig3 import ARTEFACT, _curve
 from gpipe_repro.paper.fig3_rows import Fig3Row
 from gpipe_repro.paper.fig3_tricks import ARTEFACT as TRICKS
 from gpipe_repro.paper.registry import ARTEFACTS
-from gpipe_repro.paper.rows import read_csv
+from gpipe_repro.typed_csv import read_csv
 
 LANGS = {
     "es": ("es-en", False, "high", 4_000),

@@ -88,7 +88,7 @@ def test_transformer_columns_report(tmp_path):
         and "What remains in bf16" in md
         and "## Where and why ours differ" in md
     )
-    # the paper's headline ratios, quoted through paper.numbers (printed and from its table); ours
+    # the paper's headline ratios, quoted through studies.published (printed and from its table); ours
     # need Pipeline-128, not planned in this subset (judged: test_the_headline_ratios_are_judged)
     (ratio,) = [x for x in md.splitlines() if x.startswith("| 128 partitions: transformer_lm")]
     assert ratio.endswith("| 298× | 297.3× |")
@@ -226,9 +226,9 @@ def test_the_headline_ratios_are_judged_per_accounting(tmp_path):
     precision and accounting, each with the rule's verdict against the printed ratio, on the page."""
     from dataclasses import replace
 
-    from gpipe_repro.paper.rows import read_csv, write_csv
     from gpipe_repro.paper.table1.findings import ratios
-    from gpipe_repro.paper.table1.planned import ResultRow
+    from gpipe_repro.studies.table1 import ResultRow
+    from gpipe_repro.typed_csv import read_csv, write_csv
 
     rows = [r for r in read_csv(REPORT / "results.csv", ResultRow) if r.model == "transformer_lm"]
     # an XLA-like Naive-1 that holds the paper's 282.2M: the ratio becomes the paper's

@@ -16,9 +16,9 @@ from _runs import ENV
 
 from gpipe_repro.metrics.contract import EvalMetrics, RunMetrics, to_json
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.numbers import quote, rows
 from gpipe_repro.paper.table4 import ARTEFACT
 from gpipe_repro.paper.table4.results import NEEDS_ROOT
+from gpipe_repro.studies.published import quote, rows
 
 PAPER = rows(4)
 

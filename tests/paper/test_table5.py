@@ -64,7 +64,7 @@ def write(sweep: Path, out: Path) -> Path:
 def test_token_matched_reads_run_ends_and_same_updates_reads_the_curves_at_update_u(tmp_path):
     sweep = table5_sweep(tmp_path / "s", {1: [1.0, 1.2], 2: [2.0, 2.2], 4: [4.0, 4.2]})
     out = write(sweep, tmp_path / "out")
-    from gpipe_repro.paper.rows import read_csv
+    from gpipe_repro.typed_csv import read_csv
 
     rows = read_csv(out / "results.csv", ARTEFACT.row)
     ends = series(rows, same_updates=False)

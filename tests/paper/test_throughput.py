@@ -11,11 +11,11 @@ import pytest
 
 from gpipe_repro.errors import UserError
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.numbers import throughput
-from gpipe_repro.paper.rows import write_csv
 from gpipe_repro.paper.sweep_rows import SweepRow
 from gpipe_repro.paper.throughput import TABLE2, TABLE3, Cell, ThroughputRow, load
 from gpipe_repro.paper.throughput_norm import build, decompose, renormalise, why
+from gpipe_repro.studies.published import throughput
+from gpipe_repro.typed_csv import write_csv
 
 EXPERIMENTS = TABLE2.experiments
 OFF = argparse.Namespace(

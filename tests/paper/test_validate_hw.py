@@ -6,13 +6,13 @@ import pytest
 
 from gpipe_repro.measure.roofline_check import CPU_MODELS, CPU_SIZES, RooflineRow
 from gpipe_repro.paper.__main__ import main
-from gpipe_repro.paper.rows import read_csv
 from gpipe_repro.paper.validate_hw.hw_rows import AnchorRow, CpuRow, anchor_rows, cpu_rows
 from gpipe_repro.paper.validate_hw.profiles import DeviceSummary, devices, kinds, rests_on
 from gpipe_repro.paper.validate_hw.uses import UseRow, uses
 from gpipe_repro.sim.anchors import AnchorResult, check
 from gpipe_repro.sim.hardware import load_profile, published_names
 from gpipe_repro.sim.interface import Anchor
+from gpipe_repro.typed_csv import read_csv
 
 
 @pytest.fixture(autouse=True)

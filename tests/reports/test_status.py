@@ -4,8 +4,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from gpipe_repro.paper.throughput_gpu import GPU_PROFILES as READ
 from gpipe_repro.reports.status import ENTRIES, GPU_PROFILES, Entry, main, state
+from gpipe_repro.studies.gpu_series import GPU_PROFILES as READ
 
 
 def _git(root: Path, *args: str) -> str:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..errors import UserError
+from ..typed_csv import read_csv, write_csv
 from .provenance import FILE, Provenance
-from .rows import read_csv, write_csv
 
 R = TypeVar("R")
 REPORTS = Path("reports")

@@ -21,9 +21,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from ..typed_csv import columns
 from .artefact import Artefact, make, publish
 from .registry import ARTEFACTS
-from .rows import columns
 from .sweep import Sweep, checks, console_table
 from .sweep_rows import SweepRow
 

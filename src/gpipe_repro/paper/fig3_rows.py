@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics.contract import RunMetrics
+from ..typed_csv import later
 from .artefact import Report
 from .provenance import Provenance
-from .rows import later
 from .runs import job_times, read_sweep
 
 END, DEV = "test", "dev"

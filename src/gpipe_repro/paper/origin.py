@@ -1,6 +1,6 @@
 """Which artefact a results CSV belongs to: ``--from`` another artefact's CSV is one line naming it.
 
-A CSV's columns are its row type's (``paper.rows``), so they tell the artefact apart — except where
+A CSV's columns are its row type's (``typed_csv``), so they tell the artefact apart — except where
 several share a row type (every sweep's table, the demo's among them, is a ``SweepRow`` table): then
 the ``provenance.json`` beside it tells which command made it (``gpipe-run -m experiment=NAME``, or
 ``python -m gpipe_repro.paper NAME``). ``mismatch`` is what ``python -m gpipe_repro.paper NAME --from
@@ -15,9 +15,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ..typed_csv import columns
 from .artefact import Artefact
 from .provenance import FILE, Provenance
-from .rows import columns
 
 __all__ = ["mismatch", "made_by"]
 

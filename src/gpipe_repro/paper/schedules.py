@@ -27,12 +27,12 @@ from ..errors import UserError
 from ..runplan.costing import simulate_plan
 from ..runplan.model import ModelPlan
 from ..runplan.plan import plan_run
+from ..studies.sensitivity import Model
+from ..studies.sensitivity import model as costed
 from .artefact import Artefact, Report
 from .provenance import Provenance
 from .schedules_page import plot, summary
 from .template import render
-from .throughput_sim import Model
-from .throughput_sim import model as costed
 
 __all__ = ["ScheduleRow", "SCHEDULES", "Settings", "ARTEFACT"]
 

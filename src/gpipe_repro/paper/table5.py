@@ -15,7 +15,7 @@ change between the same two rows, applied to our mean), each series' verdict by
 ``verdict.seeded`` — the same rule as the scorecard's (``paper.claims.translation``). The sweep's
 wall time is measured from the jobs' files (first job start to last job end). Render: ``table5.md``, ``table5.png`` (the series and
 the dev-NLL learning curves against tokens and updates). Ours are measured; the paper's are quoted
-(``paper.numbers``).
+(``studies.published``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..studies.published import quote, rows
 from . import runs
 from .artefact import SweepArtefact
 from .claims import LEAD, answers
-from .numbers import quote, rows
 from .plot import figure
 from .provenance import Provenance
 from .runs import failures

@@ -2,7 +2,7 @@
 
 Experiments: ``gpipe-run -m experiment=tableN_amoebanet`` and ``..._transformer`` (each published to
 ``reports/tableN_*/`` by the sweep callback). Collect: those sweeps' typed rows, the simulator's
-studies (``paper.throughput_sim``) and a committed GPU profile's series (``paper.throughput_gpu``).
+studies (``studies.sensitivity``) and a committed GPU profile's series (``studies.gpu_series``).
 Rows: each *series* (one model on one hardware with one batch mode) normalised the paper's way and
 decomposed into the factors of ``paper.throughput_norm``. A cell simulated on a profile that ``make
 validate-hw`` finds not anchored well enough carries a mark (``validate_hw.flags``, read at render).
@@ -15,20 +15,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UserError
+from ..studies.gpu_series import gpu_cells
+from ..studies.published import throughput
+from ..studies.sensitivity import SimRow, studies
+from ..studies.throughput_rows import Cell, ThroughputRow
+from ..typed_csv import read_csv, write_csv
 from .artefact import REPORTS, Artefact, Report
 from .claims import LEAD, answers
-from .numbers import throughput
 from .provenance import Provenance
-from .rows import read_csv, write_csv
 from .sweep_rows import SweepRow
 from .throughput_findings import markdown, plot
-from .throughput_gpu import gpu_cells
 from .throughput_norm import build, renormalise
-from .throughput_rows import Cell, ThroughputRow
-from .throughput_sim import SimRow, studies
 from .validate_hw.flags import anchoring
 
-SENSITIVITY = "sensitivity.csv"  # the simulator's studies (throughput_sim.SimRow)
+SENSITIVITY = "sensitivity.csv"  # the simulator's studies (sensitivity.SimRow)
 
 
 def _floats(text: str | None) -> list[float]:
@@ -86,7 +86,7 @@ class Throughput(Artefact[ThroughputRow]):
         self.name = self.folder = self.page = f"table{table}"
         self.command = f"make table{table}"
         self.experiments = [f"table{table}_amoebanet", f"table{table}_transformer"]
-        self.profile, self.studies = profile, studies  # the simulator's studies (throughput_sim)
+        self.profile, self.studies = profile, studies  # the simulator's studies (sensitivity)
         self.runs = [[f"experiment={e}"] for e in self.experiments]
         self.hw = REPORTS / "hw"  # the validate-hw report whose judgement marks the cells
 
@@ -95,7 +95,7 @@ class Throughput(Artefact[ThroughputRow]):
             "--studies",
             choices=("on", "off"),
             default="on",
-            help=f"simulate {', '.join(self.studies)} on {self.profile} (paper/throughput_sim.py)",
+            help=f"simulate {', '.join(self.studies)} on {self.profile} (studies/sensitivity.py)",
         )
 
     @property

@@ -2,7 +2,7 @@
 
 Per model: the paper beside every series of the paper's design, all under the paper's normalisation
 (``throughput_norm``), then one table per series; other designs (a fixed batch, the planner's pick)
-follow as studies, then the simulator's studies (``paper.throughput_sim``);
+follow as studies, then the simulator's studies (``studies.sensitivity``);
 ``templates/throughput.md.j2`` words them. The plot draws every series against K beside the paper
 and the bubble bound.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.schedule import bubble_fraction
-from .numbers import throughput
+from ..studies.published import throughput
 from .plot import figure
 from .provenance import Provenance
 from .template import render, words
@@ -158,7 +158,7 @@ def _extrapolation(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str,
 
 
 def studies(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: str) -> dict:
-    """The simulator's studies (``throughput_sim``), each with the statements its rows support
+    """The simulator's studies (``sensitivity``), each with the statements its rows support
     (empty: none ran)."""
     if not rows:
         return {}

@@ -32,9 +32,9 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ..engine.schedule import bubble_fraction
-from .numbers import throughput
+from ..studies.published import throughput
+from ..studies.throughput_rows import Cell, ThroughputRow
 from .template import words
-from .throughput_rows import Cell, ThroughputRow
 
 FACTORS = ("bound", "balance", "overlap", "transfers", "efficiency")
 WHAT = {

@@ -69,8 +69,8 @@ ENTRIES = (
             f"{SRC}/engine/partition.py",
             f"{SRC}/engine/precision.py",
             f"{SRC}/engine/pipeline.py",
-            f"{SRC}/paper/table1/planned.py",
-            f"{SRC}/paper/numbers.py",
+            f"{SRC}/studies/table1.py",
+            f"{SRC}/studies/published.py",
         ),
     ),  # fmt: skip
     *(
@@ -94,10 +94,8 @@ ENTRIES = (
                     *SIMULATE,
                     *_sweep(f"table{n}_amoebanet"),
                     f"conf/experiment/table{n}_transformer.yaml",
-                    *(
-                        f"{SRC}/paper/{f}.py"
-                        for f in ("throughput", "throughput_sim", "throughput_gpu", "sweep_rows")
-                    ),
+                    *(f"{SRC}/paper/{f}.py" for f in ("throughput", "sweep_rows")),
+                    *(f"{SRC}/studies/{f}.py" for f in ("sensitivity", "gpu_series")),
                     GPU_PROFILES,
                 ),
             ),
@@ -152,6 +150,7 @@ ENTRIES = (
             *SIMULATE,
             "conf/experiment/demo.yaml",
             f"{SRC}/paper/schedules.py",
+            f"{SRC}/studies/sensitivity.py",  # the models built and costed once per profile
         ),
     ),  # fmt: skip
     Entry(

@@ -10,8 +10,8 @@ import pytest
 from _shared import make
 
 from gpipe_repro.measure.planner import PlanRow
-from gpipe_repro.paper.rows import read_csv
 from gpipe_repro.paper.validate_plan.findings import summarize
+from gpipe_repro.typed_csv import read_csv
 
 
 @pytest.mark.target

@@ -20,9 +20,9 @@ from gpipe_repro.measure.models import (
 )
 from gpipe_repro.measure.simulator import CellRow, Settings, _grid
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.rows import read_csv, write_csv
 from gpipe_repro.paper.validate_sim import ARTEFACT
 from gpipe_repro.paper.validate_sim.heldout import ALL, HeldOutRow, heldout_rows
+from gpipe_repro.typed_csv import read_csv, write_csv
 
 
 def test_two_held_out_families_and_the_calibration_models_are_apart():

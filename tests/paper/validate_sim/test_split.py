@@ -9,7 +9,6 @@ import pytest
 
 from gpipe_repro.measure.simulator import CellRow
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.rows import read_csv, write_csv
 from gpipe_repro.paper.validate_sim import ARTEFACT
 from gpipe_repro.paper.validate_sim.split import (
     NOISE,
@@ -20,6 +19,7 @@ from gpipe_repro.paper.validate_sim.split import (
     split_rows,
     verdicts,
 )
+from gpipe_repro.typed_csv import read_csv, write_csv
 
 
 def _cell(model: str, checkpoint: str, M: int, error: float, spread: float, **kw) -> CellRow:

@@ -10,9 +10,9 @@ import pytest
 
 from gpipe_repro.measure.simulator import KEY, TRACE_CELL, CellRow
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.rows import write_csv
 from gpipe_repro.paper.validate_sim import ARTEFACT
 from gpipe_repro.paper.validate_sim.findings import summarize
+from gpipe_repro.typed_csv import write_csv
 
 
 def write_report(folder: Path, rows: list[CellRow]) -> Path:
@@ -199,8 +199,8 @@ def test_the_validation_pipeline_writes_its_report(tmp_path):
 
     from gpipe_repro.measure.simulator import CellRow, Settings
     from gpipe_repro.paper.artefact import make
-    from gpipe_repro.paper.rows import columns
     from gpipe_repro.paper.validate_sim import ARTEFACT
+    from gpipe_repro.typed_csv import columns
 
     s = Settings(
         models=["imbalanced"],

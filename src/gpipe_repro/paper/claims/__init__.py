@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..rows import Row, read_csv
+from ...typed_csv import Row, read_csv
 from ..template import words
 from ..verdict import RULES, UNTESTABLE, Finding
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+from ...studies.table1 import ResultRow
 from ..table1.findings import KINDS, kind, kind_label, paper, ratios, size_steps
-from ..table1.planned import ResultRow
 from ..verdict import NOT, TOLERANCE, Finding, reproduced, within
 from . import Missing, results, worded
 

@@ -17,11 +17,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..numbers import throughput
-from ..rows import read_csv
+from ...studies.published import throughput
+from ...studies.sensitivity import SimRow
+from ...studies.throughput_rows import ThroughputRow
+from ...typed_csv import read_csv
 from ..throughput_norm import renormalise, series
-from ..throughput_rows import ThroughputRow
-from ..throughput_sim import SimRow
 from ..verdict import LINK_OK, NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
 from . import Missing, results, worded
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..rows import read_csv
+from ...typed_csv import read_csv
 from ..stats import Comparison
 from ..table4.results import RunRow, group, versus
 from ..verdict import UNTESTABLE, Finding, seeded

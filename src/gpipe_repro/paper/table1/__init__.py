@@ -14,14 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...memory.table1 import COLUMNS, Column, GiB
+from ...studies.table1 import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
+from ...typed_csv import read_csv, write_csv
 from ..artefact import Artefact, Report
 from ..claims import LEAD, answers
 from ..plot import figure
 from ..provenance import Provenance
-from ..rows import read_csv, write_csv
 from ..template import render
 from .findings import KINDS, kind, kind_label, paper, summary
-from .planned import AllocRow, ResultRow, SavedRow, alloc_rows, result_rows, saved_rows
 
 TITLE = "Table 1 — the largest model that fits, per number of accelerators"
 HALVES = {"amoebanet_d": "amoebanet", "transformer_lm": "transformer"}

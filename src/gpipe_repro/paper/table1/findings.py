@@ -2,7 +2,7 @@
 the tables, §3's headline ratios, the CPU allocator against the plan, where and why ours differ from
 the paper, and the Naive-1 gap under an XLA-like accounting.
 
-The paper's numbers come from ``paper.numbers`` in the unit each half of its table uses
+The paper's numbers come from ``studies.published`` in the unit each half of its table uses
 (``numbers.UNITS``), never from the CSV's ``paper_*`` columns (an older CSV holds 10^9 for both).
 A row of a CSV from before the accounting column is ``eager``.
 """
@@ -15,9 +15,9 @@ from itertools import accumulate
 from typing import Any
 
 from ...memory.breakdown import FUSED_AWAY, fused_away
-from ..numbers import QUOTES, UNITS, quote
+from ...studies.published import QUOTES, UNITS, quote
+from ...studies.table1 import AllocRow, ResultRow, SavedRow
 from ..verdict import ratio as judge  # the rule the scorecard applies
-from .planned import AllocRow, ResultRow, SavedRow
 
 BYTES_PER_PARAMETER = 12  # fp32 weights + gradients + RMSProp's one slot (GPipe §3: RMSProp)
 # Our rows, in the order the page shows them: (precision, accounting).
@@ -64,7 +64,7 @@ def label(r: ResultRow) -> str:
 
 
 def paper(model: str, column: str, what: str) -> float:
-    """The paper's number in bytes (memory) or parameters (``paper.numbers``)."""
+    """The paper's number in bytes (memory) or parameters (``studies.published``)."""
     return quote(1, f"{model} {column}", what).value
 
 

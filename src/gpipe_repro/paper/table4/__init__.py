@@ -25,13 +25,13 @@ from typing import Any
 from ...errors import UserError
 from ...measure.transfer_jobs import CANONICAL, QUICK, run_table, sigterm, write_plan
 from ...runner.jobs import read_job
+from ...studies.published import quote
+from ...studies.published import rows as paper_rows
+from ...typed_csv import write_csv
 from ..artefact import Artefact, Report
 from ..claims import LEAD, answers
-from ..numbers import quote
-from ..numbers import rows as paper_rows
 from ..plot import figure
 from ..provenance import Provenance
-from ..rows import write_csv
 from ..runs import read_run
 from ..stats import RULE, sample, trend
 from ..template import render

@@ -5,7 +5,7 @@ the target, the initialisation, K, the dataset's sizes; one sub-folder per seed 
 ``metrics.json``, read through the contract). A ``RunRow`` holds all a page needs of a run, so the
 page is regenerated from ``runs.csv`` (and ``plan.json``) alone. Runs are grouped by (target, init,
 K); an accuracy is a percentage measured on the target's own test split, summarised as mean and
-sample standard deviation over seeds. The paper's rows are ``paper.numbers``' Table 4; its datasets
+sample standard deviation over seeds. The paper's rows are ``studies.published``' Table 4; its datasets
 are not on this machine: "needs data.root".
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...metrics.contract import EnvInfo
 from ...runner.jobs import read_job
-from ..numbers import quote, rows
+from ...studies.published import quote, rows
 from ..runs import read_run
 from ..stats import Comparison, Sample, compare, sample
 

@@ -20,12 +20,12 @@ from ...config.compose import CONF_DIR
 from ...measure.roofline_check import measure_cpu, write_profile
 from ...sim.anchors import MIN_ANCHORS, TOLERANCE, check
 from ...sim.hardware import load_profile, published_names
+from ...typed_csv import read_csv, write_csv
 from ..artefact import Artefact, Report
 from ..claims import TARGETS_LEAD, Answer, targeted
 from ..markdown import pct, yes
 from ..plot import figure
 from ..provenance import Provenance
-from ..rows import read_csv, write_csv
 from ..stats import median
 from ..template import render
 from .hw_rows import AnchorRow, CpuRow, anchor_rows, cpu_rows

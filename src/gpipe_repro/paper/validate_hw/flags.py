@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...typed_csv import read_csv
 from ..provenance import Provenance
-from ..rows import read_csv
 from .hw_rows import CpuRow
 from .profiles import DeviceSummary, kinds, problems
 from .uses import INPUTS

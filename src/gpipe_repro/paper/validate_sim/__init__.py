@@ -16,10 +16,10 @@ from pathlib import Path
 from ...measure.calibration import Calibration
 from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import TRACE_CELL, CellRow, measure
+from ...typed_csv import write_csv
 from ..artefact import Artefact, Report
 from ..claims import TARGETS_LEAD, targeted
 from ..provenance import Provenance
-from ..rows import write_csv
 from ..template import render
 from . import findings, heldout, split
 from .figures import plot_cells, trace_cell

@@ -13,8 +13,8 @@ from typing import Any
 
 from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import VARIANTS, CellRow, worst
+from ...typed_csv import read_csv
 from ..markdown import DASH, ms, num, pct
-from ..rows import read_csv
 from ..stats import median, spearman
 from .figures import plot_roofline
 from .split import KINDS

@@ -18,8 +18,8 @@ from typing import Any
 
 from ...measure.models import MODELS, held_out
 from ...measure.simulator import CellRow
+from ...typed_csv import read_csv, write_csv
 from ..markdown import pct
-from ..rows import read_csv, write_csv
 from ..stats import median
 
 MEDIAN, MAX, BIAS = 0.05, 0.10, 0.05  # issue #38: raw median |error|, max |error|, group bias

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ...measure.simulator import VARIANTS, CellRow
+from ...typed_csv import read_csv, write_csv
 from ..markdown import pct
-from ..rows import read_csv, write_csv
 from ..stats import median
 from ..template import words
 

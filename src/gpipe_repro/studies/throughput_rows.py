@@ -1,5 +1,5 @@
 """The rows of Tables 2 and 3 (GPipe §3): one cell of a sweep beside the paper's, as the table, its
-decomposition (``paper.throughput``) and the simulator's studies (``paper.throughput_sim``) read it."""
+decomposition (``paper.throughput``) and the simulator's studies (``studies.sensitivity``) read it."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpipe_repro.paper.rows import LATER, columns, later, read_csv, write_csv
+from gpipe_repro.typed_csv import LATER, columns, later, read_csv, write_csv
 
 
 @dataclass
@@ -83,7 +83,7 @@ def test_every_committed_report_csv_reads_back_and_writes_the_same_bytes(tmp_pat
     from dataclasses import fields
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     types = _row_types()
     checked = []
     for path in sorted(root.glob("reports/*/*.csv")):

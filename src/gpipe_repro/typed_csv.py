@@ -22,7 +22,7 @@ from dataclasses import MISSING, Field, astuple, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_type_hints
 
-from ..typed import load
+from .typed import load
 
 Row = TypeVar("Row")
 _INT = re.compile(r"-?\d+")

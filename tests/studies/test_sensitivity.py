@@ -10,14 +10,18 @@ import pytest
 
 from gpipe_repro.engine import balance_by_cost
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.numbers import throughput
 from gpipe_repro.paper.provenance import Provenance
-from gpipe_repro.paper.rows import read_csv, write_csv
 from gpipe_repro.paper.sweep_rows import SweepRow
 from gpipe_repro.paper.throughput import TABLE3, Throughput, ThroughputRow
 from gpipe_repro.paper.throughput_findings import LINK_OK, markdown
 from gpipe_repro.paper.throughput_norm import build
-from gpipe_repro.paper.throughput_sim import (
+from gpipe_repro.runplan.costing import simulate_plan
+from gpipe_repro.search.choose import search_space
+from gpipe_repro.search.scan import search
+from gpipe_repro.sim import LayerCost, Link, stage_costs
+from gpipe_repro.sim.measured import LayerProfile, MeasuredCosts
+from gpipe_repro.studies.published import throughput
+from gpipe_repro.studies.sensitivity import (
     SimRow,
     efficiency,
     equal_layers,
@@ -26,11 +30,7 @@ from gpipe_repro.paper.throughput_sim import (
     model,
     studies,
 )
-from gpipe_repro.runplan.costing import simulate_plan
-from gpipe_repro.search.choose import search_space
-from gpipe_repro.search.scan import search
-from gpipe_repro.sim import LayerCost, Link, stage_costs
-from gpipe_repro.sim.measured import LayerProfile, MeasuredCosts
+from gpipe_repro.typed_csv import read_csv, write_csv
 
 # AmoebaNet-D small enough to cost in seconds, still 12 layers (K up to 8)
 SMALL = [

@@ -1,7 +1,7 @@
 """Table 1's rows: every column of the paper planned by the memory model, at both precisions.
 
 ``results.csv`` (``ResultRow``): a column planned at fp32 or bf16 under each accounting of
-``memory.table1``, ours beside the paper's numbers (``paper.numbers``); ``saved.csv`` (``SavedRow``):
+``memory.table1``, ours beside the paper's numbers (``studies.published``); ``saved.csv`` (``SavedRow``):
 the Naive-1 columns' saved activations by layer type, operation and dtype (``memory.breakdown``);
 ``allocator.csv`` (``AllocRow``): the planner's peak beside the CPU allocator's on a small model.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ...engine.precision import PRECISIONS
-from ...memory.allocator import check_amoebanet
-from ...memory.breakdown import amoebanet_groups, transformer_groups
-from ...memory.table1 import ACCOUNTINGS, Column, largest, plan_column
-from ..numbers import quote
-from ..rows import later
+from ..engine.precision import PRECISIONS
+from ..memory.allocator import check_amoebanet
+from ..memory.breakdown import amoebanet_groups, transformer_groups
+from ..memory.table1 import ACCOUNTINGS, Column, largest, plan_column
+from ..typed_csv import later
+from .published import quote
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A committed GPU profile gives Tables 2/3 a series (``paper.throughput_gpu``): tested with a profile
+"""A committed GPU profile gives Tables 2/3 a series (``studies.gpu_series``): tested with a profile
 made on this CPU in a temporary folder (no GPU figures are committed by a test)."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gpipe_repro.config.compose import compose
-from gpipe_repro.paper.numbers import throughput
 from gpipe_repro.paper.throughput_findings import label
-from gpipe_repro.paper.throughput_gpu import gpu_cells
 from gpipe_repro.paper.throughput_norm import build
 from gpipe_repro.runplan.costing import model_key, workload
 from gpipe_repro.runplan.plan import plan_model
@@ -18,6 +16,8 @@ from gpipe_repro.sim.costs import Link
 from gpipe_repro.sim.measured import MeasuredDevice, cache
 from gpipe_repro.sim.measured.committed import CommittedProfile, load, measured_now, save
 from gpipe_repro.sim.measured.device import DeviceModel
+from gpipe_repro.studies.gpu_series import gpu_cells
+from gpipe_repro.studies.published import throughput
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 

@@ -17,14 +17,13 @@ from ..runplan.costing import model_key, simulate_plan, workload
 from ..runplan.plan import plan_model
 from ..sim.measured.committed import CommittedDevice, CommittedProfile, load
 from ..sim.measured.link import LinkUnmeasured
-from .artefact import REPORTS
-from .numbers import throughput
+from .published import throughput
+from .sensitivity import at, cut_by_time, recompute_s
 from .throughput_rows import Cell, ThroughputRow
-from .throughput_sim import at, cut_by_time, recompute_s
 
 __all__ = ["GPU_PROFILES", "gpu_cells", "committed_profiles"]
 
-GPU_PROFILES = REPORTS / "gpu" / "profiles"
+GPU_PROFILES = Path("reports") / "gpu" / "profiles"
 
 
 def committed_profiles(folder: Path) -> list[CommittedProfile]:

@@ -3,7 +3,7 @@ are GiB — the units in which the paper's parameter memory is 12 bytes x its pa
 
 import pytest
 
-from gpipe_repro.paper.numbers import UNITS, quote
+from gpipe_repro.studies.published import UNITS, quote
 
 TRANSFORMER = ("Pipeline-1", "Pipeline-8", "Pipeline-32", "Pipeline-128")
 AMOEBANET = ("Pipeline-1", "Pipeline-2", "Pipeline-4")

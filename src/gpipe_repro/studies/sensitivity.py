@@ -37,7 +37,7 @@ from ..search.choose import search_space
 from ..search.scan import search
 from ..sim import CostModel, Hardware, LayerCost, Link, SimResult, stage_costs
 from ..sim.measured import MeasuredCosts
-from .numbers import throughput
+from .published import throughput
 from .throughput_rows import Cell, ThroughputRow
 
 __all__ = ["SimRow", "studies", "equal_layers"]
