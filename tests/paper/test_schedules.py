@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from gpipe_repro.paper.schedules import PAPER, SCHEDULES, Schedules, Settings
+from gpipe_repro.paper.schedules import Schedules
 from gpipe_repro.paper.schedules_page import bubble_time, summary
+from gpipe_repro.studies.schedules import PAPER, SCHEDULES, Settings
 
 TINY = Settings(
     models=(("MLP", ("model=mlp", "data=synthetic", "train.batch_size=16")),),
@@ -82,7 +83,7 @@ def test_make_schedules_runs_again_over_its_own_measured_runs(tmp_path, monkeypa
 
     monkeypatch.setattr(runner, "run", fake_run)
     s = Settings(demo=("experiment=demo", "train.steps=4", "train.warmup_steps=1"), demo_Ms=(4,))
-    from gpipe_repro.paper.schedules import measured
+    from gpipe_repro.studies.schedules import measured
 
     rows = measured(s, tmp_path)
     assert len(asked) == len(SCHEDULES) == len(rows)

@@ -150,6 +150,7 @@ ENTRIES = (
             *SIMULATE,
             "conf/experiment/demo.yaml",
             f"{SRC}/paper/schedules.py",
+            f"{SRC}/studies/schedules.py",
             f"{SRC}/studies/sensitivity.py",  # the models built and costed once per profile
         ),
     ),  # fmt: skip
