@@ -70,9 +70,10 @@ class ValidateSim(Artefact[CellRow]):
         ]  # fmt: skip
         held = heldout.summary(rows, out)
         judged += [
-            targeted("sim_raw", v["met"].strip("*"),
-                     "What a user sees: the raw error, calibration and held-out models apart", v=v)
-            for v in (held["heldout"] or {}).get("verdicts", [])
+            targeted("sim_raw", "?" if top.met is None else "met" if top.met else "not met",
+                     "What a user sees: the raw error, calibration and held-out models apart",
+                     top=top, groups=groups)
+            for top, groups in (held["heldout"] or {}).get("sets", [])
         ]  # fmt: skip
         page = render(
             "sim", report.provenance, "Simulator validation", judged, TARGETS_LEAD, calib=calib,
