@@ -77,7 +77,7 @@ class ValidateSim(Artefact[CellRow]):
         ]  # fmt: skip
         page = render(
             "sim", report.provenance, "Simulator validation", judged, TARGETS_LEAD, calib=calib,
-            quiet=findings.QUIET, target_cells=findings.target_cells(summ), **sp, **held,
+            quiet=findings.QUIET, summ=summ, targets=findings.TARGETS, **sp, **held,
             speed=summ["real"] if summ.get("real", {}).get("normalized") else None,
             **findings.by_group(rows), traced=trace_cell(out, TRACE_CELL, "cell"), worst=worst,
             cell_tables=findings.cell_tables(rows), variants=findings.variants(rows),

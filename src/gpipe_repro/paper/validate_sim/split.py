@@ -153,25 +153,12 @@ def by_m(rows: Sequence[CellRow]) -> list[list[Any]]:
 
 
 def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
-    """Write ``split.csv`` and ``groups.csv`` from ``rows`` into ``out``; the page's tables and
-    verdicts, read back from them."""
+    """Write ``split.csv`` and ``groups.csv`` from ``rows`` into ``out``; their rows read back and
+    the verdicts from them (the tables: ``templates/sim.md.j2``)."""
     write_csv(out / "split.csv", SplitRow, split_rows(rows))
     write_csv(out / "groups.csv", GroupRow, group_rows(rows))
     splits, groups = read_csv(out / "split.csv", SplitRow), read_csv(out / "groups.csv", GroupRow)
     return {
-        "all": ALL, "bias": BIAS, "noise": NOISE,
-        "split_cells": [
-            [r.kind, r.checkpoint, r.schedule, r.cells, pct(r.median_signed, 1, True),
-             pct(r.median_abs), pct(r.max_abs)]
-            for r in splits
-        ],
-        "group_cells": [
-            [g.kind, g.model, g.K, g.checkpoint, g.cells, pct(g.median_signed, 1, True),
-             pct(g.median_abs), pct(g.max_abs), pct(g.repeat_spread), "**yes**" if g.outside else "no",
-             "**not met**" if g.verdict == "not met" else g.verdict]
-            for g in groups
-        ],
-        "splits": splits,
-        "verdicts": verdicts(groups),
-        "by_m": by_m(rows), "no_calls": VARIANTS["no_calls"],
+        "all": ALL, "bias": BIAS, "noise": NOISE, "splits": splits, "groups": groups,
+        "verdicts": verdicts(groups), "by_m": by_m(rows), "no_calls": VARIANTS["no_calls"],
     }  # fmt: skip
