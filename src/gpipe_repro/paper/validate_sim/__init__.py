@@ -64,8 +64,8 @@ class ValidateSim(Artefact[CellRow]):
                      goal=findings.TARGETS[kind])
             for kind, s in summ.items()
         ] + [
-            targeted("sim_bias", v["target"].strip("*"), "Bias per (model, K, remat) group", v=v,
-                     bias=split.BIAS)
+            targeted("sim_bias", v["target"], "Bias per (model, K, remat) group", v=v,
+                     bias=split.BIAS, noise=split.NOISE)
             for v in sp["verdicts"]
         ]  # fmt: skip
         held = heldout.summary(rows, out)
