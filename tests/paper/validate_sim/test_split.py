@@ -9,6 +9,7 @@ import pytest
 
 from gpipe_repro.measure.simulator import CellRow
 from gpipe_repro.paper.artefact import make
+from gpipe_repro.paper.template import words
 from gpipe_repro.paper.validate_sim import ARTEFACT
 from gpipe_repro.paper.validate_sim.split import (
     NOISE,
@@ -78,10 +79,9 @@ def test_a_small_bias_below_the_spread_is_noise_not_met():
     assert not g.outside and g.verdict == NOISE
     (v,) = verdicts([g])
     assert v["target"] == f"not shown ({NOISE})" and v["groups"] == 1
-    assert v["parts"][:2] == [
-        "0 met",
-        f"1 {NOISE} (mlp K = 2 never +3.0%: bias below the same-cell spread)",
-    ]
+    assert words("sim_lines", "parts", by=v["by"], noise=NOISE) == (
+        f"0 met; 1 {NOISE} (mlp K = 2 never +3.0%: bias below the same-cell spread)"
+    )
 
 
 def test_the_split_keeps_kinds_apart_and_splits_remat_and_schedule():

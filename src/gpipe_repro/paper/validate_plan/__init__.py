@@ -24,7 +24,6 @@ from ...measure.planner import PlanRow, run
 from ...measure.scenarios import RULES
 from ..artefact import Artefact, Report
 from ..claims import TARGETS_LEAD, Answer, targeted
-from ..markdown import DASH, num, pct
 from ..plot import figure
 from ..provenance import Provenance
 from ..stats import median
@@ -64,12 +63,6 @@ class ValidatePlan(Artefact[PlanRow]):
         plot(summarize(report.rows), report.rows, path)
 
 
-def _cfg(r: PlanRow) -> str:
-    modes = set(r.checkpoint.split("/"))
-    remat = r.checkpoint if len(modes) > 1 else modes.pop()
-    return f"K={r.K} M={r.M} {r.schedule} {remat} [{r.balance}]"
-
-
 def _sps(step: float | None) -> float:
     return N / step if step else 0.0
 
@@ -87,11 +80,10 @@ def answer(s: dict[str, Any]) -> list[Answer]:
 
 
 def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any]:
-    """What the page says: the targets and how many picks ran for real, each scenario's regret, the
-    rules' gains, the picks' memory (``findings.summarize``), the predicted peaks' error over every
-    measured stage, the calibration."""
+    """What the page says (its tables: ``templates/plan.md.j2``): the targets and how many picks ran
+    for real, each scenario's regret, the rules' gains, the picks' memory (``findings.summarize``),
+    the predicted peaks' error over every measured stage, the calibration."""
     sums = summarize(rows)
-    rho = lambda x: num(x, ".3f")  # noqa: E731
     errs = [
         (p - m) / m
         for r in rows
@@ -99,57 +91,16 @@ def summary(rows: Sequence[PlanRow], calib: Calibration | None) -> dict[str, Any
         for p, m in zip(peaks(r.predicted_peak_mib), peaks(r.measured_peak_mib))
         if m > 0
     ]
-    ts = targets(sums)
-    marked = [(t.what, t.value, t.goal, "met" if t.met else "**not met**") for t in ts]
     real, n = real_picks(sums)
     return {
         "summaries": sums,
-        "targets": ts,
+        "targets": targets(sums),
         "real": real,
         "n": n,
         "schedules": ", ".join(s for s in SCHEDULES if any(r.schedule == s for r in rows)),
         "calib": calib,
-        "target_cells": marked or [("(no scenario measured)", "", "", "")],
-        "scenario_cells": [
-            [
-                s.scenario,
-                f"{s.cap_mib:.2f}",
-                s.candidates,
-                _cfg(s.pick),
-                f"{_sps(s.pick.measured_step_s):.0f}",
-                _cfg(s.best),
-                f"{_sps(s.best.measured_step_s):.0f}",
-                pct(s.regret),
-                pct(s.repeat),
-                s.best_rank,
-                rho(s.spearman),
-                f"{rho(s.spearman_by_kind['real'])} / {rho(s.spearman_by_kind['emulated'])}",
-                pct(s.wait, 0),
-            ]
-            for s in sums
-        ],  # fmt: skip
         "rules": list(RULES.values()),
-        "rule_cells": [
-            [
-                s.scenario,
-                *(
-                    "does not fit" if s.gains[r] is None else pct(s.gains[r], signed=True)
-                    for r in RULES
-                ),
-            ]
-            for s in sums
-        ],  # fmt: skip
-        "memory_cells": [
-            [
-                s.scenario,
-                f"{s.cap_mib:.2f}",
-                _cfg(s.pick),
-                s.pick.predicted_peak_mib,
-                s.pick.measured_peak_mib or DASH,
-                DASH if s.pick_peak_mib is None else pct(s.pick_peak_mib / s.cap_mib, 0),
-            ]
-            for s in sums
-        ],  # fmt: skip
+        "sps": _sps,
         "errors": errs,
         "errors_median": median(errs),
         "deciles": statistics.quantiles(errs, n=10) if len(errs) >= 2 else errs * 9,

@@ -64,19 +64,20 @@ class ValidateSim(Artefact[CellRow]):
                      goal=findings.TARGETS[kind])
             for kind, s in summ.items()
         ] + [
-            targeted("sim_bias", v["target"].strip("*"), "Bias per (model, K, remat) group", v=v,
-                     bias=split.BIAS)
+            targeted("sim_bias", v["target"], "Bias per (model, K, remat) group", v=v,
+                     bias=split.BIAS, noise=split.NOISE)
             for v in sp["verdicts"]
         ]  # fmt: skip
         held = heldout.summary(rows, out)
         judged += [
-            targeted("sim_raw", v["met"].strip("*"),
-                     "What a user sees: the raw error, calibration and held-out models apart", v=v)
-            for v in (held["heldout"] or {}).get("verdicts", [])
+            targeted("sim_raw", "?" if top.met is None else "met" if top.met else "not met",
+                     "What a user sees: the raw error, calibration and held-out models apart",
+                     top=top, groups=groups)
+            for top, groups in (held["heldout"] or {}).get("sets", [])
         ]  # fmt: skip
         page = render(
             "sim", report.provenance, "Simulator validation", judged, TARGETS_LEAD, calib=calib,
-            quiet=findings.QUIET, target_cells=findings.target_cells(summ), **sp, **held,
+            quiet=findings.QUIET, summ=summ, targets=findings.TARGETS, **sp, **held,
             speed=summ["real"] if summ.get("real", {}).get("normalized") else None,
             **findings.by_group(rows), traced=trace_cell(out, TRACE_CELL, "cell"), worst=worst,
             cell_tables=findings.cell_tables(rows), variants=findings.variants(rows),

@@ -14,7 +14,7 @@ from typing import Any
 from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import VARIANTS, CellRow, worst
 from ...typed_csv import read_csv
-from ..markdown import DASH, ms, num, pct
+from ..markdown import pct
 from ..stats import median, spearman
 from .figures import plot_roofline
 from .split import KINDS
@@ -70,50 +70,21 @@ def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
     return out
 
 
-def _pair(a: float | None, b: float | None) -> str:
-    """Two shares as a median / max pair; a dash where either is missing."""
-    return DASH if a is None or b is None else f"{pct(a)} / {pct(b)}"
-
-
-def target_cells(summ: dict[str, Any]) -> list[list[Any]]:
-    """Per kind its row of the targets' table, and beside it the same without the speed probe."""
-    out = []
-    for kind, s in summ.items():
-        med_t, max_t = TARGETS[kind]
-        quiet = f"{s['quiet']}: {_pair(s['quiet_median'], s['quiet_max'])}" if s["quiet"] else "0"
-        out.append(
-            [f"{kind}, speed-normalised" if s["normalized"] else kind, s["cells"], pct(s["median"]),
-             pct(s["max"]), pct(s["bias"], 1, True), s["within_10"], num(s["spearman"], ".3f"),
-             f"median ≤ {med_t:.0%}, max ≤ {max_t:.0%}", "yes" if s["met"] else "**no**",
-             _pair(s["spread_median"], s["spread_max"]), pct(s["wait"]), quiet]
-        )  # fmt: skip
-        if s["normalized"] and s["raw_median"] is not None:
-            out.append(
-                [f"{kind}, raw (no probe)", s["cells"], pct(s["raw_median"]), pct(s["raw_max"]),
-                 pct(s["raw_bias"], 1, True), *[DASH] * 4,
-                 _pair(s["spread_raw_median"], s["spread_raw_max"]), DASH, DASH]
-            )  # fmt: skip
-    return out
-
-
-def variants(rows: Sequence[CellRow]) -> list[list[str]]:
-    """What each modelling choice buys: the errors with it undone (``simulated_<variant>_s``
-    columns); none where no row has them."""
+def variants(rows: Sequence[CellRow]) -> list[list[Any]]:
+    """What each modelling choice buys: per kind the median and max abs. error with it undone
+    (``simulated_<variant>_s`` columns; None where no cell has it); none where no row has them."""
     if not any(r.simulated_sender_busy_s is not None for r in rows):
         return []
     out = []
     for v, what in VARIANTS.items():
         col = "simulated_step_s" if v == "model" else f"simulated_{v}_s"
-        cells = []
-        for kind in KINDS:
-            errs = [
-                abs(getattr(r, col) - r.measured_step_s) / r.measured_step_s
-                for r in rows
-                if r.kind == kind and getattr(r, col) is not None
-            ]
-            cells.append(_pair(statistics.median(errs), max(errs)) if errs else DASH)
-        if cells != [DASH, DASH]:  # a choice an older calibration did not make has no row
-            out.append([what, *cells])
+        errs = [
+            [abs(getattr(r, col) - r.measured_step_s) / r.measured_step_s
+             for r in rows if r.kind == kind and getattr(r, col) is not None]
+            for kind in KINDS
+        ]  # fmt: skip
+        if any(errs):  # a choice an older calibration did not make has no row
+            out.append([what, *((median(e), max(e, default=None)) for e in errs)])
     return out
 
 
@@ -163,27 +134,15 @@ def roofline(out: Path) -> dict[str, Any] | None:
     return {"ratio": ratio, "cells": cells}
 
 
-def _cell(r: CellRow) -> list[Any]:
-    raw = (
-        f"{ms(r.measured_raw_step_s)} / {ms(r.simulated_raw_step_s)}, {pct(r.rel_error_raw, 1, True)}"
-        if r.speed is not None
-        else DASH
-    )
-    bubble = f"{num(r.measured_bubble, '.3f')} / {num(r.simulated_bubble, '.3f')}"
-    return [r.K, r.M, r.schedule, r.checkpoint, ms(r.measured_step_s), ms(r.measured_iqr_s),
-            ms(r.simulated_step_s), pct(r.rel_error, 1, True), pct(r.round_spread), raw,
-            num(r.speed), pct(r.core_wait_share or 0.0, 0), bubble]  # fmt: skip
-
-
-def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, str, str, list[list[Any]]]]:
-    """Every cell, one table per kind and model: (kind, model, its partitions, the rows)."""
+def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, str, str, list[CellRow]]]:
+    """Every cell, one table per kind and model: (kind, model, its partitions, its rows in order)."""
     out = []
     for kind in KINDS:
         for model in dict.fromkeys(r.model for r in rows if r.kind == kind):
             rs = [r for r in rows if r.kind == kind and r.model == model]
             parts = ", ".join(sorted({f"K={r.K}: {r.balance}" for r in rs}))
             ordered = sorted(rs, key=lambda r: (r.K, r.M, r.schedule, r.checkpoint))
-            out.append((kind, model, parts, [_cell(r) for r in ordered]))
+            out.append((kind, model, parts, ordered))
     return out
 
 

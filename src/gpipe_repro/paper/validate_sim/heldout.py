@@ -19,7 +19,6 @@ from typing import Any
 from ...measure.models import MODELS, held_out
 from ...measure.simulator import CellRow
 from ...typed_csv import read_csv, write_csv
-from ..markdown import pct
 from ..stats import median
 
 MEDIAN, MAX, BIAS = 0.05, 0.10, 0.05  # issue #38: raw median |error|, max |error|, group bias
@@ -92,47 +91,21 @@ def heldout_rows(rows: Sequence[CellRow]) -> list[HeldOutRow]:
     return out
 
 
-def _met(v: bool | None) -> str:
-    return "?" if v is None else "met" if v else "**not met**"
-
-
 def summary(rows: Sequence[CellRow], out: Path) -> dict[str, Any]:
-    """Write ``heldout.csv`` from ``rows`` into ``out``; the page's table and verdicts, read back.
-    Nothing (``heldout`` None) where no real cell is held out: an older grid's page is unchanged."""
+    """Write ``heldout.csv`` from ``rows`` into ``out``; its rows read back and, per set, its row
+    over all its cells with its groups (worded by ``templates/sim.md.j2``). Nothing (``heldout``
+    None) where no real cell is held out: an older grid's page is unchanged."""
     hs = heldout_rows(rows)
     if not any(h.part == "held-out" for h in hs):
         return {"heldout": None}
     write_csv(out / "heldout.csv", HeldOutRow, hs)
     hs = read_csv(out / "heldout.csv", HeldOutRow)
-    verdicts = []
-    for s in SETS:
-        top = next((h for h in hs if h.part == s and h.model == ALL), None)
-        if top is None:
-            continue
-        groups = [h for h in hs if h.part == s and h.model != ALL]
-        off = [g for g in groups if g.met is False]
-        verdicts.append(
-            {
-                "set": s, "cells": top.cells, "median": pct(top.raw_median_abs),
-                "max": pct(top.raw_max_abs), "bias": pct(top.raw_bias, 1, True),
-                "met": _met(top.met), "groups": len(groups), "groups_off": len(off),
-                "off": off,
-                "drift": pct(top.drift, 1, True), "engine": pct(top.engine, 1, True),
-            }
-        )  # fmt: skip
+    sets = [[h for h in hs if h.part == s] for s in SETS]
     return {
         "heldout": {
-            "median": MEDIAN, "max": MAX, "bias": BIAS,
+            "median": MEDIAN, "max": MAX, "bias": BIAS, "rows": hs,
             "families": sorted({MODELS[h.model].group for h in hs
                                 if h.part == "held-out" and h.model in MODELS}),
-            "cells": [
-                [h.part, h.model, "" if h.K is None else h.K, h.checkpoint, h.cells,
-                 pct(h.raw_median_abs), pct(h.raw_max_abs), pct(h.raw_bias, 1, True),
-                 _met(h.met), pct(h.probed_median_abs), pct(h.probed_bias, 1, True),
-                 pct(h.drift, 1, True), pct(h.engine, 1, True),
-                 "" if h.speed is None else f"{h.speed:.3f}"]
-                for h in hs
-            ],
-            "verdicts": verdicts,
+            "sets": [(rs[0], rs[1:]) for rs in sets if rs],  # (its row over all, its groups)
         }
     }  # fmt: skip
