@@ -1,8 +1,8 @@
 """Where does each schedule's step go against the per-layer profile? K = 2 spans per action kind, a diagnostic.
 
     python bench/spans_vs_profile.py [--models amoebanet transformer imbalanced] [--M 8]
-                                     [--schedules gpipe 1f1b zb-h1] [--rounds 3] [--steps 6]
-                                     [--json out.json]
+                                     [--schedules gpipe 1f1b zb-h1 interleaved] [--rounds 3]
+                                     [--steps 6] [--json out.json]
 
 ``reports/sim/sim.md`` (error by schedule) finds the real zb-h1 cells simulated short while gpipe's
 and 1f1b's are not. The simulator builds a stage's step from each layer's profiled costs: forward,
@@ -15,6 +15,9 @@ against the profile's charge for the same layers:
 - backward (gpipe, 1f1b): M x the whole backward;
 - zb-h1: B against M x B and W against M x W. The model's first cell has no B: its B only takes the
   gradient (no span), and its W runs the whole split backward, M x (B + W).
+- interleaved (v = 2: the rank holds two model cells of the K·v cells cut by cost, ``chunk_slices``):
+  forward and backward against M x the layers of both its cells. A launch that runs it is a ring
+  (``measure.ranks``), and so are the other schedules' cells in that launch.
 
 A ratio above 1 is time the engine's spans take that the profile does not charge. *Other* is the rest
 of the stage's step (waits, sends, bookkeeping), in ms. Both sides are put on the speed probe's
@@ -36,6 +39,7 @@ from typing import Any
 import torch
 
 from gpipe_repro.engine import balance_by_cost, launch, stage_slice
+from gpipe_repro.engine.cell import chunk_slices
 from gpipe_repro.engine.events import COMPUTE
 from gpipe_repro.engine.hostmem import apply_host_memory
 from gpipe_repro.engine.schedule import SCHEDULES
@@ -45,6 +49,7 @@ from gpipe_repro.sim.costs import LayerCost
 from gpipe_repro.sim.measured.speed import normalized, reference_s
 
 K = 2
+V = 2  # interleaved's model cells per rank
 KINDS = ("forward", "backward", "weight")
 
 
@@ -68,6 +73,12 @@ def charged(costs: Sequence[LayerCost], M: int, schedule: str, first: bool) -> d
     return {"forward": fwd, "backward": 0.0, "weight": b + w} if first else {
         "forward": fwd, "backward": b, "weight": w
     }  # fmt: skip
+
+
+def _cell(schedule: str, M: int, cut: list[int]) -> dict[str, Any]:
+    """A cell of the validation's grid (remat never); interleaved with its own balance of K·v cells."""
+    cell: dict[str, Any] = {"M": M, "schedule": schedule, "checkpoint": "never"}
+    return cell | ({"virtual_stages": V, "balance": cut} if schedule == "interleaved" else {})
 
 
 def _rank(name: str, balance: list[int], cells: list[dict], steps: int) -> list[dict[str, Any]]:
@@ -101,11 +112,12 @@ def measure(
     n = N // M
     ref = reference_s()
     profile = profile_model(name, sorted({n, N}), repeats=5, seed=0, ref=ref)
-    balance = balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[N]], K)
+    whole = [c.forward_s + c.backward_s for c in profile.costs[N]]
+    balance, cut = balance_by_cost(whole, K), balance_by_cost(whole, K * V)
     got: dict[tuple[str, int], list[dict[str, float]]] = {}
     for r in range(rounds):  # the schedules' order turned each round
         order = list(schedules[r % len(schedules) :]) + list(schedules[: r % len(schedules)])
-        cells = [{"M": M, "schedule": s, "checkpoint": "never"} for s in order]
+        cells = [_cell(s, M, cut) for s in order]
         for per_cell in zip(*launch(_rank, K, (name, balance, cells, steps), threads=1)):
             probes = next(r["probes"] for r in per_cell if r["stage"] == 0)
             for res in per_cell:  # every rank's step on the first rank's probe before it
@@ -115,11 +127,17 @@ def measure(
                 )
     out = []
     for (schedule, stage), rows in got.items():
-        costs = profile.costs[n][stage_slice(balance, stage)]
+        slices = (
+            chunk_slices(cut, K, stage)
+            if schedule == "interleaved"
+            else [stage_slice(balance, stage)]
+        )
+        costs = [c for sl in slices for c in profile.costs[n][sl]]
         med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in (*KINDS, "step")}
         out.append(
             {
-                "model": name, "M": M, "micro_batch": n, "balance": balance, "schedule": schedule,
+                "model": name, "M": M, "micro_batch": n, "schedule": schedule,
+                "balance": cut if schedule == "interleaved" else balance,
                 "stage": stage, "steps": len(rows), "measured": med,
                 "profile": charged(costs, M, schedule, first=stage == 0),
             }
@@ -144,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["amoebanet", "transformer", "imbalanced"])
     ap.add_argument("--M", type=int, default=8, help="micro-batches per step (divides the batch)")
-    ap.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b", "zb-h1"])
+    ap.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b", "zb-h1", "interleaved"])
     ap.add_argument("--rounds", type=int, default=3, help="launches of fresh ranks")
     ap.add_argument("--steps", type=int, default=6, help="timed steps per launch")
     ap.add_argument("--json", default=None)
@@ -152,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = (
         [f"--models {m!r} is unknown; allowed: {', '.join(MODELS)}" for m in a.models if m not in MODELS]
         + [
-            f"--schedules {s!r} is not run here; allowed: gpipe, 1f1b, zb-h1"
+            f"--schedules {s!r} is unknown; allowed: {', '.join(SCHEDULES)}"
             for s in a.schedules
-            if s not in SCHEDULES or s == "interleaved"
+            if s not in SCHEDULES
         ]
         + ([f"--M={a.M} is invalid; allowed: a divisor of the batch {N}"] if a.M < 1 or N % a.M else [])
+        + ([f"--M={a.M} is invalid with interleaved; allowed: a multiple of K = {K}"]
+           if "interleaved" in a.schedules and a.M % K else [])
         + ([f"--rounds={a.rounds} is invalid; allowed: >= 1"] if a.rounds < 1 else [])
         + ([f"--steps={a.steps} is invalid; allowed: >= 1"] if a.steps < 1 else [])
     )  # fmt: skip

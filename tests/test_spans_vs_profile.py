@@ -1,5 +1,6 @@
 """``bench/spans_vs_profile.py``: bad input is one line and exit 2; a stage's spans leave out the
-receives inside them, and the profile charges zb-h1's first cell the whole split backward in W."""
+receives inside them, the profile charges zb-h1's first cell the whole split backward in W, and
+interleaved runs on its own cut of K·v cells."""
 
 from __future__ import annotations
 
@@ -16,12 +17,21 @@ def spv(monkeypatch):
 
 def test_bad_input_is_one_line_and_exit_2(spv, capsys):
     assert spv.main(["--models", "resnet"]) == 2
-    assert spv.main(["--schedules", "interleaved"]) == 2
+    assert spv.main(["--schedules", "looped"]) == 2
     assert spv.main(["--M", "7"]) == 2
+    assert spv.main(["--M", "1", "--schedules", "interleaved"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3
-    assert "--models 'resnet'" in err[0] and "--schedules 'interleaved'" in err[1]
-    assert "--M=7" in err[2]
+    assert len(err) == 4
+    assert "--models 'resnet'" in err[0] and "--schedules 'looped'" in err[1]
+    assert "--M=7" in err[2] and "--M=1 is invalid with interleaved" in err[3]
+
+
+def test_interleaved_runs_two_cells_per_rank_on_its_own_cut(spv):
+    cut = [2, 2, 2, 3]
+    assert spv._cell("interleaved", 8, cut) == {
+        "M": 8, "schedule": "interleaved", "checkpoint": "never", "virtual_stages": 2, "balance": cut
+    }  # fmt: skip
+    assert spv._cell("1f1b", 8, cut) == {"M": 8, "schedule": "1f1b", "checkpoint": "never"}
 
 
 def test_spans_sum_each_computing_kind_per_stage(spv):
