@@ -112,28 +112,22 @@ def _models(rows: Sequence[Fig3Row]) -> list[Model]:
 
 
 def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
-    """What the page says: BLEU per model and language, the claims judged, the failures."""
+    """What the page says: per model its label, parameters and BLEU per language, resource group
+    and over all; the claims judged; the failures."""
     langs = languages(rows)
-    cells = []
-    for m in _models(rows):
-        params = next(r.params for r in _ends(rows) if _key(r) == m)
-        groups = [of(rows, m, g).text() if of(rows, m, g).n else "—" for g in GROUPS]
-        cells.append(
-            [label(m), f"{params or 0:,}", of(rows, m, "all").n,
-             *(of(rows, m, str(r.language)).text() for r in langs), *groups]
-        )  # fmt: skip
+    picks = [*(str(r.language) for r in langs), *GROUPS, "all"]
+    models = [
+        (label(m), next(r.params for r in _ends(rows) if _key(r) == m),
+         {pick: of(rows, m, pick) for pick in picks})
+        for m in _models(rows)
+    ]  # fmt: skip
     return {
         "wall": wall_time((r.started, r.ended) for r in rows),
-        "language_heads": [
-            f"{r.language} ({r.resource}, {r.train_pairs or 0:,}{', synthetic' if r.synthetic else ''})"
-            for r in langs
-        ],
-        "model_cells": cells,
+        "languages": langs, "models": models,
         **claims(rows),
         "small": label(SMALL), "deep": label(DEEP), "wide": label(WIDE),
         "rule": RULE,
         "failed": failures((r.job, r.status, r.error) for r in rows),
-        "synthetic": [str(r.language) for r in langs if r.synthetic],
     }  # fmt: skip
 
 

@@ -102,19 +102,18 @@ def arms(rows: Sequence[Fig3Row]) -> Arms | None:
 
 def summary(rows: Sequence[Fig3Row]) -> dict[str, Any]:
     """What the page says: with against without the tricks on the loss spike, the test NLL and
-    BLEU (``pair`` False: not one model with and without them)."""
+    BLEU, and each arm's runs (``arms`` None: not one model with and without them)."""
     jobs = {r.job: r for r in rows}.values()
-    out: dict[str, Any] = {"wall": wall_time((r.started, r.ended) for r in rows), "pair": False}
-    a = arms(rows)
+    wall, a = wall_time((r.started, r.ended) for r in rows), arms(rows)
     if a is None:
-        return out
-    runs = [[r for r in jobs if _key(r) == m] for m in (a.on, a.off)]  # each arm's runs
+        return {"wall": wall, "arms": None}
     needed = any(c.beyond and c.delta > 0 for _, c in a.results) or any(
         r.status == "diverged" and not r.tricks for r in jobs
     )  # where both arms trained: worse without them beyond the noise, or diverged
-    failed = failures((r.job, r.status, r.error) for r in rows)
-    return {**out, "pair": True, "model": label(a.on), "skip": SKIP, "runs": runs, "arms": a,
-            "results": a.results, "needed": needed, "trained_bleu": TRAINED_BLEU, "rule": RULE, "failed": failed,
+    return {"wall": wall, "arms": a, "model": label(a.on), "skip": SKIP,
+            "runs": [[r for r in jobs if _key(r) == m] for m in (a.on, a.off)],
+            "needed": needed, "trained_bleu": TRAINED_BLEU, "rule": RULE,
+            "failed": failures((r.job, r.status, r.error) for r in rows),
             "configured": CONFIGURED.name}  # fmt: skip
 
 

@@ -115,47 +115,27 @@ def _paper_step(a: str, b: str, column: str) -> float:
     return (pb - pa) / pa
 
 
-def _cells(points: Sequence[Point], digits: tuple[int, int] = (2, 3)) -> list[list[Any]]:
-    out = []
-    for i, p in enumerate(points):
-        r, row = p.rows[0], paper_row(i)
-        paper = (
-            (row, quote(5, row, "BLEU").value, quote(5, row, "NLL").value) if row else ("—",) * 3
-        )
-        out.append(
-            [f"{p.batch_tokens:,}", r.M, r.step, f"{p.of('tokens').mean:,.0f}", len(p.rows),
-             p.of("bleu").text(digits[0]), p.of("nll").text(digits[1]), *paper]
-        )  # fmt: skip
-    return out
-
-
-def wall_time(rows: Sequence[Table5Row]) -> str:
-    """The sweep's measured wall time, and its jobs' training steps alone."""
-    jobs = {r.job: r for r in rows}.values()
-    steps = sum(r.train_s or 0.0 for r in jobs)
-    span = runs.wall_time((r.started, r.ended) for r in jobs)
-    return f"{span}; its training steps alone: {steps / 60:.1f} min."
-
-
 def summary(rows: Sequence[Table5Row]) -> dict[str, Any]:
-    """What the page says: both series (their table and trends), the runs' settings, failures."""
+    """What the page says: both series (their points and trends), the paper's rows, the runs'
+    settings and wall time, failures."""
     ok = [r for r in rows if r.status == "ok" and r.split == END]
     config = ", ".join(
         f"{c} {'/'.join(sorted({str(getattr(r, c)) for r in ok}))}"
         for c in ("model", "corpus", "lr")
     )
+    jobs = {r.job: r for r in rows}.values()
     series_of = {k: series(rows, same) for k, same in (("matched", False), ("same", True))}
     return {
-        "wall": wall_time(rows),
+        "wall": runs.wall_time((r.started, r.ended) for r in jobs),
+        "train_s": sum(r.train_s or 0.0 for r in jobs),
         "same_config": config,
         "updates": updates(rows),
-        **{k: {"cells": _cells(ps), "trends": trends(ps), "verdict": seeded(comparisons(ps))}
-           for k, ps in series_of.items()},  # fmt: skip
+        **{k: {"points": ps, "trends": trends(ps), "verdict": seeded(comparisons(ps))}
+           for k, ps in series_of.items()},
+        "paper": [(row, quote(5, row, "BLEU").value, quote(5, row, "NLL").value) for row in PAPER],
         "rule": RULE,
         "failed": failures((r.job, r.status, r.error) for r in rows),
         "signatures": sorted({r.bleu_signature for r in ok if r.bleu_signature}),
-        "columns": ["batch (tokens)", "M", "updates", "target tokens seen (mean)", "seeds", "BLEU",
-                    "NLL / token", "paper row", "paper BLEU", "paper NLL"],
     }  # fmt: skip
 
 

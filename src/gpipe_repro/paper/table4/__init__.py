@@ -164,8 +164,7 @@ def _ladder(plan: dict[str, Any], groups: dict[tuple[str, str, int], Group]) -> 
     steps = ladder(groups, (plan.get("ladder") or {}).get("target", ""))
     if not steps:
         return {}
-    pres = {str(D): pt for D, pt in (plan.get("rungs") or {}).items()}
-    main = plan.get("pretrain") or {}
+    pres, main = plan.get("rungs") or {}, plan.get("pretrain") or {}  # plan.json's: D as a string
     rungs = [
         {"D": D, "pre": pre, "scratch": scratch, "gains": _gains(pre, scratch),
          "accuracy": (pres.get(str(D)) or (main if main.get("D") == D else {})).get("accuracy"),
@@ -201,16 +200,11 @@ def _checks(groups: dict[tuple[str, str, int], Group]) -> dict[str, Any]:
 def summary(
     plan: dict[str, Any], groups: dict[tuple[str, str, int], Group], runs: Sequence[RunRow]
 ) -> dict[str, Any]:
-    """What the page says, from the runs and the plan as run: the recipe, the pre-training, each
-    target fine-tuned against from scratch, the capacity ladder, K = 1 against K = 2, the paper's."""
-    recipe = plan.get("recipe") or {}
-    pt = plan.get("pretrain") or {}
+    """What the page says, from the runs and the plan as run (the recipe, the pre-training):
+    each target fine-tuned against from scratch, the capacity ladder, K = 1 against K = 2, the
+    paper's."""
     return {
-        "plan": plan, "wall_s": plan.get("wall_s"), "recipe": recipe,
-        "model": recipe.get("model") or {}, "optim": dict(recipe.get("optim") or {}),
-        "pt": pt, "data": pt.get("data") or {},
-        "pt_accuracy": 100 * pt["accuracy"] if pt.get("accuracy") is not None else None,
-        "seeds": len(plan.get("seeds") or []), "ours": _ours(groups), "rule": RULE,
+        "plan": plan, "seeds": len(plan.get("seeds") or []), "ours": _ours(groups), "rule": RULE,
         "ladder": _ladder(plan, groups), "checks": _checks(groups),
         "paper": {name: {c: quote(4, name, c) for c in PAPER} for name in paper_rows(4)},
         "options": OPTIONS, "needs_root": NEEDS_ROOT,
