@@ -23,36 +23,17 @@ from .verdict import TOLERANCE, VERDICTS
 OUT = "README.md"
 
 
-def _cell(text: str) -> str:
-    """A table cell: no pipe, no line break."""
-    return " ".join(text.replace("|", "/").split())
-
-
 def summary(reports: Path) -> dict[str, Any]:
-    """What the scorecard says, from the report folders under ``reports``."""
-    rows: list[list[Any]] = []
-    counts: Counter[str] = Counter()
-    for i, c in enumerate(registry(), 1):
-        f = c.find(reports / c.report)
-        counts[f.verdict] += 1
-        rows.append(
-            [i, c.section, _cell(c.statement), _cell(c.paper), _cell(f.ours), f"**{f.verdict}**",
-             _cell(f.reason), f"[{c.report}]({c.link})"]
-        )  # fmt: skip
-    made = []
-    for folder in sorted({c.report for c in registry()}):
-        p = Provenance.load(reports / folder) if (reports / folder / FILE).exists() else None
-        made.append(
-            [f"[{folder}]({folder}/)", f"`{p.command}`" if p else "—",
-             ", ".join(p.commits) if p and p.commits else "—",
-             ", ".join(p.cpus or p.devices) if p else "—"]
-        )  # fmt: skip
-    return {
-        "claims": rows,
-        "counts": [(v, counts[v]) for v in VERDICTS],
-        "tolerance": TOLERANCE,
-        "made": made,
-    }
+    """What the scorecard says, from the report folders under ``reports``: every claim with its
+    finding, how many have each verdict, and each report folder with its provenance (None: none)."""
+    claims = [(c, c.find(reports / c.report)) for c in registry()]
+    counts = Counter(f.verdict for _, f in claims)
+    made = [
+        (d, Provenance.load(reports / d) if (reports / d / FILE).exists() else None)
+        for d in sorted({c.report for c, _ in claims})
+    ]
+    return {"claims": claims, "counts": [(v, counts[v]) for v in VERDICTS], "tolerance": TOLERANCE,
+            "made": made}  # fmt: skip
 
 
 def render(reports: Path) -> str:

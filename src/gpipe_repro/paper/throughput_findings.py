@@ -9,8 +9,7 @@ and the bubble bound.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +34,6 @@ def label(r: Any) -> str:
     """What a series is: where its numbers come from, in words, and its batch
     (``templates/throughput_lines.md.j2``)."""
     return words("throughput_lines", "label", r=r, devices=DEVICES, batch=BATCH)
-
-
-def _mark(r: Any, anchors: Anchoring) -> str:
-    """The validate-hw mark of a cell simulated on a published profile (``anchors``)."""
-    return anchors.mark(r.model, r.hardware) if r.source == "simulated" else ""
 
 
 def design(r: Any) -> bool:
@@ -68,7 +62,7 @@ def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> di
     main = [lb for lb in every if any(design(r) for r in rows if label(r) == lb)]
     fixed = [lb for lb in every if lb not in main and BATCH["planner"] not in lb]
     planner = [lb for lb in every if BATCH["planner"] in lb]
-    marked = dict.fromkeys((r.model, r.hardware) for r in rows if _mark(r, anchors))
+    simulated = dict.fromkeys((r.model, r.hardware) for r in rows if r.source == "simulated")
 
     def tables(lbs: Sequence[str]) -> list[tuple[str, list[str], list[Any]]]:
         """Per series: its label, the cells it is normalised to, its rows."""
@@ -81,94 +75,47 @@ def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> di
     return {
         "name": name,
         "grid": _grid(rows, main, table),
-        "footnotes": [anchors.why[p] for p in marked],
+        "footnotes": [anchors.why[p] for p in simulated if p in anchors.why],
         "series": tables(main),
         "fixed": {"grid": _grid(rows, fixed, table), "series": tables(fixed)} if fixed else None,
         "planner": tables(planner),
     }
 
 
-def _by_model(rows: Sequence[Any]) -> Iterator[tuple[str, list[Any], list[str]]]:
-    """Each model's rows, with their variants in order of appearance."""
-    for mod in dict.fromkeys(r.model for r in rows):
-        rs = [r for r in rows if r.model == mod]
-        yield mod, rs, list(dict.fromkeys(r.variant for r in rs))
-
-
-def _partition(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for mod, rs, _ in _by_model(rows):
-        top = max(rs, key=lambda r: (r.K, r.M))
-        out.append({
-            "name": names.get(mod, mod),
-            "rows": sorted(rs, key=lambda r: (r.M, r.K)),
-            "top": top,
-            "at": [r for r in rs if (r.K, r.M) == (top.K, top.M)],
-        })  # fmt: skip
-    return out
-
-
-def _link(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: str) -> list[Any]:
-    out = []
-    for mod, rs, variants in _by_model(rows):
-        variants = [v for v in variants if v != "free link"]
-        holds = [
-            v for v in variants if all((r.vs_free or 0.0) >= LINK_OK for r in rs if r.variant == v)
-        ]
-        ours = [
-            (r, within(r.normalized or 0, r.paper_normalized or 1),
-             next((q for q in rs if q.variant == "free link" and q.K == r.K), None))
-            for r in sorted(main, key=lambda r: r.K)
-            if r.model == mod and r.hardware == hw and r.batch_mode == "fixed" and r.ratio
-            and r.reference != f"K={r.K}, M={r.M}"
-        ]  # fmt: skip
-        out.append({
-            "name": names.get(mod, mod), "M": rs[0].M,
-            "rows": sorted(rs, key=lambda r: r.K),
-            "holds": holds, "fails": [v for v in variants if v not in holds],
-            "worst": min(rs, key=lambda r: r.vs_free or 1.0), "ours": ours,
-        })  # fmt: skip
-    return out
-
-
-def _efficiency(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for mod, rs, where in _by_model(rows):
-        sizes = sorted({r.micro_batch for r in rs})
-        at = {(r.variant, r.micro_batch): r for r in rs}
-        lo, hi = sizes[0], sizes[-1]
-        out.append({
-            "name": names.get(mod, mod), "where": where, "sizes": sizes, "at": at, "lo": lo,
-            "hi": hi, "span": [(w, at[w, lo]) for w in where if (w, lo) in at],
-        })  # fmt: skip
-    return out
-
-
-def _extrapolation(rows: Sequence[Any], names: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for mod, rs, variants in _by_model(rows):
-        at = {(r.variant, r.K, r.M): r for r in rs}
-        keys = sorted({(r.M, r.K) for r in rs})
-        M, K = keys[-1]
-        out.append({
-            "name": names.get(mod, mod), "keys": keys, "at": at, "M": M, "K": K,
-            "variants": variants, "a": at[variants[0], K, M], "b": at[variants[1], K, M],
-        })  # fmt: skip
-    return out
+def _link(rs: Sequence[Any], variants: Sequence[str], main: Sequence[Any], hw: str) -> dict:
+    """What one model's link study supports: the links under which every K keeps ``LINK_OK`` of
+    the free link's throughput and the others, the worst cell, and each of our cells on the
+    profile's link at a fixed batch against the paper's (and the free link's at its K)."""
+    links = [v for v in variants if v != "free link"]
+    holds = [v for v in links if all((r.vs_free or 0.0) >= LINK_OK for r in rs if r.variant == v)]
+    ours = [
+        (r, within(r.normalized or 0, r.paper_normalized or 1),
+         next((q for q in rs if q.variant == "free link" and q.K == r.K), None))
+        for r in sorted(main, key=lambda r: r.K)
+        if r.model == rs[0].model and r.hardware == hw and r.batch_mode == "fixed" and r.ratio
+        and r.reference != f"K={r.K}, M={r.M}"
+    ]  # fmt: skip
+    return {"M": rs[0].M, "holds": holds, "fails": [v for v in links if v not in holds],
+            "worst": min(rs, key=lambda r: r.vs_free or 1.0), "ours": ours}  # fmt: skip
 
 
 def studies(rows: Sequence[Any], main: Sequence[Any], names: dict[str, str], hw: str) -> dict:
-    """The simulator's studies (``sensitivity``), each with the statements its rows support
-    (empty: none ran)."""
-    if not rows:
-        return {}
-    of = lambda study: [r for r in rows if r.study == study]  # noqa: E731
-    return {
-        "partition": _partition(of("partition"), names),
-        "link": _link(of("link"), main, names, hw),
-        "efficiency": _efficiency(of("efficiency"), names),
-        "extrapolation": _extrapolation(of("extrapolation"), names),
-    }
+    """The simulator's studies (``sensitivity``), per study one entry per model: its name, rows,
+    variants and (M, K) in order, its cells by (variant, K, M) and by (variant, micro-batch); the
+    link's with the statements its rows support (empty: none ran)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for study in ("partition", "link", "efficiency", "extrapolation") if rows else ():
+        out[study] = []
+        for mod in dict.fromkeys(r.model for r in rows if r.study == study):
+            rs = [r for r in rows if r.study == study and r.model == mod]
+            variants = list(dict.fromkeys(r.variant for r in rs))
+            out[study].append({
+                "name": names.get(mod, mod), "rows": rs, "variants": variants,
+                "keys": sorted({(r.M, r.K) for r in rs}), "at": {(r.variant, r.K, r.M): r for r in rs},
+                "by_size": {(r.variant, r.micro_batch): r for r in rs},
+                **(_link(rs, variants, main, hw) if study == "link" else {}),
+            })  # fmt: skip
+    return out
 
 
 def markdown(
@@ -194,7 +141,6 @@ def markdown(
     ]
     page = render(
         "throughput", prov, title, answers, lead, ref=ref, anchors=anchors, mark=MARK, models=models,
-        mark_of=partial(_mark, anchors=anchors),
         studies=studies(sims, rows, names, profile), profile=profile, link_ok=LINK_OK,
         tolerance=TOLERANCE, paper_ref="K={}, M={}".format(*PAPER_REF[table]),
     )  # fmt: skip

@@ -77,5 +77,5 @@ def batch_size(folder: Path) -> Finding:
 
 
 def unavailable(folder: Path, what: str) -> Finding:
-    """Not testable here, for the reason ``what`` (the claim's data and scale)."""
+    """Not testable here, for the reason ``what`` (the claim's data and scale; §4's too)."""
     return Finding(UNTESTABLE, "—", what)
