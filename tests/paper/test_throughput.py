@@ -20,7 +20,7 @@ from gpipe_repro.typed_csv import write_csv
 EXPERIMENTS = TABLE2.experiments
 OFF = argparse.Namespace(
     studies="off"
-)  # the simulator's studies: tests/paper/test_throughput_sim.py
+)  # the simulator's studies: tests/studies/test_sensitivity.py
 
 
 def _cell(
