@@ -153,7 +153,7 @@ def line(r: dict[str, Any]) -> str:
     )
     other = m["step"] - sum(m[k] for k in KINDS)
     return (
-        f"{r['model']} {r['schedule']:6s} stage {r['stage']} | {ratios} | "
+        f"{r['model']} {r['schedule']:11s} stage {r['stage']} | {ratios} | "
         f"{m['step'] * 1e3:.1f} | {other * 1e3:.1f}"
     )
 
