@@ -46,8 +46,9 @@ K, V = 2, 2
 
 
 def _cells(name: str, M: int) -> tuple[list[nn.Sequential], list[torch.Tensor], Any, Any, list]:
-    """The model's K·v cells (the validation's balance by profiled cost), each cell's input for
-    one micro-batch, the loss, its target, and the balance."""
+    """The model's K·v cells (cut by cost as the validation cuts, on a profile taken here: 3
+    repeats, not the validation's own, so the cut can differ from one run to the next), each
+    cell's input for one micro-batch, the loss, its target, and the balance."""
     vm = model(name)
     prof = profile_model(name, [N], repeats=3, seed=0, ref=None)
     balance = balance_by_cost([c.forward_s + c.backward_s for c in prof.costs[N]], K * V)
