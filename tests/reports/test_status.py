@@ -55,6 +55,29 @@ def test_a_change_to_code_it_depends_on_makes_it_stale(tmp_path):
     assert (commit, stale) == (made, True) and "src/measuring/a.py" in why
 
 
+def test_a_change_to_comments_docstrings_or_layout_leaves_it_current(tmp_path):
+    root, made = _repo(tmp_path)
+    (root / "conf.yaml").write_text("a: 1  # one\n")
+    _git(root, "add", "conf.yaml")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "conf")
+    made = _git(root, "rev-parse", "--short", "HEAD")
+    _report(root, [made])
+    entry = Entry("r", "r", "make r", ("src/measuring", "conf.yaml"))
+    _commit(root, "src/measuring/a.py", '"""What a is."""\n\n# why\nx = (\n    1\n)\n')
+    _commit(root, "conf.yaml", "# the key\na: 1\n")
+    assert state(root, entry) == (
+        made,
+        False,
+        "no code it depends on changed since; 2 more changed only in comments, docstrings or layout",
+    )
+    _commit(root, "src/measuring/a.py", '"""What a is."""\nx = 1.0\n')  # the same value, not code
+    assert state(root, entry)[1]
+    _commit(root, "src/measuring/a.py", "x = 1  # as made\n")
+    _commit(root, "conf.yaml", "a: 2\n")
+    commit, stale, why = state(root, entry)
+    assert stale and "conf.yaml" in why and "1 more changed only" in why
+
+
 def test_no_provenance_several_commits_or_a_dirty_tree_are_stale(tmp_path):
     root, made = _repo(tmp_path)
     assert state(root, ENTRY)[1:] == (

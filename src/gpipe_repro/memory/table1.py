@@ -86,7 +86,7 @@ class Column:
     schedule: str = "gpipe"
 
 
-# The paper's Table 1 columns (GPipe §3; their printed numbers: ``paper.numbers``). AmoebaNet:
+# The paper's Table 1 columns (GPipe §3; their printed numbers: ``studies.published``). AmoebaNet:
 # 224x224, batch 128, 8 GB per accelerator; Transformer: batch 32 x 1024 tokens, 16 GB per
 # accelerator. M: 32 micro-batches for every pipelined column (the largest M of the paper's Table 2;
 # activation memory falls with M).

@@ -7,7 +7,10 @@ Each report's dependencies are declared below as data: the paths of the measurin
 its numbers come from, and the committed data of another report that it reads (the GPU profiles).
 Rendering-only code is not among them: a page re-rendered from its CSV is
 byte-identical (``tests/paper/test_rerender.py``), so a change there makes no report stale; a module
-that holds both a report's collect and its page code counts whole.
+that holds both a report's collect and its page code counts whole. A change that leaves what a file
+does as it was counts for nothing: a Python file whose syntax tree is the same once its comments,
+docstrings and layout are set aside, and a YAML file that loads to the same data (``same_code``);
+the reason names how many such files there were.
 
     python -m gpipe_repro.reports.status             # the table; exit 0
     python -m gpipe_repro.reports.status --check     # exit 1 when a report is stale
@@ -16,11 +19,14 @@ that holds both a report's collect and its page code counts whole.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from ..paper.markdown import table
 from ..paper.provenance import FILE, Provenance
@@ -218,6 +224,39 @@ def _recorded(path: Path, field: str) -> Provenance:
     return Provenance(0, commits=tuple(c for c in str(value).split("/") if c))
 
 
+def _meaning(path: str, text: str) -> object:
+    """What a file does, for comparing two versions: a Python file's syntax tree without its
+    docstrings (comments and layout are not in it), a YAML file's data, else its text."""
+    if path.endswith(".py"):
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (
+                isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+        return ast.dump(tree)
+    if path.endswith((".yaml", ".yml")):
+        return yaml.safe_load(text)
+    return text
+
+
+def same_code(root: Path, commit: str, head: str, path: str) -> bool:
+    """Whether ``path`` does at ``head`` what it did at ``commit`` (``_meaning``); False where it is
+    new, gone, or does not parse."""
+    old, new = _git(root, "show", f"{commit}:{path}"), _git(root, "show", f"{head}:{path}")
+    if old.returncode or new.returncode:
+        return False
+    try:
+        return _meaning(path, old.stdout) == _meaning(path, new.stdout)
+    except (SyntaxError, ValueError, yaml.YAMLError):
+        return False
+
+
 def state(root: Path, e: Entry, head: str = "HEAD") -> tuple[str, bool, str]:
     """(the report's commit, whether it is stale, why) for ``e`` in the repository at ``root``."""
     path = root / "reports" / e.folder / e.provenance
@@ -234,17 +273,21 @@ def state(root: Path, e: Entry, head: str = "HEAD") -> tuple[str, bool, str]:
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
         return commit, True, "its commit is not in this repository's history"
     diff = _git(root, "diff", "--name-only", commit, head, "--", *e.depends)
-    changed = diff.stdout.split()
     if diff.returncode:
         return commit, True, f"git diff failed: {diff.stderr.strip()}"
+    touched = diff.stdout.split()
+    changed = [p for p in touched if not same_code(root, commit, head, p)]
+    alike = len(touched) - len(changed)
+    also = f"; {alike} more changed only in comments, docstrings or layout" if alike else ""
     if not changed:
-        return commit, False, "no code it depends on changed since"
+        return commit, False, "no code it depends on changed since" + also
     tops = sorted({"/".join(p.split("/")[:3]) for p in changed})
     return (
         commit,
         True,
         f"{len(changed)} file(s) it depends on changed since: {', '.join(tops[:6])}"
-        + (f" (+{len(tops) - 6} more)" if len(tops) > 6 else ""),
+        + (f" (+{len(tops) - 6} more)" if len(tops) > 6 else "")
+        + also,
     )
 
 
