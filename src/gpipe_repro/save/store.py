@@ -13,8 +13,8 @@ bit-exactly at K = 1 without a process group and as a 3-layer slice; a wrong sha
 the fallback, would only re-implement this. Two caveats: ``.metadata`` is a pickle (load only saves
 you trust; tensor data itself is read with ``weights_only=True``), and the save folder must be on a
 filesystem every rank sees. Cost: DCP stores each tensor as its own ``torch.save`` record, so a
-load takes about 0.5 ms per tensor besides the bytes (AmoebaNet-D(6, 32) with RMSprop: 1809 tensors;
-numbers in ``reports/save/save.md``, from ``bench/save.py``).
+load pays a fixed cost per tensor besides the bytes (AmoebaNet-D(6, 32) with RMSprop has 1809
+tensors; the figures are in ``reports/save/save.md``, from ``bench/save.py``).
 """
 
 from __future__ import annotations

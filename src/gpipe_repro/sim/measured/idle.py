@@ -2,10 +2,9 @@
 
 A pipeline stage alternates computing and waiting. Blocked in a receive, its thread sleeps and its
 (virtual) core idles; when the message comes the work that follows runs slower for a while than the
-same work back to back — the core's clock and caches come back up to speed (on the 2-core AMD EPYC
-VM this project is developed on, a forward and backward of half a validation model took ~1.2 ms
-longer after 20-50 ms idle than back to back, about the same for all three models: ``python
-bench/cold_after_wait.py``). The layer profile times every layer back to back (``stream``), so it
+same work back to back — the core's clock and caches come back up to speed (how much on a host,
+for a forward and backward of half of each validation model after tens of milliseconds idle:
+``python bench/cold_after_wait.py``). The layer profile times every layer back to back (``stream``), so it
 never sees this, and the link's wake-up (``link``: when a blocked receiver *sees* its message) does
 not either: it is compute, after the wake-up.
 

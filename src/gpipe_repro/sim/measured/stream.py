@@ -38,9 +38,9 @@ step of the engine pays its pauses, but the median of a layer's calls leaves the
 pause falls in a few of its calls). So every pause is timed (``gc.callbacks``) and taken out of the
 call it fell in, and each step's total (``Step.collector``) is charged back evenly: the mean over
 the stream's steps of a kind, per micro-batch and layer, onto the forward (kept steps: the engine's
-``never``) or the no-grad forward (remat steps: ``always``), ``StreamTimes.samples``. At M = 32 the
-validation's AmoebaNet paid ~50 ms a step kept and ~5 ms rematerialised (``python
-bench/engine_vs_profile.py``), the other models almost nothing. A pause scans every object alive, so
+``never``) or the no-grad forward (remat steps: ``always``), ``StreamTimes.samples``. The
+validation's AmoebaNet at M = 32 pays far more of them kept than rematerialised, the other models
+almost none (each step's pauses: ``python bench/engine_vs_profile.py``). A pause scans every object alive, so
 before its steps the stream moves what the process already held out of the collector's reach
 (``gc.freeze``, as a rank freezes its set-up: ``engine.hostmem``): a profiling process holding other
 models' profiles must not charge a rank for scanning them.
