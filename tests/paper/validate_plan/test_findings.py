@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpipe_repro.measure.planner import PlanRow
+from gpipe_repro.paper.template import words
 from gpipe_repro.paper.validate_plan.findings import (
     real_picks,
     repeatability,
@@ -125,7 +126,9 @@ def test_targets_met_from_the_numbers():
     assert sums[1].spearman == pytest.approx(1 - 12 / 990)
     t = _by_what(sums)
     assert all(x.met for x in t.values()), t
-    assert t["median regret"].value == "0.5%"  # regrets 0 and 1 - 1 / 1.01
+    # regrets 0 and 1 - 1 / 1.01
+    assert t["median regret"].value == {"regret": pytest.approx((1 - 1 / 1.01) / 2)}
+    assert words("plan_lines", t["median regret"].line, **t["median regret"].value) == "0.5%"
 
 
 def test_targets_not_met_from_the_numbers():
@@ -133,15 +136,19 @@ def test_targets_not_met_from_the_numbers():
     rows = _scenario("a/loose", [2.0, 3.0, 4.0, 1.0], measured_peak_mib="11.000/1.000")
     rows += _scenario("b/loose", [1.0, 2.0, 3.0, 4.0])
     t = _by_what(summarize(rows))
-    assert not t["worst regret"].met and t["worst regret"].value == "50.0%"
+    assert not t["worst regret"].met and t["worst regret"].value == {"regret": 0.5}
     assert not t["median regret"].met  # median of 0.5 and 0 = 25%
-    assert not t["best measured in the planner's top 3"].met
-    assert t["best measured in the planner's top 3"].value.startswith("50%")
-    assert not t["picks over their cap when run"].met
-    assert "a/loose" in t["picks over their cap when run"].value
-    assert "not measured" in t["picks over their cap when run"].value  # b's pick: no peak
-    assert not t["Spearman(predicted, measured) per scenario"].met
-    assert "a/loose" in t["Spearman(predicted, measured) per scenario"].value
+    top3 = t["best measured in the planner's top 3"]
+    assert not top3.met and top3.value == {"share": 0.5}
+    assert words("plan_lines", top3.line, **top3.value) == "50% of scenarios"
+    over = t["picks over their cap when run"]  # b's pick: no peak, not measured
+    assert not over.met and over.value == dict(over=["a/loose"], measured=1, unmeasured=["b/loose"])
+    assert words("plan_lines", over.line, **over.value) == (
+        "1 of 1 measured (a/loose); not measured (emulated pick): b/loose"
+    )
+    rho = t["Spearman(predicted, measured) per scenario"]
+    assert not rho.met and rho.value["low"] == ["a/loose"] and rho.value["lowest"] < 0.9
+    assert words("plan_lines", rho.line, **rho.value).endswith("below 0.9 or undefined: a/loose")
 
 
 def test_no_measured_scenario_gives_no_target():

@@ -105,13 +105,18 @@ def test_the_error_per_m_sits_beside_the_share_of_the_step_posting_messages_take
         _cell("mlp", "always", 1, 0.03, 0.0, simulated_no_calls_s=0.103 * 0.96),
         _cell("mlp", "never", 32, 0.40, 0.0, simulated_no_calls_s=0.14 * 0.7),
         _cell("mlp", "never", 32, 0.9, 0.0, K=1),  # one stage: no messages, not in the table
-        _cell("mlp", "never", 4, -0.1, 0.0, kind="emulated", K=4),  # no variant simulated: "—"
+        _cell("mlp", "never", 4, -0.1, 0.0, kind="emulated", K=4),
+        _cell("mlp", "never", 4, -0.3, 0.0, kind="emulated", K=8, micro_batch=2),  # M=4: 2 to 8
     ]
+    a = pytest.approx
     assert by_m(rows) == [
-        ["real", 1, "32", 2, "+2.0%", "2.0%", "3.0%", "3.0%"],
-        ["real", 32, "1", 1, "+40.0%", "40.0%", "40.0%", "30.0%"],
-        ["emulated", 4, "8", 1, "-10.0%", "10.0%", "10.0%", "—"],
-    ]
+        {"kind": "real", "M": 1, "micro_batch": (32, 32), "cells": 2, "median_signed": a(0.02),
+         "median_abs": a(0.02), "max_abs": a(0.03), "posting": a(0.03)},
+        {"kind": "real", "M": 32, "micro_batch": (1, 1), "cells": 1, "median_signed": a(0.4),
+         "median_abs": a(0.4), "max_abs": a(0.4), "posting": a(0.3)},
+        {"kind": "emulated", "M": 4, "micro_batch": (2, 8), "cells": 2, "median_signed": a(-0.2),
+         "median_abs": a(0.2), "max_abs": a(0.3), "posting": None},  # no variant simulated
+    ]  # fmt: skip
 
 
 def test_the_page_is_rendered_from_the_split_csvs(tmp_path: Path):

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gpipe_repro.measure.roofline_check import RooflineRow
 from gpipe_repro.measure.simulator import KEY, TRACE_CELL, CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.validate_sim import ARTEFACT
-from gpipe_repro.paper.validate_sim.findings import summarize
+from gpipe_repro.paper.validate_sim.findings import by_group, roofline, summarize
 from gpipe_repro.typed_csv import write_csv
 
 
@@ -54,10 +55,34 @@ def test_the_error_by_group_shows_which_way_each_k_is_biased(tmp_path):
         _row("real", 2, 0.100, 0.070),
         _row("real", 4, 0.100, 0.090),
     ]
+    groups = by_group(rows)["by_group"]
+    assert [(g["K"], g["cells"]) for g in groups] == [(1, 2), (2, 3)]
+    assert groups[1]["median"] == pytest.approx(-0.2) and groups[1]["max"] == pytest.approx(-0.1)
+    assert groups[1]["raw"] is None  # no cell without the probe: a dash on the page
     text = write_report(tmp_path, rows).read_text()
-    assert "| transformer | real | 1 | 2 | +0.0% | -1.0% | +1.0% |" in text
+    assert "| transformer | real | 1 | 2 | +0.0% | -1.0% | +1.0% | — |" in text
     assert "| transformer | real | 2 | 3 | -20.0% | -30.0% | -10.0% |" in text
     assert "One process (K = 1): median +0.0%" in text and "(K ≥ 2): median -20.0%" in text
+
+
+def test_the_roofline_per_model_and_pass_absolute_and_rescaled(tmp_path):
+    """Per model and pass: the median and max abs. error and the median after one common factor
+    (the median measured / roofline ratio); layers measured as nothing (rel_error None) left out."""
+    rows = [
+        RooflineRow("transformer", 0, "Linear", 8, "forward", 1.0, 0.5, -0.5),
+        RooflineRow("transformer", 1, "Linear", 8, "forward", 2.0, 0.5, -0.75),
+        RooflineRow("transformer", 0, "Linear", 8, "backward", 2.0, 1.0, -0.5),
+        RooflineRow("transformer", 1, "Linear", 8, "backward", 2.0, 1.0, None),
+    ]
+    assert roofline(tmp_path) is None  # not measured
+    write_csv(tmp_path / "roofline.csv", RooflineRow, rows)
+    r = roofline(tmp_path)
+    assert r is not None and r["ratio"] == pytest.approx(2.0)  # ratios 2, 4, 2
+    forward, backward = r["passes"]
+    assert forward == {"model": "transformer", "pass_": "forward", "layers": 2, "median": 0.625,
+                       "max": 0.75, "shape": pytest.approx(0.25)}  # fmt: skip
+    assert backward["layers"] == 1 and backward["shape"] == pytest.approx(0.0)
+    assert (tmp_path / "roofline.png").exists()
 
 
 def test_targets_per_kind_and_cells_disturbed_by_other_load():

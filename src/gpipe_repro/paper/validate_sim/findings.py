@@ -14,7 +14,6 @@ from typing import Any
 from ...measure.roofline_check import RooflineRow
 from ...measure.simulator import VARIANTS, CellRow, worst
 from ...typed_csv import read_csv
-from ..markdown import pct
 from ..stats import median, spearman
 from .figures import plot_roofline
 from .split import KINDS
@@ -89,23 +88,23 @@ def variants(rows: Sequence[CellRow]) -> list[list[Any]]:
 
 
 def by_group(rows: Sequence[CellRow]) -> dict[str, Any]:
-    """The signed error per model, kind and K: where the simulator is biased, and which way; and
+    """The signed error per model, kind and K (median, min, max; ``raw``: the median without the
+    speed probe, None where no cell has it): where the simulator is biased, and which way; and
     the median of one process (K = 1) against several (None: not both ran)."""
-    cells = []
+    groups = []
     keys = sorted({(r.model, r.kind, r.K) for r in rows}, key=lambda k: (k[1], k[2], k[0]))
     for model, kind, K in keys:
         rs = [r for r in rows if (r.model, r.kind, r.K) == (model, kind, K)]
         errs = [r.rel_error for r in rs]
         raw = [r.rel_error_raw for r in rs if r.rel_error_raw is not None]
-        cells.append(
-            [model, kind, K, len(errs), pct(statistics.median(errs), 1, True),
-             pct(min(errs), 1, True), pct(max(errs), 1, True), pct(median(raw), 1, True)]
-        )  # fmt: skip
+        groups.append({"model": model, "kind": kind, "K": K, "cells": len(errs),
+                       "median": statistics.median(errs), "min": min(errs), "max": max(errs),
+                       "raw": median(raw)})  # fmt: skip
     one = [r.rel_error for r in rows if r.kind == "real" and r.K == 1]
     many = [r.rel_error for r in rows if r.K >= 2]
     both = bool(one and many)
     return {
-        "by_group": cells,
+        "by_group": groups,
         "one": statistics.median(one) if both else None,
         "many": statistics.median(many) if both else None,
     }
@@ -113,25 +112,25 @@ def by_group(rows: Sequence[CellRow]) -> dict[str, Any]:
 
 def roofline(out: Path) -> dict[str, Any] | None:
     """This CPU's roofline against the measured layers, per model and pass (``roofline.csv``; None:
-    not measured), absolute and rescaled by one factor; draws ``roofline.png``."""
+    not measured): the median and max abs. error as it is and the median rescaled by one factor
+    (``ratio``; ``shape``); draws ``roofline.png``."""
     path = out / "roofline.csv"
     if not path.exists():
         return None
     rows = [r for r in read_csv(path, RooflineRow) if r.rel_error is not None]
     ratio = statistics.median(r.measured_s / r.roofline_s for r in rows if r.roofline_s > 0)
-    cells = []
+    passes = []
     for model in dict.fromkeys(r.model for r in rows):
         for p in ("forward", "backward"):
             rs = [r for r in rows if r.model == model and r.pass_ == p]
             if rs:
                 shape = [abs(ratio * r.roofline_s - r.measured_s) / r.measured_s for r in rs]
                 errs = [abs(r.rel_error or 0.0) for r in rs]
-                cells.append(
-                    [model, p, len(rs), pct(statistics.median(errs), 0), pct(max(errs), 0),
-                     pct(statistics.median(shape), 0)]
-                )  # fmt: skip
+                passes.append({"model": model, "pass_": p, "layers": len(rs),
+                               "median": statistics.median(errs), "max": max(errs),
+                               "shape": statistics.median(shape)})  # fmt: skip
     plot_roofline(rows, out / "roofline.png")
-    return {"ratio": ratio, "cells": cells}
+    return {"ratio": ratio, "passes": passes}
 
 
 def cell_tables(rows: Sequence[CellRow]) -> list[tuple[str, str, str, list[CellRow]]]:

@@ -17,7 +17,6 @@ from typing import Any
 
 from ...measure.simulator import VARIANTS, CellRow
 from ...typed_csv import read_csv, write_csv
-from ..markdown import pct
 from ..stats import median
 
 BIAS = 0.05  # issue #21: every (model, K, remat) group's median signed error within ±5%
@@ -118,27 +117,26 @@ def verdicts(groups: Sequence[GroupRow]) -> list[dict[str, Any]]:
     return out
 
 
-def by_m(rows: Sequence[CellRow]) -> list[list[Any]]:
-    """Per kind and M, over the cells of two stages or more: the micro-batch sizes, the error, and
-    the median share of the simulated step that posting sends and receives takes (one minus the
-    step simulated with posting free, ``simulated_no_calls_s``, over the step)."""
-    out: list[list[Any]] = []
+def by_m(rows: Sequence[CellRow]) -> list[dict[str, Any]]:
+    """Per kind and M, over the cells of two stages or more: the micro-batch sizes (smallest,
+    largest), the error, and the median share of the simulated step that posting sends and receives
+    takes (``posting``: one minus the step simulated with posting free, ``simulated_no_calls_s``,
+    over the step; None where no cell has it)."""
+    out = []
     for kind in KINDS:
         ks = [r for r in rows if r.kind == kind and r.K >= 2]
         for M in sorted({r.M for r in ks}):
             rs = [r for r in ks if r.M == M]
             n, signed, med_abs, max_abs = _errors(rs)
-            mbs = sorted({r.micro_batch for r in rs})
+            mbs = [r.micro_batch for r in rs]
             shares = [
                 1 - float(r.simulated_no_calls_s) / float(r.simulated_step_s)
                 for r in rs
                 if r.simulated_no_calls_s is not None and r.simulated_step_s
             ]
-            out.append(
-                [kind, M, f"{mbs[0]}" if len(mbs) == 1 else f"{mbs[0]}–{mbs[-1]}", n,
-                 pct(signed, 1, True), pct(med_abs), pct(max_abs),
-                 pct(statistics.median(shares)) if shares else "—"]
-            )  # fmt: skip
+            out.append({"kind": kind, "M": M, "micro_batch": (min(mbs), max(mbs)), "cells": n,
+                        "median_signed": signed, "median_abs": med_abs, "max_abs": max_abs,
+                        "posting": median(shares)})  # fmt: skip
     return out
 
 
