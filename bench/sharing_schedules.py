@@ -3,11 +3,11 @@
     python bench/sharing_schedules.py [--calibration reports/sim/calibration.json] [--rounds 5]
                                       [--json out.json]
 
-The simulator charges a send or receive that ranks sharing this host's cores post while the other
-ranks' compute takes every core one constant, ``shared_message_s``, fitted on gpipe alone
-(``sim/measured/sharing.py``: K = 2 steps of stages spinning a known time per action). Interleaved
-1F1B at K = 2, v = 2 posts three times 1F1B's messages, and ``reports/sim/sim.md`` simulates its
-real cells long where the charge is large (issue #39). This runs the same spinning steps under
+The simulator charges every receive of ranks that fill this host's cores one constant,
+``shared_message_s``, fitted on gpipe alone (``sim/measured/sharing.py``: K = 2 steps of stages
+spinning a known time per action). Interleaved 1F1B at K = 2, v = 2 posts three times 1F1B's
+messages (issue #39: under the rule before, which charged the sends and receives posted while the
+other ranks computed, its real cells simulated long where the charge was large). This runs the same spinning steps under
 gpipe and 1f1b (each in a plain and in a ring launch, as interleaved needs) and interleaved (v = 2,
 each of a rank's two cells spinning half the time, so that every schedule does the same work),
 at M = 2, 8, 32, ``--rounds`` launches of fresh ranks each, and simulates each on the link and
