@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sharing_schedules: error: --rounds={a.rounds}; allowed: >= 1", file=sys.stderr)
         return 2
     committed = float(dev["shared_message_s"])
+    rule = json.loads(a.calibration.read_text()).get("sharing") or "every message"
     steps: dict[str, list[float]] = {}  # per run and M: each round's median step (slower rank)
     for _ in range(a.rounds):
         for ring in (False, True):
@@ -134,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                 steps.setdefault(key, []).append(
                     statistics.median(max(p, q) for p, q in zip(t0, per_rank[1][key]))
                 )
-    print(f"committed shared_message_s: {committed * 1e6:.0f} us ({a.calibration})")
+    print(
+        f"committed shared_message_s: {committed * 1e6:.0f} us ({a.calibration}; fitted under the "
+        f"rule {rule!r}, simulated here under this checkout's)"
+    )
     print(
         "run | fitted us/message | M | measured ms | simulated: none | committed (error) | fitted"
     )

@@ -84,6 +84,23 @@ def test_every_receive_pays_it_and_no_send_where_the_ranks_fill_the_cores():
         step(1e-3, 0)
 
 
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("M", [1, 4, 16])
+def test_the_charge_never_shortens_a_step_where_a_blocked_receiver_wakes_late(schedule, M):
+    # a wake-up that grows with the time blocked (the calibration's kind, with its post-idle
+    # penalty): the charge must not shorten a wait, and with it the wake-up
+    wake = ((5e-4, 1e-5), (2e-3, 3e-4), (8e-3, 1.2e-3), (3e-2, 1.5e-3))
+    link = Link(1e-4, 1e9, 1, 5e-5, 4e-5, wake)
+    stages = [StageCost(2e-3, 2e-3, 4e-3, 4096), StageCost(1e-3, 1e-3, 2e-3, 0)]
+
+    def step(shared: float) -> float:
+        lk = replace(link, shared_s=shared, cores=2)
+        return simulate(2, M, schedule, "never", stages, lk, sender_busy=False).step_s
+
+    base = step(0.0)
+    assert all(step(c) >= base - 1e-12 for c in (1e-4, 5e-4, 2e-3))
+
+
 @pytest.mark.slow
 def test_the_calibration_runs_real_spinning_k2_steps():
     fwd = bwd = 0.5e-3

@@ -97,7 +97,8 @@ class Link:
     recv_call_s: float = 0.0
     wake: tuple[tuple[float, float], ...] = ()
     # the ranks of one run share ``cores`` cores of one host (0: each rank has its own device):
-    # where they fill them (K >= cores), every receive costs the receiver ``shared_s`` more
+    # where they fill them, a receiver has its message no earlier than ``shared_s`` after posting
+    # the receive (``simulate``)
     shared_s: float = 0.0
     cores: int = 0
 

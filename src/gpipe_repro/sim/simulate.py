@@ -16,11 +16,11 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
   transfer) and posting a receive costs the receiver ``link.recv_call_s``. A receiver that blocked
   waiting sees the message ``link.wake_s(blocked)`` after it arrived (the measured wake-up of a
   blocked thread, which grows with how long it was blocked).
-- Ranks that fill one host's cores (``link.shared_s`` > 0, K >= ``link.cores``): posting a receive
-  also costs the receiver ``link.shared_s`` (the backend's threads need a core to take a message
-  in, and a receiver whose core was busy meets its message still to be taken in;
-  ``sim.measured.sharing``), so a receiver that would wait that long for its message anyway pays
-  nothing more. Sends cost nothing more.
+- Ranks that fill one host's cores (``link.shared_s`` > 0, K x replicas >= ``link.cores``): a
+  receiver has its message no earlier than ``link.shared_s`` after it posted the receive (the
+  backend's threads need a core to take a message in, and a receiver whose core was busy meets its
+  message still to be taken in; ``sim.measured.sharing``), so a receiver that waits that long for
+  its message anyway pays nothing more. Sends cost nothing more.
 - A fixed ``overhead_s`` is added to every F, B and W action (for B, to its backward part).
 - At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
   the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
@@ -139,8 +139,9 @@ def simulate(
     per-message costs replacing these where given (``Replay``). ``replicas``: data-parallel copies
     of the pipeline; with more than one, ``grad_bytes[k]`` (stage k's gradient bytes, its cells
     together) is all-reduced after stage k's last backward or W (module doc). ``link.shared_s``: the
-    ranks share ``link.cores`` cores of one host; where they fill them (K >= ``link.cores``), every
-    receive costs the receiver that much more (module doc).
+    ranks share ``link.cores`` cores of one host; where they fill them (K x replicas >=
+    ``link.cores``), a receiver has its message no earlier than that after posting the receive
+    (module doc): a receiver that would wait that long anyway pays nothing more.
     """
     if not (link.shared_s >= 0 and (link.shared_s == 0 or link.cores >= 1)):
         raise ValueError(
@@ -226,7 +227,7 @@ def _simulate(
     link_free: dict[tuple[int, int, str], float] = {}
 
     # what a receive costs its rank beyond posting it, for the cores the ranks fill (module doc)
-    receive_s = link.shared_s if link.shared_s > 0 and K >= max(2, link.cores) else 0.0
+    receive_s = link.shared_s if link.shared_s > 0 and K * replicas >= max(2, link.cores) else 0.0
 
     def ev(action: str, mb: int, start: float, end: float, k: int, chunk: int = 0) -> None:
         events.append(Event(action, mb, start, end, stage=k, chunk=chunk))
@@ -272,13 +273,13 @@ def _simulate(
         if K == 1:  # in the process: nothing to receive
             return
         # posting the receive (the engine posts ahead; same cost)
-        s.free += link.recv_call_s + receive_s
+        s.free += link.recv_call_s
         arrived = arrive(s, key)
         blocked = arrived - s.free
-        t = (
-            arrived + link.wake_s(blocked)
-            if blocked > 0 and key not in rp.transit
-            else max(s.free, arrived)
+        # the message is taken in at the earliest receive_s after the receive was posted
+        t = max(
+            s.free + receive_s,
+            arrived + link.wake_s(blocked) if blocked > 0 and key not in rp.transit else arrived,
         )
         ev("wait", mb, s.free, t, s.k, chunk)
         s.free = t
