@@ -73,7 +73,7 @@ def test_a_change_to_comments_docstrings_or_layout_leaves_it_current(tmp_path):
     _commit(root, "src/measuring/a.py", '"""What a is."""\nx = 1.0\n')  # the same value, not code
     assert state(root, entry)[1]
     _commit(root, "src/measuring/a.py", "x = 1  # as made\n")
-    _commit(root, "conf.yaml", "a: 2\n")
+    _commit(root, "conf.yaml", "# @package _global_\na: 1\n")  # a directive, not a comment
     commit, stale, why = state(root, entry)
     assert stale and "conf.yaml" in why and "1 more changed only" in why
 

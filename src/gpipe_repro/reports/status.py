@@ -9,7 +9,8 @@ Rendering-only code is not among them: a page re-rendered from its CSV is
 byte-identical (``tests/paper/test_rerender.py``), so a change there makes no report stale; a module
 that holds both a report's collect and its page code counts whole. A change that leaves what a file
 does as it was counts for nothing: a Python file whose syntax tree is the same once its comments,
-docstrings and layout are set aside, and a YAML file that loads to the same data (``same_code``);
+docstrings and layout are set aside, and a YAML file that loads to the same data under the same
+Hydra ``# @package`` line (``same_code``);
 the reason names how many such files there were.
 
     python -m gpipe_repro.reports.status             # the table; exit 0
@@ -240,8 +241,8 @@ def _meaning(path: str, text: str) -> object:
             ):
                 node.body = body[1:] or [ast.Pass()]
         return ast.dump(tree)
-    if path.endswith((".yaml", ".yml")):
-        return yaml.safe_load(text)
+    if path.endswith((".yaml", ".yml")):  # Hydra's `# @package` line is a directive, not a comment
+        return [ln for ln in text.splitlines() if ln.startswith("# @package")], yaml.safe_load(text)
     return text
 
 
