@@ -23,7 +23,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+from gpipe_repro.measure import calibration
 from gpipe_repro.measure.calibration import simulate_cell
 from gpipe_repro.measure.simulator import CellRow
 from gpipe_repro.sim.costs import Link
@@ -44,31 +46,33 @@ def device(calib: dict[str, Any]) -> DeviceModel:
 
 
 def resimulate(
-    rows: list[CellRow], profiles: dict[str, LayerProfile], dm: DeviceModel
+    rows: list[CellRow], profiles: dict[str, LayerProfile], dm: DeviceModel, cores: int
 ) -> list[dict[str, Any]]:
-    """Per real cell of ``rows``: its committed and recomputed errors, raw and probed."""
-    out = []
-    for r in (r for r in rows if r.kind == "real"):
-        balance = [int(b) for b in str(r.balance).split("-")]
-        cell: dict[str, Any] = {"M": r.M, "schedule": r.schedule, "checkpoint": r.checkpoint}
-        if len(balance) > r.K:  # several model cells per rank: the cell carries its own cut
-            cell |= {"balance": balance, "virtual_stages": len(balance) // r.K}
-        prof = profiles[r.model]
-        n = int(r.micro_batch)
-        probed = simulate_cell(cell, r.K, balance, prof.costs[n], dm, shared=True).step_s
-        raw = (
-            simulate_cell(cell, r.K, balance, prof.raw[n], dm, shared=True).step_s
-            if prof.raw is not None and r.measured_raw_step_s is not None
-            else probed
-        )
-        measured_raw = r.measured_raw_step_s or r.measured_step_s
-        out.append(
-            {"model": r.model, "K": r.K, "M": r.M, "schedule": r.schedule,
-             "checkpoint": r.checkpoint, "error_raw": raw / measured_raw - 1,
-             "committed_raw": r.rel_error_raw, "error": probed / r.measured_step_s - 1,
-             "committed": r.rel_error}
-        )  # fmt: skip
-    return out
+    """Per real cell of ``rows``: its committed and recomputed errors, raw and probed; its ranks
+    on ``cores`` cores, the validation host's (``calibration.json``), not this one's."""
+    with mock.patch.object(calibration, "cores", lambda: cores):  # what simulate_cell asks
+        return [_cell(r, profiles[r.model], dm) for r in rows if r.kind == "real"]
+
+
+def _cell(r: CellRow, prof: LayerProfile, dm: DeviceModel) -> dict[str, Any]:
+    """One real cell simulated again as ``measure.simulator.validate`` simulated it."""
+    balance = [int(b) for b in str(r.balance).split("-")]
+    cell: dict[str, Any] = {"M": r.M, "schedule": r.schedule, "checkpoint": r.checkpoint}
+    if len(balance) > r.K:  # several model cells per rank: the cell carries its own cut
+        cell |= {"balance": balance, "virtual_stages": len(balance) // r.K}
+    n = int(r.micro_batch)
+    probed = simulate_cell(cell, r.K, balance, prof.costs[n], dm, shared=True).step_s
+    raw = (
+        simulate_cell(cell, r.K, balance, prof.raw[n], dm, shared=True).step_s
+        if prof.raw is not None and r.speed is not None  # as the validation did
+        else probed
+    )
+    measured_raw = r.measured_raw_step_s or r.measured_step_s
+    return {
+        "model": r.model, "K": r.K, "M": r.M, "schedule": r.schedule, "checkpoint": r.checkpoint,
+        "error_raw": raw / measured_raw - 1, "committed_raw": r.rel_error_raw,
+        "error": probed / r.measured_step_s - 1, "committed": r.rel_error,
+    }  # fmt: skip
 
 
 def summary(errors: list[float]) -> str:
@@ -101,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_csv(a.folder / "validation.csv", CellRow)
         profiles = {m: LayerProfile.from_json(p, {}) for m, p in calib["profiles"].items()}
         dm = device(calib)
+        cores = int(calib["cores"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"resimulate: error: --from {a.folder}: {e}", file=sys.stderr)
         return 2
@@ -114,8 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     report = []
     for cost in costs:
         model = dm if cost is None else replace(dm, shared_message_s=cost)
-        cells = resimulate(rows, profiles, model)
-        off = max((abs(c["error_raw"] - (c["committed_raw"] or 0)) for c in cells), default=0.0)
+        cells = resimulate(rows, profiles, model, cores)
+        off = max(
+            (
+                abs(c["error_raw"] - c["committed_raw"])
+                for c in cells
+                if c["committed_raw"] is not None
+            ),
+            default=0.0,
+        )
         print(
             f"shared_message_s {model.shared_message_s * 1e6:.0f} us; largest change of a cell's "
             f"raw error from the committed: {off:.2%}"

@@ -11,6 +11,7 @@ from dataclasses import asdict
 import pytest
 from _shared import bench_module
 
+from gpipe_repro.measure import calibration
 from gpipe_repro.measure.calibration import simulate_cell
 from gpipe_repro.measure.simulator import CellRow
 from gpipe_repro.sim.costs import LayerCost, Link
@@ -32,8 +33,9 @@ DM = DeviceModel(
 CELLS = ((1, 2, "gpipe", [4]), (2, 4, "1f1b", [2, 2]), (2, 4, "interleaved", [1, 1, 1, 1]))
 
 
-def _folder(tmp_path, measured_over: float, raw_over: float):
-    """A validation whose measured steps are the simulated ones times ``*_over``."""
+def _folder(tmp_path, measured_over: float, raw_over: float, monkeypatch):
+    """A validation on a 2-core host whose measured steps are the simulated ones times ``*_over``."""
+    monkeypatch.setattr(calibration, "cores", lambda: 2)
     sizes = [8, 16]
     costs = {n: [LayerCost(1e-3 * n / 8, 8e-4 * n / 8, 2e-3 * n / 8, 4096) for _ in range(4)]
              for n in sizes}  # fmt: skip
@@ -43,7 +45,7 @@ def _folder(tmp_path, measured_over: float, raw_over: float):
     device = asdict(DM)
     device.pop("source")
     (tmp_path / "calibration.json").write_text(
-        json.dumps({"device": device, "profiles": {"toy": prof.to_json()}})
+        json.dumps({"device": device, "cores": 2, "profiles": {"toy": prof.to_json()}})
     )
     rows = []
     for K, M, schedule, balance in CELLS:
@@ -56,10 +58,11 @@ def _folder(tmp_path, measured_over: float, raw_over: float):
         rows.append(CellRow(
             "toy", K, M, schedule, "never", "real", "-".join(map(str, balance)), n,
             probed * measured_over, probed, 1 / measured_over - 1,
-            unscaled * raw_over, unscaled, 1 / raw_over - 1,
+            unscaled * raw_over, unscaled, 1 / raw_over - 1, speed=0.9,
         ))  # fmt: skip
     rows.append(replace_kind(rows[-1]))
     write_csv(tmp_path / "validation.csv", CellRow, rows)
+    monkeypatch.setattr(calibration, "cores", lambda: 16)  # this host is not the validation's
     return tmp_path
 
 
@@ -69,8 +72,8 @@ def replace_kind(row: CellRow) -> CellRow:
     return CellRow(**d)
 
 
-def test_each_real_cell_comes_back_with_the_error_it_was_measured_with(rs, tmp_path):
-    folder = _folder(tmp_path, 1.25, 1.6)
+def test_each_real_cell_comes_back_with_the_error_it_was_measured_with(rs, tmp_path, monkeypatch):
+    folder = _folder(tmp_path, 1.25, 1.6, monkeypatch)
     out = tmp_path / "r.json"
     assert rs.main(["--from", str(folder), "--json", str(out)]) == 0
     (report,) = json.loads(out.read_text())
@@ -82,9 +85,9 @@ def test_each_real_cell_comes_back_with_the_error_it_was_measured_with(rs, tmp_p
         assert c["error_raw"] == pytest.approx(1 / 1.6 - 1) == c["committed_raw"]
 
 
-def test_another_cost_per_message_moves_the_cells_of_two_ranks_only(rs, tmp_path):
+def test_another_cost_per_message_moves_the_cells_of_two_ranks_only(rs, tmp_path, monkeypatch):
     out = tmp_path / "r.json"
-    args = ["--from", str(_folder(tmp_path, 1.0, 1.0)), "--json", str(out)]
+    args = ["--from", str(_folder(tmp_path, 1.0, 1.0, monkeypatch)), "--json", str(out)]
     assert rs.main([*args, "--shared-message-us", "500", "5000"]) == 0
     same, more = json.loads(out.read_text())
     assert same["shared_message_s"] == pytest.approx(5e-4)
@@ -96,8 +99,9 @@ def test_another_cost_per_message_moves_the_cells_of_two_ranks_only(rs, tmp_path
             assert b["error"] > a["error"] + 0.01
 
 
-def test_bad_input_is_one_line_and_exit_2(rs, tmp_path, capsys):
+def test_bad_input_is_one_line_and_exit_2(rs, tmp_path, capsys, monkeypatch):
     assert rs.main(["--from", str(tmp_path / "none")]) == 2
-    assert rs.main(["--from", str(_folder(tmp_path, 1, 1)), "--shared-message-us", "-1"]) == 2
+    folder = _folder(tmp_path, 1, 1, monkeypatch)
+    assert rs.main(["--from", str(folder), "--shared-message-us", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--from" in err[0] and "--shared-message-us" in err[1]
