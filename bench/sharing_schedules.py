@@ -1,7 +1,7 @@
 """Does a message cost ranks sharing the cores the same under every schedule? A diagnostic.
 
     python bench/sharing_schedules.py [--calibration reports/sim/calibration.json] [--rounds 5]
-                                      [--json out.json]
+                                      [--json out.json] [--from earlier.json]
 
 The simulator charges every receive of ranks that fill this host's cores one constant,
 ``shared_message_s``, fitted on gpipe alone (``sim/measured/sharing.py``: K = 2 steps of stages
@@ -14,7 +14,8 @@ at M = 2, 8, 32, ``--rounds`` launches of fresh ranks each, and simulates each o
 overheads of a committed calibration with its ``shared_message_s``, with none, and with the cost
 fitted on that schedule alone (``sharing.fit_shared``). If one charge per message fitted every
 schedule, the fitted costs would agree and the committed one would leave each schedule the same
-error. Nothing here is used by the simulator. Run it on an idle machine, under the CPU lock.
+error. ``--from`` fits and simulates the steps an earlier ``--json`` stored, measuring nothing: the
+same measurements under another checkout's simulator. Nothing here is used by the simulator. Run it on an idle machine, under the CPU lock.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", type=Path, default=Path("reports/sim/calibration.json"))
     ap.add_argument("--rounds", type=int, default=5, help="launches of fresh ranks per kind")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--from", dest="stored", type=Path, default=None, help="an earlier --json")
     a = ap.parse_args(argv)
     try:
         dev = json.loads(a.calibration.read_text())["device"]
@@ -128,7 +130,25 @@ def main(argv: list[str] | None = None) -> int:
     committed = float(dev["shared_message_s"])
     rule = json.loads(a.calibration.read_text()).get("sharing") or "every message"
     steps: dict[str, list[float]] = {}  # per run and M: each round's median step (slower rank)
-    for _ in range(a.rounds):
+    if a.stored is not None:
+        wanted = [_key(s, v, r, M) for s, v, r in RUNS for M in MS]
+        try:
+            rows = json.loads(a.stored.read_text())
+            steps = {
+                _key(r["schedule"], r["virtual_stages"], r["ring"], r["M"]): r["rounds_s"]
+                for r in rows
+            }
+            missing = [k for k in wanted if k not in steps]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            missing = [str(e)]
+        if missing:
+            print(
+                f"sharing_schedules: error: --from {a.stored}: lacks {missing[0]}; allowed: "
+                "the --json of an earlier run",
+                file=sys.stderr,
+            )
+            return 2
+    for _ in range(0 if a.stored is not None else a.rounds):
         for ring in (False, True):
             per_rank = launch(_rank, 2, (ring,), threads=1)
             for key, t0 in per_rank[0].items():

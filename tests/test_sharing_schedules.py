@@ -69,3 +69,15 @@ def test_each_run_gets_the_cost_its_steps_follow(sharing, monkeypatch, capsys, t
         assert r["fitted_fixed_s"] == pytest.approx(2e-3, abs=3e-4)
     printed = [line for line in capsys.readouterr().out.splitlines() if " | " in line]
     assert len(printed) == 1 + len(rows)
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("--from measures nothing")
+
+    monkeypatch.setattr(sharing, "launch", no_launch)
+    again = tmp_path / "again.json"
+    assert sharing.main(["--from", str(out), "--json", str(again)]) == 0
+    assert json.loads(again.read_text()) == rows
+    rows[0].pop("rounds_s")
+    out.write_text(json.dumps(rows))
+    assert sharing.main(["--from", str(out)]) == 2
+    assert "--from" in capsys.readouterr().err

@@ -73,9 +73,33 @@ def test_a_change_to_comments_docstrings_or_layout_leaves_it_current(tmp_path):
     _commit(root, "src/measuring/a.py", '"""What a is."""\nx = 1.0\n')  # the same value, not code
     assert state(root, entry)[1]
     _commit(root, "src/measuring/a.py", "x = 1  # as made\n")
-    _commit(root, "conf.yaml", "a: 2\n")
+    _commit(root, "conf.yaml", "# @package _global_\na: 1\n")  # a directive, not a comment
     commit, stale, why = state(root, entry)
     assert stale and "conf.yaml" in why and "1 more changed only" in why
+
+
+def test_yaml_counts_its_types_and_order_and_docstrings_count_where_a_page_quotes_them(tmp_path):
+    root, made = _repo(tmp_path)
+    (root / "sweep.yaml").write_text("steps: 20\nflag: true\nparams:\n  K: 1,2\n  M: 1,4\n")
+    _git(root, "add", "sweep.yaml")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "sweep")
+    made = _git(root, "rev-parse", "--short", "HEAD")
+    _report(root, [made])
+    entry = Entry("r", "r", "make r", ("sweep.yaml", "src/measuring"))
+    for text in (
+        "steps: 20.0\nflag: true\nparams:\n  K: 1,2\n  M: 1,4\n",  # an int made a float
+        "steps: 20\nflag: 1\nparams:\n  K: 1,2\n  M: 1,4\n",  # a bool made an int
+        "steps: 20\nflag: true\nparams:\n  M: 1,4\n  K: 1,2\n",  # the sweep's order
+        "#@package _global_\nsteps: 20\nflag: true\nparams:\n  K: 1,2\n  M: 1,4\n",
+    ):
+        _commit(root, "sweep.yaml", text)
+        assert state(root, entry)[1], text
+    _commit(root, "sweep.yaml", "steps: 20  # as made\nflag: true\nparams: {K: '1,2', M: '1,4'}\n")
+    assert not state(root, entry)[1]
+    _commit(root, "src/measuring/a.py", '"""Quoted on the page."""\nx = 1\n')
+    assert not state(root, entry)[1]
+    quoted = Entry("r", "r", "make r", ("src/measuring",), docstrings=True)
+    assert state(root, quoted)[1]
 
 
 def test_no_provenance_several_commits_or_a_dirty_tree_are_stale(tmp_path):

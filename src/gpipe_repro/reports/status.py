@@ -9,7 +9,8 @@ Rendering-only code is not among them: a page re-rendered from its CSV is
 byte-identical (``tests/paper/test_rerender.py``), so a change there makes no report stale; a module
 that holds both a report's collect and its page code counts whole. A change that leaves what a file
 does as it was counts for nothing: a Python file whose syntax tree is the same once its comments,
-docstrings and layout are set aside, and a YAML file that loads to the same data (``same_code``);
+docstrings (unless the report quotes them) and layout are set aside, and a YAML file that loads to
+the same typed data, in the same order, under the same Hydra ``# @package`` line (``same_code``);
 the reason names how many such files there were.
 
     python -m gpipe_repro.reports.status             # the table; exit 0
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -57,6 +60,7 @@ class Entry:
     provenance: str = FILE  # the file in the folder that records its commit
     commit_field: str = ""  # set: that file is the report's own JSON, its commits in this field
     cuda: bool = False  # its target needs a CUDA host (``reports.remake`` leaves it out elsewhere)
+    docstrings: bool = False  # its page quotes its code's docstrings: a change to one counts
 
 
 def _sweep(exp: str, *extra: str) -> tuple[str, ...]:
@@ -191,6 +195,7 @@ ENTRIES = (
             "tests/runner/test_gpu.py",
         ),
         cuda=True,
+        docstrings=True,  # bench/gpu_check.py puts each check module's docstring on the page
     ),  # fmt: skip
     Entry(
         "soak",
@@ -224,12 +229,23 @@ def _recorded(path: Path, field: str) -> Provenance:
     return Provenance(0, commits=tuple(c for c in str(value).split("/") if c))
 
 
-def _meaning(path: str, text: str) -> object:
-    """What a file does, for comparing two versions: a Python file's syntax tree without its
-    docstrings (comments and layout are not in it), a YAML file's data, else its text."""
+def _typed(data: object) -> object:
+    """Loaded YAML as a value that compares as Hydra reads it: each scalar with its type (1, 1.0 and
+    true differ), each mapping as its pairs in order (a sweep's order is its jobs' order)."""
+    if isinstance(data, dict):
+        return [(_typed(k), _typed(v)) for k, v in data.items()]
+    if isinstance(data, list):
+        return [_typed(v) for v in data]
+    return type(data).__name__, data
+
+
+def _meaning(path: str, text: bytes, docstrings: bool) -> object:
+    """What a file does, for comparing two versions: a Python file's syntax tree (comments and
+    layout are not in it), without its docstrings unless ``docstrings``; a YAML file's typed data
+    beside its Hydra directives (``# @package``), which are comments to YAML."""
     if path.endswith(".py"):
         tree = ast.parse(text)
-        for node in ast.walk(tree):
+        for node in ast.walk(tree) if not docstrings else ():
             body = getattr(node, "body", None)
             if (
                 isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -240,21 +256,29 @@ def _meaning(path: str, text: str) -> object:
             ):
                 node.body = body[1:] or [ast.Pass()]
         return ast.dump(tree)
-    if path.endswith((".yaml", ".yml")):
-        return yaml.safe_load(text)
-    return text
+    directives = [ln for ln in text.splitlines() if re.match(rb"#\s*@", ln)]
+    return directives, _typed(yaml.safe_load(text))
 
 
-def same_code(root: Path, commit: str, head: str, path: str) -> bool:
+@functools.lru_cache(maxsize=4096)
+def same_code(root: Path, commit: str, head: str, path: str, docstrings: bool = False) -> bool:
     """Whether ``path`` does at ``head`` what it did at ``commit`` (``_meaning``); False where it is
-    new, gone, or does not parse."""
-    old, new = _git(root, "show", f"{commit}:{path}"), _git(root, "show", f"{head}:{path}")
-    if old.returncode or new.returncode:
+    new, gone, neither Python nor YAML, or does not parse."""
+    if not path.endswith((".py", ".yaml", ".yml")):
+        return False
+    versions = [
+        subprocess.run(
+            ["git", "-C", str(root), "show", f"{rev}:{path}"], capture_output=True, timeout=60
+        )
+        for rev in (commit, head)
+    ]
+    if any(v.returncode for v in versions):
         return False
     try:
-        return _meaning(path, old.stdout) == _meaning(path, new.stdout)
+        old, new = (_meaning(path, v.stdout, docstrings) for v in versions)
     except (SyntaxError, ValueError, yaml.YAMLError):
         return False
+    return old == new
 
 
 def state(root: Path, e: Entry, head: str = "HEAD") -> tuple[str, bool, str]:
@@ -276,7 +300,8 @@ def state(root: Path, e: Entry, head: str = "HEAD") -> tuple[str, bool, str]:
     if diff.returncode:
         return commit, True, f"git diff failed: {diff.stderr.strip()}"
     touched = diff.stdout.split()
-    changed = [p for p in touched if not same_code(root, commit, head, p)]
+    at = _git(root, "rev-parse", head).stdout.strip()  # a commit, not a name: same_code caches
+    changed = [p for p in touched if not same_code(root, commit, at, p, e.docstrings)]
     alike = len(touched) - len(changed)
     also = f"; {alike} more changed only in comments, docstrings or layout" if alike else ""
     if not changed:
