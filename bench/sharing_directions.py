@@ -2,12 +2,13 @@
 
     python bench/sharing_directions.py [--rounds 5] [--M 8 32] [--work-ms 1.0] [--json out.json]
 
-``bench/sharing_schedules.py`` fits the cost of a message posted while two ranks keep both cores
-busy: gpipe's and 1f1b's messages cost well over twice what interleaved 1F1B's do (issue #39), and
+``bench/sharing_schedules.py`` fits what a message costs two ranks that keep both cores busy, per
+schedule. Charged to the messages posted while the other rank computed (the simulator's rule until
+issue #39), interleaved 1F1B's came out far cheaper each than gpipe's and 1f1b's, and
 ``bench/sharing_gap.py`` showed that gpipe's cost per message hardly moves with the work between
-messages, so the message rate alone does not explain it. What else differs at v = 2 is that each
+messages, so the message rate alone did not explain it. What else differs at v = 2 is that each
 rank sends and receives in every phase, so both ranks' gloo threads carry traffic at once, where a
-gpipe phase sends one way only.
+gpipe phase sends one way only. This bench measures that difference directly, with no simulator.
 
 This separates the two with K = 2 processes that spin a known time per action and post messages
 with plain ``torch.distributed`` calls (no engine, no simulator): a gpipe-like step, every forward
