@@ -226,7 +226,8 @@ def _simulate(
     # a channel: (sender, receiver, kind); one transfer at a time each, in issue order
     link_free: dict[tuple[int, int, str], float] = {}
 
-    # what a receive costs its rank beyond posting it, for the cores the ranks fill (module doc)
+    # for the cores the ranks fill: the least time from posting a receive to its message being
+    # taken in (module doc)
     receive_s = link.shared_s if link.shared_s > 0 and K * replicas >= max(2, link.cores) else 0.0
 
     def ev(action: str, mb: int, start: float, end: float, k: int, chunk: int = 0) -> None:

@@ -13,7 +13,9 @@ computed, the rule before it, under which interleaved's messages cost well under
 (issue #39; each schedule's own fit: ``python bench/sharing_schedules.py``).
 
 So the simulator charges ``shared_message_s`` to every receive of a run whose ranks fill the host's
-cores (``Link.shared_s``, ``Link.cores``: ``simulate``). It is measured here: real
+cores: the receiver has its message no earlier than that after posting the receive, so one that
+would wait that long anyway pays nothing more (``Link.shared_s``, ``Link.cores``: ``simulate``).
+It is measured here: real
 K = 2 steps with every stage *spinning* for a known time per action (its core as busy as compute
 keeps it, its cost exact by construction), at several M, each simulated on those exact costs with
 the idle link, the engine's measured overheads and a trial ``shared_message_s``; the value fitted is
