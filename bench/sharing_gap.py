@@ -2,8 +2,8 @@
 
     python bench/sharing_gap.py [--calibration reports/sim/calibration.json] [--rounds 3]
 
-The simulator charges a send or receive that ranks sharing this host's cores post while the other
-ranks' compute takes every core one constant, ``shared_message_s`` (``sim/measured/sharing.py``:
+The simulator charges every receive of ranks that fill this host's cores one constant,
+``shared_message_s`` (``sim/measured/sharing.py``:
 real K = 2 steps of stages spinning 1 ms per action at M = 2 and 32, the cost whose simulated
 steps leave the measured ones a residual that does not grow with M). This runs the same
 measurement (``measure_sharing``) with other action lengths and message sizes, on the link and

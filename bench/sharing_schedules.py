@@ -3,11 +3,11 @@
     python bench/sharing_schedules.py [--calibration reports/sim/calibration.json] [--rounds 5]
                                       [--json out.json] [--from earlier.json]
 
-The simulator charges a send or receive that ranks sharing this host's cores post while the other
-ranks' compute takes every core one constant, ``shared_message_s``, fitted on gpipe alone
-(``sim/measured/sharing.py``: K = 2 steps of stages spinning a known time per action). Interleaved
-1F1B at K = 2, v = 2 posts three times 1F1B's messages, and ``reports/sim/sim.md`` simulates its
-real cells long where the charge is large (issue #39). This runs the same spinning steps under
+The simulator charges every receive of ranks that fill this host's cores one constant,
+``shared_message_s``, fitted on gpipe alone (``sim/measured/sharing.py``: K = 2 steps of stages
+spinning a known time per action). Interleaved 1F1B at K = 2, v = 2 posts three times 1F1B's
+messages (issue #39: under the rule before, which charged the sends and receives posted while the
+other ranks computed, its real cells simulated long where the charge was large). This runs the same spinning steps under
 gpipe and 1f1b (each in a plain and in a ring launch, as interleaved needs) and interleaved (v = 2,
 each of a rank's two cells spinning half the time, so that every schedule does the same work),
 at M = 2, 8, 32, ``--rounds`` launches of fresh ranks each, and simulates each on the link and
@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sharing_schedules: error: --rounds={a.rounds}; allowed: >= 1", file=sys.stderr)
         return 2
     committed = float(dev["shared_message_s"])
+    rule = json.loads(a.calibration.read_text()).get("sharing") or "every message"
     steps: dict[str, list[float]] = {}  # per run and M: each round's median step (slower rank)
     if a.stored is not None:
         wanted = [_key(s, v, r, M) for s, v, r in RUNS for M in MS]
@@ -154,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                 steps.setdefault(key, []).append(
                     statistics.median(max(p, q) for p, q in zip(t0, per_rank[1][key]))
                 )
-    print(f"committed shared_message_s: {committed * 1e6:.0f} us ({a.calibration})")
+    print(
+        f"committed shared_message_s: {committed * 1e6:.0f} us ({a.calibration}; fitted under the "
+        f"rule {rule!r}, simulated here under this checkout's)"
+    )
     print(
         "run | fitted us/message | M | measured ms | simulated: none | committed (error) | fitted"
     )

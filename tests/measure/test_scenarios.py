@@ -96,9 +96,9 @@ def test_the_search_bound_is_above_every_exact_peak_and_within_40_percent(pred):
 
 
 def test_configurations_run_for_real_pay_the_hosts_sharing_emulated_ones_do_not(pred):
-    # K x replicas <= 2 run as real ranks on this host's cores (a message posted while the other
-    # rank computes costs them ``shared_message_s`` more: so much here that the slack of the
-    # stage that waits cannot hide it); K = 4 runs emulated, standing for separate devices
+    # K x replicas <= 2 run as real ranks on this host's cores (a receive costs them
+    # ``shared_message_s`` more: so much here that the slack of the stage that waits cannot hide
+    # it); K = 4 runs emulated, standing for separate devices
     from dataclasses import replace as _replace
 
     shared = Predictor(

@@ -1,6 +1,6 @@
 """What a message costs ranks that share the host's cores: its fit, which messages the simulator
-charges it to (those posted while the other ranks take every core), and the calibration's real K = 2
-steps of spinning stages."""
+charges it to (every receive of ranks that fill the cores), and the calibration's real K = 2 steps
+of spinning stages."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _dm(shared: float) -> DeviceModel:
     return DeviceModel("test", Link(1e-5, 1e9, 1, 2e-5, 3e-5), 1e-5, 1e-4, False, 0.0, shared)
 
 
-def test_ranks_sharing_the_host_pay_it_only_while_the_others_take_every_core():
+def test_ranks_sharing_the_host_pay_it_and_emulated_ones_do_not():
     dm = _dm(100e-6)
     link = dm.ranks_link(2)
     assert (link.shared_s, link.cores) == (100e-6, 2)
@@ -61,26 +61,44 @@ def test_ranks_sharing_the_host_pay_it_only_while_the_others_take_every_core():
     assert free < emulated  # posting for free: neither the calls nor the sharing
 
 
-def test_a_message_posted_while_the_other_rank_waits_costs_nothing_more():
-    # stage 1 is all but idle: stage 0's sends find its core free, and stage 1 posts while
-    # stage 0 computes (its own waits and sends are charged, and off the critical path)
-    heavy, light = StageCost(5e-3, 5e-3, 5e-3, 4096), StageCost(1e-5, 1e-5, 1e-5, 0)
+def test_every_receive_pays_it_and_no_send_where_the_ranks_fill_the_cores():
     link = Link(1e-5, 1e9, 1, 2e-5, 2e-5)
+    stage = StageCost(1e-3, 1e-3, 1e-3, 4096)
 
-    def step(shared: float, cores: int, stages: list[StageCost]) -> SimResult:
+    def step(shared: float, cores: int, M: int = 1, K: int = 2) -> SimResult:
         return simulate(
-            2, 8, "gpipe", "never", stages, replace(link, shared_s=shared, cores=cores),
+            K, M, "gpipe", "never", [stage] * K, replace(link, shared_s=shared, cores=cores),
             sender_busy=False,
         )  # fmt: skip
 
-    idle = step(0.0, 2, [heavy, light])
-    assert step(1e-3, 2, [heavy, light]).step_s - idle.step_s < 1e-3  # at most the last one
-    balanced = [heavy, heavy]
-    assert step(1e-3, 2, balanced).step_s - step(0.0, 2, balanced).step_s > 4e-3
-    # a core to spare for every rank's messages: nothing charged, however busy the ranks
-    assert step(1e-3, 4, balanced).step_s == step(0.0, 4, balanced).step_s
+    # M = 1: each receive is posted a millisecond or more before its message arrives, so the
+    # receiver waits anyway and pays nothing more; the two sends, on the critical path, neither
+    assert step(1e-3, 2).step_s == step(0.0, 2).step_s
+    # M = 8: stage 1's activations arrive as it reaches their receives (lockstep): each of its 7
+    # later forwards pays it, one after the other
+    assert step(1e-3, 2, M=8).step_s - step(0.0, 2, M=8).step_s >= 7e-3
+    # a core to spare for every rank's messages (K < cores): nothing charged, however busy the ranks
+    assert step(1e-3, 4, M=8).step_s == step(0.0, 4, M=8).step_s
+    assert step(1e-3, 3, M=8, K=3).step_s > step(0.0, 3, M=8, K=3).step_s
     with pytest.raises(ValueError, match="cores"):
-        step(1e-3, 0, balanced)
+        step(1e-3, 0)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("M", [1, 4, 16])
+def test_the_charge_never_shortens_a_step_where_a_blocked_receiver_wakes_late(schedule, M):
+    # a wake-up that grows with the time blocked (the calibration's kind, with its post-idle
+    # penalty): the charge must not shorten a wait, and with it the wake-up
+    wake = ((5e-4, 1e-5), (2e-3, 3e-4), (8e-3, 1.2e-3), (3e-2, 1.5e-3))
+    link = Link(1e-4, 1e9, 1, 5e-5, 4e-5, wake)
+    stages = [StageCost(2e-3, 2e-3, 4e-3, 4096), StageCost(1e-3, 1e-3, 2e-3, 0)]
+
+    def step(shared: float) -> float:
+        lk = replace(link, shared_s=shared, cores=2)
+        return simulate(2, M, schedule, "never", stages, lk, sender_busy=False).step_s
+
+    base = step(0.0)
+    assert all(step(c) >= base - 1e-12 for c in (1e-4, 5e-4, 2e-3))
 
 
 @pytest.mark.slow

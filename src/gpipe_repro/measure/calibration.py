@@ -92,7 +92,8 @@ class Calibration:
     emulation_call_model: str | None = None
     outside_spans: list[str] = field(default_factory=list)
     # which messages of ranks sharing the host's cores pay ``shared_message_s`` (``simulate``):
-    # "cores taken", those posted while the other ranks' compute takes every core; None: every one
+    # "receives", every receive of ranks that fill the cores; "cores taken", the sends and receives
+    # posted while the other ranks' compute took every core; None: every message
     sharing: str | None = None
     sizes: list[int] = field(default_factory=list)  # the micro-batches profiled
     profiles: dict[str, Any] = field(default_factory=dict)  # model -> ``LayerProfile.to_json``
@@ -320,7 +321,7 @@ def calibrate(
     log(f"device: {dm}; sleep overshoot {overshoot * 1e6:.0f} us")
     calib = Calibration(
         asdict(s), dm.to_json(), ref, overshoot, cores(), outside_spans=list(OUTSIDE_SPANS),
-        sharing="cores taken", sizes=sizes, load_before=load, torch=torch.__version__,
+        sharing="receives", sizes=sizes, load_before=load, torch=torch.__version__,
         python=sys.version.split()[0],
     )  # fmt: skip
     calib.dilations = {f"K={K}": calib.dilation(K) for K in emulated_K}

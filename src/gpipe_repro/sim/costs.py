@@ -96,8 +96,9 @@ class Link:
     send_call_s: float = 0.0
     recv_call_s: float = 0.0
     wake: tuple[tuple[float, float], ...] = ()
-    # the ranks of one run share ``cores`` cores of one host (0: each rank has its own device): a
-    # message posted while every core runs a rank's compute costs the poster ``shared_s`` more
+    # the ranks of one run share ``cores`` cores of one host (0: each rank has its own device):
+    # where they fill them, a receiver has its message no earlier than ``shared_s`` after posting
+    # the receive (``simulate``)
     shared_s: float = 0.0
     cores: int = 0
 

@@ -16,11 +16,11 @@ engine's semantics (``engine.pipeline.Pipeline._forward`` / ``_backward`` / ``tr
   transfer) and posting a receive costs the receiver ``link.recv_call_s``. A receiver that blocked
   waiting sees the message ``link.wake_s(blocked)`` after it arrived (the measured wake-up of a
   blocked thread, which grows with how long it was blocked).
-- Ranks that share one host's cores (``link.shared_s`` > 0 on ``link.cores`` cores): a send or
-  receive posted while the other ranks' compute takes every core but the poster's also costs the
-  poster ``link.shared_s`` (the backend's threads need a core; a rank that waits leaves its own to
-  them). Which posts those are is read off the same step simulated without the charge, then that
-  step is simulated again with it.
+- Ranks that fill one host's cores (``link.shared_s`` > 0, K x replicas >= ``link.cores``): a
+  receiver has its message no earlier than ``link.shared_s`` after it posted the receive (the
+  backend's threads need a core to take a message in, and a receiver whose core was busy meets its
+  message still to be taken in; ``sim.measured.sharing``), so a receiver that waits that long for
+  its message anyway pays nothing more. Sends cost nothing more.
 - A fixed ``overhead_s`` is added to every F, B and W action (for B, to its backward part).
 - At the end a stage waits for its outstanding sends (the engine's final ``send`` span), then pays
   the fixed ``step_overhead_s`` and runs its optimiser step (``update_s``).
@@ -51,12 +51,11 @@ that does not reproduce the log's timeline means the simulator's rules are not t
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..engine.checkpoint import uses_remat
-from ..engine.events import COMPUTE, Event, busy_time, measured_bubble
+from ..engine.events import Event, busy_time, measured_bubble
 from ..engine.schedule import Action, peak_in_flight, splits_backward, stage_actions
 from .costs import Link, StageCost
 from .replay import Replay
@@ -93,30 +92,6 @@ class _Stage:
 
 
 Key = tuple[str, int, int]  # a message: ("F", receiving cell, mb) or ("B", receiving cell, mb)
-_Post = tuple[int, Key, str, float]  # (stage, message, "send" | "recv", when it was posted)
-
-
-class _Busy:
-    """When each stage computed in a simulated step: whether, at a moment, the other stages keep
-    every core of the host their ranks share busy."""
-
-    def __init__(self, events: Sequence[Event], K: int, cores: int) -> None:
-        self.cores = cores
-        spans: list[list[tuple[float, float]]] = [[] for _ in range(K)]
-        for e in events:
-            if e.action in COMPUTE and e.end > e.start:
-                spans[e.stage].append((e.start, e.end))
-        self.spans = [sorted(sp) for sp in spans]
-        self.starts = [[a for a, _ in sp] for sp in self.spans]
-
-    def computing(self, k: int, t: float) -> bool:
-        i = bisect_right(self.starts[k], t) - 1
-        return i >= 0 and self.spans[k][i][1] > t
-
-    def cores_taken(self, k: int, t: float) -> bool:
-        """Whether at ``t`` the stages other than k compute on every core but the poster's."""
-        others = sum(self.computing(j, t) for j in range(len(self.spans)) if j != k)
-        return others >= self.cores - 1
 
 
 def _check(stages: Sequence[StageCost], overhead_s: float) -> None:
@@ -164,30 +139,19 @@ def simulate(
     per-message costs replacing these where given (``Replay``). ``replicas``: data-parallel copies
     of the pipeline; with more than one, ``grad_bytes[k]`` (stage k's gradient bytes, its cells
     together) is all-reduced after stage k's last backward or W (module doc). ``link.shared_s``: the
-    ranks share ``link.cores`` cores of one host; a message is charged it when posted while every
-    core runs a rank's compute, read off the same step simulated without the charge (module doc).
+    ranks share ``link.cores`` cores of one host; where they fill them (K x replicas >=
+    ``link.cores``), a receiver has its message no earlier than that after posting the receive
+    (module doc): a receiver that would wait that long anyway pays nothing more.
     """
     if not (link.shared_s >= 0 and (link.shared_s == 0 or link.cores >= 1)):
         raise ValueError(
             f"link.shared_s={link.shared_s}, link.cores={link.cores} are invalid; allowed: "
             "shared_s >= 0, and cores >= 1 where shared_s > 0"
         )
-
-    def run(
-        lk: Link, charged: frozenset[tuple[int, Key, str]], posts: list[_Post] | None
-    ) -> SimResult:
-        return _simulate(
-            K, M, schedule, checkpoint, stages, overhead_s, sender_busy, step_overhead_s, lk,
-            lookahead, recompute_overhead_s, replay, replicas, grad_bytes, virtual_stages,
-            charged, posts,
-        )  # fmt: skip
-
-    if link.shared_s > 0 and K > 1:
-        posts: list[_Post] = []
-        first = run(replace(link, shared_s=0.0), frozenset(), posts)
-        taken = _Busy(first.events, K, link.cores)
-        return run(link, frozenset(p[:3] for p in posts if taken.cores_taken(p[0], p[3])), None)
-    return run(link, frozenset(), None)
+    return _simulate(
+        K, M, schedule, checkpoint, stages, overhead_s, sender_busy, step_overhead_s, link,
+        lookahead, recompute_overhead_s, replay, replicas, grad_bytes, virtual_stages,
+    )  # fmt: skip
 
 
 def _simulate(
@@ -206,11 +170,8 @@ def _simulate(
     replicas: int,
     grad_bytes: Sequence[int],
     virtual_stages: int,
-    charged: frozenset[tuple[int, Key, str]],
-    posts: list[_Post] | None,
 ) -> SimResult:
-    """``simulate``'s step: ``charged`` the posts (stage, message, ``send`` | ``recv``) that pay
-    ``link.shared_s``; every post and its time is appended to ``posts`` where given."""
+    """``simulate``'s step, its arguments checked."""
     v = virtual_stages
     S = K * v
     split = splits_backward(schedule)
@@ -265,11 +226,9 @@ def _simulate(
     # a channel: (sender, receiver, kind); one transfer at a time each, in issue order
     link_free: dict[tuple[int, int, str], float] = {}
 
-    def shared(k: int, key: Key, role: str, t: float) -> float:
-        """What stage k's post of message ``key`` at t costs it for the cores its ranks share."""
-        if posts is not None:
-            posts.append((k, key, role, t))
-        return link.shared_s if (k, key, role) in charged else 0.0
+    # for the cores the ranks fill: the least time from posting a receive to its message being
+    # taken in (module doc)
+    receive_s = link.shared_s if link.shared_s > 0 and K * replicas >= max(2, link.cores) else 0.0
 
     def ev(action: str, mb: int, start: float, end: float, k: int, chunk: int = 0) -> None:
         events.append(Event(action, mb, start, end, stage=k, chunk=chunk))
@@ -282,7 +241,7 @@ def _simulate(
             return
         posted = s.free
         if not sender_busy:  # posting the send; the transfer starts once it is posted
-            s.free += link.send_call_s + shared(s.k, key, "send", posted)
+            s.free += link.send_call_s
         ready = s.free
         if not sender_busy:  # an isend that returns after posting; the link carries it later
             ev("send", mb, posted, ready, s.k, chunk)
@@ -315,13 +274,13 @@ def _simulate(
         if K == 1:  # in the process: nothing to receive
             return
         # posting the receive (the engine posts ahead; same cost)
-        s.free += link.recv_call_s + shared(s.k, key, "recv", s.free)
+        s.free += link.recv_call_s
         arrived = arrive(s, key)
         blocked = arrived - s.free
-        t = (
-            arrived + link.wake_s(blocked)
-            if blocked > 0 and key not in rp.transit
-            else max(s.free, arrived)
+        # the message is taken in at the earliest receive_s after the receive was posted
+        t = max(
+            s.free + receive_s,
+            arrived + link.wake_s(blocked) if blocked > 0 and key not in rp.transit else arrived,
         )
         ev("wait", mb, s.free, t, s.k, chunk)
         s.free = t

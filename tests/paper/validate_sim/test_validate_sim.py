@@ -214,6 +214,9 @@ def test_the_sharing_term_is_described_as_the_calibration_charged_it(tmp_path):
         "costs it 600 µs" in new
     )
     assert "each message a real cell's rank sends or receives" not in new
+    receives = page(sharing="receives")
+    assert "each message a rank receives reaches it no earlier than 600 µs after" in receives
+    assert "posts while the other ranks' compute takes every core" not in receives
 
 
 @pytest.mark.slow

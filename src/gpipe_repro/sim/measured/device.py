@@ -16,8 +16,8 @@ not depend on the model is measured once per device and cached (``cache``):
   times; what depends on the model outside the spans — releasing a micro-batch's graph, the BatchNorm
   commit — is in each model's own profile (``stream``); the reference's stream profile gives a
   recompute's own cost beyond its forward (``recompute_overhead_s``: restoring the RNG state);
-- what a message costs the ranks of one run when they share this host's cores and the others' compute
-  takes every core (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning
+- what a receive costs the ranks of one run when they fill this host's cores
+  (``shared_message_s``, ``sharing.measure_sharing``: real K = 2 steps of spinning
   stages against their simulation; on a CUDA device the host's cores are not the ranks' compute: 0);
 - what a receiver that blocked pays once it computes again (``idle_penalty``, ``idle.measure_idle``:
   the reference model's forward and backward right after sleeping against back to back; on a CUDA
@@ -86,9 +86,8 @@ class DeviceModel:
     idle_penalty: tuple[tuple[float, float], ...] = ()
 
     def ranks_link(self, cores: int) -> Link:
-        """The link as the ranks of one run on this host's ``cores`` cores pay it: a send or a
-        receive posted while the other ranks' compute takes every core also costs
-        ``shared_message_s`` (``simulate``), and a receiver that blocked pays its compute's
+        """The link as the ranks of one run on this host's ``cores`` cores pay it: where they fill
+        them, every receive also costs ``shared_message_s`` (``simulate``), and a receiver that blocked pays its compute's
         post-idle penalty beside its wake-up (an emulated rank, which sleeps, pays ``link``)."""
         return replace(
             self.link,
@@ -162,8 +161,9 @@ def device_model(device: str = "cpu", *, use_cache: bool = True) -> DeviceModel:
         # 4: overheads off the engine's spans; the link's wake-up; the recompute's cost. 5: measured
         # with the objects alive at set-up frozen out of Python's collector (``engine.hostmem``);
         # 6: what a message costs ranks sharing the host (``sharing``); 7: the post-idle penalty;
-        # 8: that cost per message posted while the other ranks take every core, fitted through it
-        "format": 8,
+        # 8: that cost per message posted while the other ranks take every core, fitted through it;
+        # 9: that cost per receive of ranks that fill the cores, fitted through it
+        "format": 9,
         "link": "unmeasured" if (unpaired := link_pairs(dev.type)) else "measured",
     }
     if use_cache and (stored := cache.load("device", key)) is not None:

@@ -4,11 +4,18 @@ A CPU run places its K ranks on one host. gloo moves a message on its own thread
 (``link``); on a host with a core to spare those threads cost the ranks next to nothing, which is what
 an idle ping-pong measures. When every core runs a rank's compute — K = 2 on 2 cores, the validation's
 real cells — a message's threads take a core from a rank's compute, and no idle measurement sees it
-(``reports/sim/sim.md`` shows what undoing this term does to the real cells). A rank that is waiting
-leaves its core to them: a message posted while another rank's core is free costs nothing more.
+(``reports/sim/sim.md`` shows what undoing this term does to the real cells). A receiver pays it: a
+message that arrives while every core computes waits to be taken in until a core frees, and the
+core that frees is most often the receiver's own, blocking in its receive, which then wakes only
+after the backend took the message in. Spinning steps of gpipe, 1f1b and interleaved 1F1B fit one
+cost per receive far closer to each other than one per message posted while the other ranks
+computed, the rule before it, under which interleaved's messages cost well under half the others'
+(issue #39; each schedule's own fit: ``python bench/sharing_schedules.py``).
 
-So the simulator charges ``shared_message_s`` to a send or receive posted while the other ranks'
-compute takes every core (``Link.shared_s``, ``Link.cores``: ``simulate``). It is measured here: real
+So the simulator charges ``shared_message_s`` to every receive of a run whose ranks fill the host's
+cores: the receiver has its message no earlier than that after posting the receive, so one that
+would wait that long anyway pays nothing more (``Link.shared_s``, ``Link.cores``: ``simulate``).
+It is measured here: real
 K = 2 steps with every stage *spinning* for a known time per action (its core as busy as compute
 keeps it, its cost exact by construction), at several M, each simulated on those exact costs with
 the idle link, the engine's measured overheads and a trial ``shared_message_s``; the value fitted is
@@ -44,7 +51,7 @@ class SharingFit:
     """The ``shared_message_s`` whose simulated steps leave the measured ``points`` a residual of
     ``fixed_s`` at every M (least squares)."""
 
-    shared_message_s: float  # per message posted while the other ranks take every core, >= 0
+    shared_message_s: float  # per receive of ranks that fill the host's cores, >= 0
     fixed_s: float
     # (M, median measured step s, the step simulated with the fitted shared_message_s)
     points: list[tuple[int, float, float]]
