@@ -12,7 +12,7 @@ from gpipe_repro.measure.roofline_check import RooflineRow
 from gpipe_repro.measure.simulator import KEY, TRACE_CELL, CellRow
 from gpipe_repro.paper.artefact import make
 from gpipe_repro.paper.validate_sim import ARTEFACT
-from gpipe_repro.paper.validate_sim.findings import by_group, roofline, summarize
+from gpipe_repro.paper.validate_sim.findings import by_group, roofline, summarize, twins
 from gpipe_repro.typed_csv import write_csv
 
 
@@ -175,6 +175,39 @@ def test_the_targets_table_shows_the_normalised_and_the_raw_comparison(tmp_path)
     assert "| 3.0% / 4.0% |" in md and "| 15.0% / 20.0% |" in md  # the rounds' spread, both ways
     assert "ran at 0.80–1.10 times the reference speed" in md and "3.50 ms" in md
     assert "| emulated | 1 |" in md  # emulated cells are never normalised
+
+
+def test_the_same_work_measured_twice_bounds_the_max_error_any_one_prediction_reaches(tmp_path):
+    # gpipe and 1f1b at M = 1 simulate alike; the M = 2 pair does not (its times differ), nor does
+    # a cell with no twin: only the M = 1 pair counts
+    def cell(schedule: str, M: int, measured: float, simulated: float, raw: float) -> CellRow:
+        return _row("real", M, measured, simulated, schedule=schedule, measured_raw_step_s=raw,
+                    simulated_raw_step_s=simulated, rel_error_raw=(simulated - raw) / raw,
+                    speed=1.0)  # fmt: skip
+
+    rows = [
+        cell("gpipe", 1, 0.100, 0.110, 0.100),
+        cell("1f1b", 1, 0.150, 0.110, 0.200),
+        cell("gpipe", 2, 0.100, 0.100, 0.100),
+        cell("1f1b", 2, 0.300, 0.101, 0.300),
+        cell("gpipe", 4, 0.100, 0.100, 0.100),
+    ]
+    t = twins(rows)
+    assert t is not None and t["pairs"] == 1 and t["gap_max"] == pytest.approx(0.5)
+    assert t["floor_max"] == pytest.approx(0.05 / 0.25)  # (hi - lo) / (hi + lo)
+    assert (t["slower"], t["directed"]) == (1, 1) and t["worst"].M == 1
+    # no prediction does better on the pair than the floor, the midpoint reaches it
+    for p in (0.100, 0.120, 0.150, 0.200):
+        assert max(abs(p - 0.100) / 0.100, abs(p - 0.150) / 0.150) >= t["floor_max"] - 1e-12
+    assert twins(rows, raw=True)["floor_max"] == pytest.approx(0.1 / 0.3)
+    assert twins(rows[2:]) is None
+    # the real cells' target line says the max is out of reach when the floor is above it
+    (tmp_path / "calibration.json").write_text(json.dumps({"speed_reference_s": 0.0035}))
+    md = write_report(tmp_path, rows).read_text()
+    assert "out of reach on these measurements" in md and "at least 20.0% from one of" in md
+    assert "*The same work twice*, real cells" in md and "1 pairs, measured apart" in md
+    rows[1] = cell("1f1b", 1, 0.105, 0.110, 0.105)  # 2.4% from the midpoint: within the 10% max
+    assert "out of reach" not in write_report(tmp_path, rows).read_text()
 
 
 def test_the_dilation_is_described_as_the_calibration_ran_it(tmp_path):

@@ -69,10 +69,12 @@ class ValidateSim(Artefact[CellRow]):
             for v in sp["verdicts"]
         ]  # fmt: skip
         held = heldout.summary(rows, out)
+        real = [r for r in rows if r.kind == "real"]
         judged += [
             targeted("sim_raw", "?" if top.met is None else "met" if top.met else "not met",
                      "What a user sees: the raw error, calibration and held-out models apart",
-                     top=top, groups=groups)
+                     top=top, groups=groups, top_max=heldout.MAX, twins=findings.twins(
+                         [r for r in real if heldout.set_of(r.model) == top.part], raw=True))
             for top, groups in (held["heldout"] or {}).get("sets", [])
         ]  # fmt: skip
         page = render(

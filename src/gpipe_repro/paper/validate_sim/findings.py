@@ -65,8 +65,50 @@ def summarize(rows: Sequence[CellRow]) -> dict[str, Any]:
             "quiet": len(quiet),
             "quiet_median": median(quiet),
             "quiet_max": max(quiet, default=None),
+            "twins": twins(rs),
+            "twins_raw": twins(rs, raw=True) if signed_raw and speeds else None,
         }
     return out
+
+
+def twins(rows: Sequence[CellRow], raw: bool = False) -> dict[str, Any] | None:
+    """The same work measured twice: cells the simulator gives one time (same model, K, M, remat,
+    partition and micro-batch, equal simulated steps — gpipe and 1f1b at K = 1, or at M = 1, run
+    the same micro-batches through the same layers) and how far apart they were measured
+    (``measured_raw_step_s`` with ``raw``). A prediction that gives such cells one time is off by
+    at least ``(hi - lo) / (hi + lo)`` on one of them: the largest of these over the pairs is the
+    least max |error| any such simulator can reach on these measurements. ``slower``: how many
+    pairs measured their 1f1b cell slower (about half: no direction, the machine's noise). None
+    when no cells pair up."""
+
+    def measured(r: CellRow) -> float | None:
+        return r.measured_raw_step_s if raw else r.measured_step_s
+
+    alike: dict[tuple[Any, ...], list[CellRow]] = {}
+    for r in rows:
+        if measured(r) is not None:
+            key = (r.model, r.K, r.M, r.checkpoint, r.balance, r.micro_batch, r.simulated_step_s)
+            alike.setdefault(key, []).append(r)
+    pairs = []
+    for rs in alike.values():
+        if len(rs) >= 2:
+            ts = {r.schedule: float(measured(r)) for r in rs}  # type: ignore[arg-type]
+            lo, hi = min(ts.values()), max(ts.values())
+            pairs.append((rs[0], hi / lo - 1, (hi - lo) / (hi + lo), ts))
+    if not pairs:
+        return None
+    worst = max(pairs, key=lambda p: p[2])
+    return {
+        "pairs": len(pairs),
+        "gap_median": statistics.median(p[1] for p in pairs),
+        "gap_max": worst[1],
+        "floor_median": statistics.median(p[2] for p in pairs),
+        "floor_max": worst[2],
+        "worst": worst[0],
+        "worst_times": worst[3],
+        "slower": sum(ts.get("1f1b", 0.0) > ts.get("gpipe", float("inf")) for *_, ts in pairs),
+        "directed": sum({"1f1b", "gpipe"} <= ts.keys() for *_, ts in pairs),
+    }
 
 
 def variants(rows: Sequence[CellRow]) -> list[list[Any]]:
