@@ -37,6 +37,16 @@ def _commit(root: Path, path: str, text: str) -> None:
     _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "two")
 
 
+def _made_with(root: Path, path: str, text: str) -> str:
+    """Commit a new file ``path`` and record a report made at that commit; the commit."""
+    (root / path).write_text(text)
+    _git(root, "add", path)
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", f"add {path}")
+    made = _git(root, "rev-parse", "--short", "HEAD")
+    _report(root, [made])
+    return made
+
+
 ENTRY = Entry("r", "r", "make r", ("src/measuring",))
 
 
@@ -56,12 +66,8 @@ def test_a_change_to_code_it_depends_on_makes_it_stale(tmp_path):
 
 
 def test_a_change_to_comments_docstrings_or_layout_leaves_it_current(tmp_path):
-    root, made = _repo(tmp_path)
-    (root / "conf.yaml").write_text("a: 1  # one\n")
-    _git(root, "add", "conf.yaml")
-    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "conf")
-    made = _git(root, "rev-parse", "--short", "HEAD")
-    _report(root, [made])
+    root, _ = _repo(tmp_path)
+    made = _made_with(root, "conf.yaml", "a: 1  # one\n")
     entry = Entry("r", "r", "make r", ("src/measuring", "conf.yaml"))
     _commit(root, "src/measuring/a.py", '"""What a is."""\n\n# why\nx = (\n    1\n)\n')
     _commit(root, "conf.yaml", "# the key\na: 1\n")
@@ -79,12 +85,8 @@ def test_a_change_to_comments_docstrings_or_layout_leaves_it_current(tmp_path):
 
 
 def test_yaml_counts_its_types_and_order_and_docstrings_count_where_a_page_quotes_them(tmp_path):
-    root, made = _repo(tmp_path)
-    (root / "sweep.yaml").write_text("steps: 20\nflag: true\nparams:\n  K: 1,2\n  M: 1,4\n")
-    _git(root, "add", "sweep.yaml")
-    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "sweep")
-    made = _git(root, "rev-parse", "--short", "HEAD")
-    _report(root, [made])
+    root, _ = _repo(tmp_path)
+    _made_with(root, "sweep.yaml", "steps: 20\nflag: true\nparams:\n  K: 1,2\n  M: 1,4\n")
     entry = Entry("r", "r", "make r", ("sweep.yaml", "src/measuring"))
     for text in (
         "steps: 20.0\nflag: true\nparams:\n  K: 1,2\n  M: 1,4\n",  # an int made a float
