@@ -46,10 +46,6 @@ class DeviceSummary:
     def met(self) -> bool:
         return validated(self.anchors, self.within)
 
-    def line(self) -> str:
-        """The targets, met or not, in one line (``templates/hw_lines.md.j2``)."""
-        return words("hw_lines", "device", d=self, least=MIN_ANCHORS, tol=TOLERANCE)
-
 
 def devices(rows: Sequence[AnchorRow], names: Sequence[str] = ()) -> list[DeviceSummary]:
     """One summary per device of ``rows`` (and of ``names``, which may have no anchor), by name."""
