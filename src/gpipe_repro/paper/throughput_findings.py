@@ -22,18 +22,11 @@ from .throughput_norm import PAPER_REF
 from .validate_hw.flags import MARK, Anchoring
 from .verdict import LINK_OK, TOLERANCE, within
 
-DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
-BATCH = {
-    "fixed": "fixed batch",
-    "fit": "batch adjusted to fit memory",
-    "planner": "planner's pick per K",
-}
-
 
 def label(r: Any) -> str:
     """What a series is: where its numbers come from, in words, and its batch
     (``templates/throughput_lines.md.j2``)."""
-    return words("throughput_lines", "label", r=r, devices=DEVICES, batch=BATCH)
+    return words("throughput_lines", "label", r=r)
 
 
 def design(r: Any) -> bool:
@@ -60,8 +53,8 @@ def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> di
     the same grid; the planner's pick, one M per K: its own table alone)."""
     every = list(dict.fromkeys(label(r) for r in rows))
     main = [lb for lb in every if any(design(r) for r in rows if label(r) == lb)]
-    fixed = [lb for lb in every if lb not in main and BATCH["planner"] not in lb]
-    planner = [lb for lb in every if BATCH["planner"] in lb]
+    planner = list(dict.fromkeys(label(r) for r in rows if r.batch_mode == "planner"))
+    fixed = [lb for lb in every if lb not in main and lb not in planner]
     simulated = dict.fromkeys((r.model, r.hardware) for r in rows if r.source == "simulated")
 
     def tables(lbs: Sequence[str]) -> list[tuple[str, list[str], list[Any]]]:
