@@ -46,6 +46,12 @@ def series(r: ThroughputRow) -> tuple[str, str, str, str]:
     return r.model, r.source, r.hardware, r.batch_mode
 
 
+def paper_design(r: ThroughputRow) -> bool:
+    """Whether a row's series is the paper's design: measured on K GPUs, or the batch adjusted to
+    fit memory ("batch size was adjusted to fit memory if necessary")."""
+    return r.source == "measured" or r.batch_mode == "fit"
+
+
 def _parts(c: Cell) -> tuple[float, float, float, float, float]:
     """(schedule share 1 - bubble, balance mean/max, early-recompute overlap o, the rest, compute
     per sample) of one cell."""
