@@ -79,10 +79,6 @@ class KindSummary:
     errors: tuple[tuple[int, float], ...]  # (micro-batch, signed error)
 
     @property
-    def median(self) -> float:
-        return statistics.median(e for _, e in self.errors)
-
-    @property
     def within(self) -> bool:
         return all(within(e) for _, e in self.errors)
 
