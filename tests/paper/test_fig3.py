@@ -8,9 +8,8 @@ from pathlib import Path
 from _runs import pipeline, write_run
 
 from gpipe_repro.paper.artefact import make
-from gpipe_repro.paper.fig3 import ARTEFACT, _curve
+from gpipe_repro.paper.fig3 import ARTEFACT, TRICKS, _curve
 from gpipe_repro.paper.fig3_rows import Fig3Row
-from gpipe_repro.paper.fig3_tricks import ARTEFACT as TRICKS
 from gpipe_repro.paper.registry import ARTEFACTS
 from gpipe_repro.typed_csv import read_csv
 

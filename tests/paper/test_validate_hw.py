@@ -6,10 +6,11 @@ import pytest
 
 from gpipe_repro.measure.roofline_check import CPU_MODELS, CPU_SIZES, RooflineRow
 from gpipe_repro.paper.__main__ import main
+from gpipe_repro.paper.template import words
 from gpipe_repro.paper.validate_hw.hw_rows import AnchorRow, CpuRow, anchor_rows, cpu_rows
 from gpipe_repro.paper.validate_hw.profiles import DeviceSummary, devices, kinds, rests_on
 from gpipe_repro.paper.validate_hw.uses import UseRow, uses
-from gpipe_repro.sim.anchors import AnchorResult, check
+from gpipe_repro.sim.anchors import MIN_ANCHORS, TOLERANCE, AnchorResult, check
 from gpipe_repro.sim.hardware import load_profile, published_names
 from gpipe_repro.sim.interface import Anchor
 from gpipe_repro.typed_csv import read_csv
@@ -18,6 +19,11 @@ from gpipe_repro.typed_csv import read_csv
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPIPE_CACHE", str(tmp_path / "cache"))
+
+
+def _line(s: DeviceSummary) -> str:
+    """A device's targets in one line, as the page words them (``templates/hw_lines.md.j2``)."""
+    return words("hw_lines", "device", d=s, least=MIN_ANCHORS, tol=TOLERANCE)
 
 
 def _result(
@@ -46,11 +52,11 @@ def test_a_device_with_one_anchor_fails_its_at_least_two_line():
     )
     by = {s.device: s for s in devices(rows, ["bare"])}
     assert not by["solo"].met and not by["solo"].enough
-    assert ">= 2: not met" in by["solo"].line() and "target NOT met" in by["solo"].line()
-    assert by["pair"].met and by["pair"].line().endswith("target met")
+    assert ">= 2: not met" in _line(by["solo"]) and "target NOT met" in _line(by["solo"])
+    assert by["pair"].met and _line(by["pair"]).endswith("target met")
     assert (by["pair"].checks, by["pair"].checks_within, by["pair"].checks_new) == (1, 1, 1)
     off = by["off"]  # two anchors, one over 20%: enough, but not each within
-    assert off.enough and not off.met and "1 of 2 within 20% (each: not met)" in off.line()
+    assert off.enough and not off.met and "1 of 2 within 20% (each: not met)" in _line(off)
     assert off.worst == pytest.approx(0.30) and (off.checks, off.checks_within) == (1, 0)
     assert off.checks_new == 0  # its check has its fit anchor's setting: it checks no new point
     assert by["bare"].anchors == 0 and not by["bare"].met  # a profile without anchors has a row
@@ -158,7 +164,7 @@ def test_the_command_reports_every_published_anchor(tmp_path, capsys):
     assert [s.device for s in summaries] == names
     page = (out / "hw.md").read_text()
     for s in summaries:
-        assert s.line() in page and s.anchors == sum(r.device == s.device for r in rows)
+        assert _line(s) in page and s.anchors == sum(r.device == s.device for r in rows)
     used = read_csv(out / "uses.csv", UseRow)
     assert {u.hardware for u in used} >= {"tpu_v3", "p100_pcie"}  # Tables 2 and 3
     for u in used:

@@ -9,7 +9,6 @@ from typing import Any
 
 from . import (
     fig3,
-    fig3_tricks,
     schedules,
     table1,
     table4,
@@ -32,7 +31,7 @@ ARTEFACTS: dict[str, Artefact[Any]] = {
         table4.ARTEFACT,
         table5.ARTEFACT,
         fig3.ARTEFACT,
-        fig3_tricks.ARTEFACT,
+        fig3.TRICKS,
         validate_sim.ARTEFACT,
         validate_hw.ARTEFACT,
         validate_plan.ARTEFACT,

@@ -119,16 +119,13 @@ def summary(rows: Sequence[Table5Row]) -> dict[str, Any]:
     """What the page says: both series (their points and trends), the paper's rows, the runs'
     settings and wall time, failures."""
     ok = [r for r in rows if r.status == "ok" and r.split == END]
-    config = ", ".join(
-        f"{c} {'/'.join(sorted({str(getattr(r, c)) for r in ok}))}"
-        for c in ("model", "corpus", "lr")
-    )
     jobs = {r.job: r for r in rows}.values()
     series_of = {k: series(rows, same) for k, same in (("matched", False), ("same", True))}
     return {
         "wall": runs.wall_time((r.started, r.ended) for r in jobs),
         "train_s": sum(r.train_s or 0.0 for r in jobs),
-        "same_config": config,
+        "same_config": {c: sorted({str(getattr(r, c)) for r in ok})
+                        for c in ("model", "corpus", "lr")},
         "updates": updates(rows),
         **{k: {"points": ps, "trends": trends(ps), "verdict": seeded(comparisons(ps))}
            for k, ps in series_of.items()},

@@ -18,28 +18,15 @@ from ..studies.published import throughput
 from .plot import figure
 from .provenance import Provenance
 from .template import render, words
-from .throughput_norm import PAPER_REF
+from .throughput_norm import PAPER_REF, paper_design
 from .validate_hw.flags import MARK, Anchoring
 from .verdict import LINK_OK, TOLERANCE, within
-
-DEVICES = {"tpu_v3": "a TPU v3", "p100_pcie": "a P100 (PCIe)"}
-BATCH = {
-    "fixed": "fixed batch",
-    "fit": "batch adjusted to fit memory",
-    "planner": "planner's pick per K",
-}
 
 
 def label(r: Any) -> str:
     """What a series is: where its numbers come from, in words, and its batch
     (``templates/throughput_lines.md.j2``)."""
-    return words("throughput_lines", "label", r=r, devices=DEVICES, batch=BATCH)
-
-
-def design(r: Any) -> bool:
-    """Whether a row's series is the paper's design: measured on K GPUs, or the batch adjusted to
-    fit memory ("batch size was adjusted to fit memory if necessary")."""
-    return r.source == "measured" or r.batch_mode == "fit"
+    return words("throughput_lines", "label", r=r)
 
 
 def _grid(rows: Sequence[Any], labels: Sequence[str], table: int) -> dict[str, Any]:
@@ -59,9 +46,9 @@ def _model(rows: Sequence[Any], table: int, name: str, anchors: Anchoring) -> di
     the footnotes of marked cells, each series' own table; then the studies' series (a fixed batch:
     the same grid; the planner's pick, one M per K: its own table alone)."""
     every = list(dict.fromkeys(label(r) for r in rows))
-    main = [lb for lb in every if any(design(r) for r in rows if label(r) == lb)]
-    fixed = [lb for lb in every if lb not in main and BATCH["planner"] not in lb]
-    planner = [lb for lb in every if BATCH["planner"] in lb]
+    main = [lb for lb in every if any(paper_design(r) for r in rows if label(r) == lb)]
+    planner = list(dict.fromkeys(label(r) for r in rows if r.batch_mode == "planner"))
+    fixed = [lb for lb in every if lb not in main and lb not in planner]
     simulated = dict.fromkeys((r.model, r.hardware) for r in rows if r.source == "simulated")
 
     def tables(lbs: Sequence[str]) -> list[tuple[str, list[str], list[Any]]]:

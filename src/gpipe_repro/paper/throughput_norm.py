@@ -37,12 +37,6 @@ from ..studies.throughput_rows import Cell, ThroughputRow
 from .template import words
 
 FACTORS = ("bound", "balance", "overlap", "transfers", "efficiency")
-WHAT = {
-    "balance": "partition imbalance",
-    "overlap": "early-recompute overlap",
-    "transfers": "transfers, waits, optimiser step and overhead",
-    "efficiency": "per-sample compute efficiency",
-}
 PAPER_REF = {2: (2, 1), 3: (2, 32)}  # the paper's normaliser per table
 T = TypeVar("T")
 
@@ -50,6 +44,12 @@ T = TypeVar("T")
 def series(r: ThroughputRow) -> tuple[str, str, str, str]:
     """What a row's throughput is normalised within: its model, source, hardware and batch mode."""
     return r.model, r.source, r.hardware, r.batch_mode
+
+
+def paper_design(r: ThroughputRow) -> bool:
+    """Whether a row's series is the paper's design: measured on K GPUs, or the batch adjusted to
+    fit memory ("batch size was adjusted to fit memory if necessary")."""
+    return r.source == "measured" or r.batch_mode == "fit"
 
 
 def _parts(c: Cell) -> tuple[float, float, float, float, float]:
@@ -93,10 +93,9 @@ def why(
     is — the planner's pick, a batch that does not fit, a series whose paper's reference did not
     run —, how far the bubble bound goes, what moves us off it (each factor 3% or more off 1, the
     largest first) and the paper (re-normalised to our reference cell)."""
-    size = {k: abs(math.log(max(f[k], 1e-9))) for k in WHAT}
-    movers = [k for k in sorted(WHAT, key=lambda k: -size[k]) if size[k] >= 0.03]
-    return words("throughput_lines", "why", r=r, ref=ref, f=f, movers=movers, what=WHAT,
-                 paper_ref=paper_ref)  # fmt: skip
+    size = {k: abs(math.log(max(f[k], 1e-9))) for k in FACTORS[1:]}  # every factor but the bound
+    movers = [k for k in sorted(size, key=lambda k: -size[k]) if size[k] >= 0.03]
+    return words("throughput_lines", "why", r=r, ref=ref, f=f, movers=movers, paper_ref=paper_ref)
 
 
 def _normalise(

@@ -21,7 +21,7 @@ from ...studies.published import throughput
 from ...studies.sensitivity import SimRow
 from ...studies.throughput_rows import ThroughputRow
 from ...typed_csv import read_csv
-from ..throughput_norm import renormalise, series
+from ..throughput_norm import paper_design, renormalise, series
 from ..verdict import LINK_OK, NOT, TOLERANCE, Finding, at_most, ratio, reproduced, within
 from . import Missing, results, worded
 
@@ -45,12 +45,12 @@ def studies(folder: Path, study: str) -> list[SimRow]:
 def design(rs: Sequence[ThroughputRow], table: int, model: str) -> list[Key]:
     """The model's series of the paper's design (batch adjusted to fit memory; a measured series
     whatever its batch), in the order the claims are judged on."""
-    keys = list(dict.fromkeys(series(r) for r in rs if r.model == model))
+    keys = dict.fromkeys(series(r) for r in rs if r.model == model and paper_design(r))
 
     def rank(k: Key) -> int:
         return 0 if k[1] == "measured" else 1 if k[2] == PROFILE[table] else 2
 
-    return sorted((k for k in keys if k[1] == "measured" or k[3] == "fit"), key=rank)
+    return sorted(keys, key=rank)
 
 
 def cell(rs: Sequence[ThroughputRow], key: Key, K: int, M: int) -> ThroughputRow | None:

@@ -13,7 +13,6 @@ from functools import partial
 from pathlib import Path
 
 from .. import fig3 as f3
-from .. import fig3_tricks as tricks
 from .. import table5 as t5
 from ..fig3_rows import Fig3Row
 from ..table5_rows import Table5Row
@@ -57,11 +56,11 @@ def deep_wide(folder: Path) -> Finding:
 def trainability(folder: Path) -> Finding:
     """The tricks make a deep model trainable: judged only where both arms trained, else not
     testable here with what the data do show."""
-    a = tricks.arms(_fig3(folder))
+    a = f3.arms(_fig3(folder))
     if a is None:
         raise Missing("no model with and without the tricks")
     verdict = seeded([(c, 1) for _, c in a.results]) if a.trained else UNTESTABLE
-    return found("trainability", verdict, a=a, trained_bleu=tricks.TRAINED_BLEU)
+    return found("trainability", verdict, a=a, trained_bleu=f3.TRAINED_BLEU)
 
 
 def batch_size(folder: Path) -> Finding:

@@ -23,23 +23,6 @@ BYTES_PER_PARAMETER = 12  # fp32 weights + gradients + RMSProp's one slot (GPipe
 # Our rows, in the order the page shows them: (precision, accounting).
 KINDS = (("fp32", "eager"), ("bf16", "eager"), ("fp32", "xla-like"), ("bf16", "xla-like"))
 
-# Readable names for the (operation, dtype) groups of ``saved.csv`` (``memory.breakdown``).
-KIND_NAMES = {
-    "Relu": "ReLU outputs",
-    "Convolution": "convolution outputs (BatchNorm inputs)",
-    "ConstantPadNd": "padded pooling inputs",
-    "AvgPool2D": "average-pool outputs",
-    "Cat": "concatenations",
-    "LogSoftmax": "log-probabilities",
-    "Addmm": "linear outputs",
-    "Add": "sums (residuals, biases)",
-    "NativeLayerNorm": "LayerNorm outputs",
-    "Mul": "products",
-    "ToCopy": "casts",
-    "weight copy": "autocast's weight copies",
-    "input": "input",
-    "output": "output (kept for its gradient)",
-}
 HALVES = (
     ("amoebanet_d", "AmoebaNet-D, 224×224", "(L, D)"),
     ("transformer_lm", "Transformer-L, 1024-token sequences", "L"),
@@ -276,7 +259,6 @@ def summary(
         "allocator": list(alloc),
         "allocator_worst": worst,
         **why(rs, saved),
-        "kind_names": KIND_NAMES,
         "rules": FUSED_AWAY,
         "fused": fused(rs, saved),
         "naive_rows": [r for r in rs if r.column == "Naive-1"],

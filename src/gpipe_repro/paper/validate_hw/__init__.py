@@ -23,7 +23,6 @@ from ...sim.hardware import load_profile, published_names
 from ...typed_csv import read_csv, write_csv
 from ..artefact import Artefact, Report
 from ..claims import TARGETS_LEAD, Answer, targeted
-from ..markdown import pct, yes
 from ..plot import figure
 from ..provenance import Provenance
 from ..stats import median
@@ -95,61 +94,19 @@ def answer(summaries: list[DeviceSummary]) -> list[Answer]:
 def summary(
     rows: list[AnchorRow], summaries: list[DeviceSummary], used: list[UseRow], cpu: list[CpuRow]
 ) -> dict[str, Any]:
-    """What the page says, from the CSVs' rows: the targets per device, every anchor, what rests on
-    each profile, this CPU's roofline per layer kind."""
+    """What the page says, from the CSVs' rows (``templates/hw.md.j2`` makes the tables): the
+    targets per device, every anchor, what rests on each profile, this CPU's roofline per layer
+    kind with its micro-batches and each kind's layer count."""
     ks = kinds(cpu)
-    sizes = sorted({r.micro_batch for r in cpu})
-    count = {(r.model, r.kind): r.layers for r in cpu}
-    met = lambda ok: "met" if ok else "not met"  # noqa: E731
     return {
         "tol": TOLERANCE,
         "least": MIN_ANCHORS,
         "devices": summaries,
-        "device_cells": [
-            [
-                d.device,
-                d.anchors,
-                d.within,
-                d.checks,
-                d.checks_within,
-                d.checks_new,
-                "-" if d.worst is None else pct(d.worst, signed=True),
-                d.inputs or "-",
-                met(d.enough),
-                met(d.each),
-                f"**{met(d.met)}**",
-            ]
-            for d in summaries
-        ],  # fmt: skip
-        "anchor_cells": [
-            [
-                r.device,
-                r.model,
-                f"batch {r.batch}{f' x {r.seq} tokens' if r.seq else ''}, {r.precision}, "
-                f"{r.devices} device(s)",
-                f"{r.published:.3g}",
-                f"{r.simulated:.3g}",
-                pct(r.error, signed=True),
-                r.role,
-                yes(r.within),
-                f"[link]({r.source})",
-            ]
-            for r in rows
-        ],  # fmt: skip
+        "anchors": rows,
         "verdicts": rests_on(summaries, used, ks),
         "kinds": ks,
-        "size_heads": [f"micro-batch {n}" for n in sizes],
-        "kind_cells": [
-            [
-                k.model,
-                k.kind,
-                count[(k.model, k.kind)],
-                *(pct(dict(k.errors)[n], 0, True) if n in dict(k.errors) else "-" for n in sizes),
-                yes(k.within),
-            ]
-            for k in ks
-        ],  # fmt: skip
-        "kinds_within": sum(k.within for k in ks),
+        "sizes": sorted({r.micro_batch for r in cpu}),
+        "layers": {(r.model, r.kind): r.layers for r in cpu},
         "median": median([e for k in ks for _, e in k.errors]),
     }
 

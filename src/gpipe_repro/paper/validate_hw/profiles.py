@@ -46,10 +46,6 @@ class DeviceSummary:
     def met(self) -> bool:
         return validated(self.anchors, self.within)
 
-    def line(self) -> str:
-        """The targets, met or not, in one line (``templates/hw_lines.md.j2``)."""
-        return words("hw_lines", "device", d=self, least=MIN_ANCHORS, tol=TOLERANCE)
-
 
 def devices(rows: Sequence[AnchorRow], names: Sequence[str] = ()) -> list[DeviceSummary]:
     """One summary per device of ``rows`` (and of ``names``, which may have no anchor), by name."""
@@ -81,10 +77,6 @@ class KindSummary:
     input: str
     kind: str
     errors: tuple[tuple[int, float], ...]  # (micro-batch, signed error)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(e for _, e in self.errors)
 
     @property
     def within(self) -> bool:

@@ -102,7 +102,6 @@ def twins(rows: Sequence[CellRow], raw: bool = False) -> dict[str, Any] | None:
         "pairs": len(pairs),
         "gap_median": statistics.median(p[1] for p in pairs),
         "gap_max": worst[1],
-        "floor_median": statistics.median(p[2] for p in pairs),
         "floor_max": worst[2],
         "worst": worst[0],
         "worst_times": worst[3],
