@@ -1,8 +1,9 @@
 """Fig. 3's rows: per job and language its end (test split) and its learning curve (dev split),
 from every job's ``metrics.json`` of ``gpipe-run -m experiment=fig3`` (and of its tricks' sweep).
 
-The collect half of ``paper.fig3`` and ``paper.fig3_tricks`` (``reports.status`` counts it for
-both); the claims, the summaries and the pages are the other half, computed from these rows alone.
+The collect half of ``paper.fig3``'s two artefacts, ``ARTEFACT`` and ``TRICKS`` (``reports.status``
+counts it for both); the claims, the summaries and the pages are the other half, computed from these
+rows alone.
 """
 
 from __future__ import annotations
