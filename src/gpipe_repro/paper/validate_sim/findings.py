@@ -78,8 +78,8 @@ def twins(rows: Sequence[CellRow], raw: bool = False) -> dict[str, Any] | None:
     (``measured_raw_step_s`` with ``raw``). A prediction that gives such cells one time is off by
     at least ``(hi - lo) / (hi + lo)`` on one of them: the largest of these over the pairs is the
     least max |error| any such simulator can reach on these measurements. ``slower``: how many
-    pairs measured their 1f1b cell slower (about half: no direction, the machine's noise). None
-    when no cells pair up."""
+    of the ``directed`` pairs (those with a gpipe and a 1f1b cell) measured their 1f1b cell
+    slower; the count is shown, not judged. None when no cells pair up."""
 
     def measured(r: CellRow) -> float | None:
         return r.measured_raw_step_s if raw else r.measured_step_s
