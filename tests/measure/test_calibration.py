@@ -3,7 +3,7 @@ emulation's dilation and call-cost fit, and this CPU's profile written as a file
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from gpipe_repro.measure.calibration import (
     as_emulated,
     dilated,
     emulation_dilation,
+    fit_extra,
     fit_slope,
 )
 from gpipe_repro.measure.roofline_check import write_profile
@@ -81,6 +82,31 @@ def test_dilation_scales_compute_not_bytes_and_the_call_cost_is_a_clamped_slope(
     assert fit_slope([(20, 0.002), (20, 0.004)]) == pytest.approx(0.003 / 20)  # one x: y / x
     with pytest.raises(ValueError, match="points"):
         fit_slope([])
+
+
+def test_the_per_action_cost_of_emulated_ranks_is_the_overhead_that_fits_their_steps():
+    from gpipe_repro.measure.calibration import simulate_cell
+    from gpipe_repro.sim.costs import Link
+    from gpipe_repro.sim.measured import DeviceModel
+
+    dm = DeviceModel("cpu", Link(1e-4, 2e9), 3e-5, 1.6e-4, False)
+    costs = [LayerCost(0.004, 0.002, 0.008, 4096, 0.001)] * 4
+    cells = [{"M": M, "schedule": "gpipe", "checkpoint": "never"} for M in (1, 4, 16)]
+
+    def steps(x: float) -> list[float]:
+        d = replace(dm, overhead_s=dm.overhead_s + x)
+        return [simulate_cell(c, 2, [2, 2], costs, d).step_s for c in cells]
+
+    # steps measured as if each action cost 700 us more: the fit finds it again
+    assert fit_extra(steps(7e-4), steps, hi=0.01) == pytest.approx(7e-4, abs=2e-6)
+    # steps faster than the simulation: no negative cost, none at all
+    assert fit_extra([0.9 * t for t in steps(0.0)], steps, hi=0.01) == 0.0
+    with pytest.raises(ValueError, match="measured"):
+        fit_extra([], steps, hi=0.01)
+    # the simulation of an emulated cell charges the K it was measured at, nothing elsewhere
+    calib = Calibration(emulation_action_s={"K=4": 9e-4})
+    assert calib.emulated_device(dm, 4).overhead_s == pytest.approx(3e-5 + 9e-4)
+    assert calib.emulated_device(dm, 8) == dm
 
 
 def test_the_emulation_dilation_grows_with_the_ranks_per_core():

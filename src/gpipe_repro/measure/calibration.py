@@ -4,7 +4,8 @@ Before any cell is measured (nothing here is fitted to the cells validated), ``c
 the speed probe's reference (``sim.measured.speed``), this device's link and the engine's overheads
 (``sim.measured.device_model``, afresh, not from the cache), how far ``time.sleep`` overshoots and,
 for an experiment that emulates, the CPU an emulated layer call costs beyond its sleep
-(``emulation_call_s``). Its typed result, ``Calibration``, is the one shape of every experiment's
+(``emulation_call_s``) and, at each emulated K, what each action of K emulated ranks sharing the
+cores costs beyond that (``emulation_action_s``). Its typed result, ``Calibration``, is the one shape of every experiment's
 ``calibration.json``: ``make validate-sim`` and ``make validate-plan`` add their own figures (the
 profiles, the caps, the phases' seconds) to the same fields, and their pages read them back.
 
@@ -33,8 +34,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.optimize import minimize_scalar
 
-from ..engine import launch
+from ..engine import balance_by_cost, launch
 from ..engine.pipeline import DEFAULT_LOOKAHEAD
 from ..errors import UserError
 from ..sim.costs import LayerCost, stage_costs
@@ -90,6 +92,9 @@ class Calibration:
     dilations: dict[str, float] = field(default_factory=dict)  # "K=4" -> dilation
     emulation_call_s: float | None = None
     emulation_call_model: str | None = None
+    # "K=4" -> seconds each forward or backward action of K emulated ranks costs beyond the
+    # simulation of K devices (``emulation_action_s``); empty in files written before it was measured
+    emulation_action_s: dict[str, float] = field(default_factory=dict)
     outside_spans: list[str] = field(default_factory=list)
     # which messages of ranks sharing the host's cores pay ``shared_message_s`` (``simulate``):
     # "receives", every receive of ranks that fill the cores; "cores taken", the sends and receives
@@ -111,6 +116,11 @@ class Calibration:
     def dilation(self, K: int) -> float:
         """How many times its cost an emulated layer sleeps at ``K`` ranks (``emulation_dilation``)."""
         return emulation_dilation(K, self.settings["dilation_scale"], self.cores or 1)
+
+    def emulated_device(self, dm: DeviceModel, K: int) -> DeviceModel:
+        """``dm`` as the simulation of an emulated cell of ``K`` ranks charges it: each action's
+        overhead plus ``emulation_action_s`` at ``K`` (none where it was not measured)."""
+        return replace(dm, overhead_s=dm.overhead_s + self.emulation_action_s.get(f"K={K}", 0.0))
 
     def finish(self, t0: float) -> None:
         """The experiment's wall time since ``t0`` (``time.perf_counter``) and the load after it."""
@@ -297,6 +307,66 @@ def emulation_call_s(
     return fit_slope(points)
 
 
+def partition(profile: LayerProfile, K: int) -> list[int]:
+    """The min-max partition of the profiled forward + backward time at the largest profiled
+    micro-batch (N, M = 1, in the full grid); one partition for every M of a (model, K)."""
+    top = max(profile.sizes)
+    return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[top]], K)
+
+
+def fit_extra(measured: list[float], simulated: Callable[[float], list[float]], hi: float) -> float:
+    """The ``x`` in [0, ``hi``] for which ``simulated(x)`` (one step per measured step) comes
+    closest to ``measured``: the least squares of the relative errors, by scipy's bounded scalar
+    minimisation (a cost is never negative)."""
+    if not measured or any(not t > 0 for t in measured):
+        raise ValueError(f"measured={measured} is invalid; allowed: at least one step, every > 0")
+    m = np.array(measured, dtype=float)
+
+    def loss(x: float) -> float:
+        return float(np.sum((np.array(simulated(x)) / m - 1.0) ** 2))
+
+    res = minimize_scalar(loss, bounds=(0.0, hi), method="bounded", options={"xatol": 1e-7})
+    return float(res.x) if loss(float(res.x)) < loss(0.0) else 0.0
+
+
+def emulation_action_s(
+    name: str,
+    K: int,
+    balance: list[int],
+    slept: dict[int, list[LayerCost]],
+    dm: DeviceModel,
+    overshoot: float,
+    call_s: float,
+    Ms: list[int],
+    warmup: int,
+    steps: int,
+) -> float:
+    """Seconds each forward or backward action of ``K`` emulated ranks costs beyond what the
+    simulation of K devices charges it (the layers' sleeps, their overshoot and call CPU, the
+    engine's per-action overhead measured at K = 1): what ranks that sleep and block in turn pay
+    on a few shared cores — waking from a sleep or a receive, gloo's threads, the engine's Python
+    between actions, each queued behind the other ranks'. ``K``-rank emulated steps of ``name``
+    (its layers sleeping ``slept``; gpipe, remat never and always, at each M of ``Ms``) against
+    their simulation: the extra per-action overhead that fits them best (``fit_extra``)."""
+    grid = [
+        {"M": M, "schedule": "gpipe", "checkpoint": ck} for M in Ms for ck in ("never", "always")
+    ]
+    per_rank = launch(
+        ranks.emulated_rank, K, (name, K, balance, grid, slept, warmup, steps), threads=1
+    )
+    got = [(ct.cell, statistics.median(ct.times)) for ct in ranks.step_times(per_rank)]
+
+    def simulated(x: float) -> list[float]:
+        d = replace(dm, overhead_s=dm.overhead_s + x)
+        out = []
+        for cell, _ in got:
+            lc, extra = as_emulated(slept[N // cell["M"]], overshoot, call_s)
+            out.append(simulate_cell(cell, K, balance, lc, d, extra).step_s)
+        return out
+
+    return fit_extra([t for _, t in got], simulated, hi=0.01)
+
+
 def calibrate(
     s: Settings,
     sizes: list[int],
@@ -309,7 +379,8 @@ def calibrate(
     """The host calibrated for experiment ``s`` (module doc), its dilation at each of ``emulated_K``
     and, with ``call_model``, the emulated call's CPU on that model: K = 1 emulated steps at each M
     of ``Ms``, at K = 1's dilation (one rank queues for nothing: a call's CPU, not its sleep, is
-    measured). Returns the profiles of ``profile``'s models (name -> sizes) and of ``call_model`` at
+    measured); then, at each of ``emulated_K``, the cost per action of K emulated ranks on the same
+    model (``emulation_action_s``). Returns the profiles of ``profile``'s models (name -> sizes) and of ``call_model`` at
     ``sizes``, taken together (``profile_models``)."""
     if call_model is not None:  # refused before anything runs: never fitted on (``HELD_OUT``)
         calibration_model(call_model)
@@ -335,4 +406,12 @@ def calibrate(
         calib.emulation_call_s = emulation_call_s(call_model, costs, dm, overshoot, Ms, *steps)
         calib.emulation_call_model = call_model
         log(f"emulated layer call: {calib.emulation_call_s * 1e6:.0f} us of CPU ({call_model})")
+        for K in emulated_K:
+            prof = profiles[call_model]
+            x = emulation_action_s(
+                call_model, K, partition(prof, K), dilated(prof.costs, calib.dilation(K)), dm,
+                overshoot, calib.emulation_call_s, Ms, *steps,
+            )  # fmt: skip
+            calib.emulation_action_s[f"K={K}"] = x
+            log(f"emulated action at K={K}: {x * 1e6:.0f} us beyond the simulation ({call_model})")
     return calib, dm, profiles

@@ -7,8 +7,8 @@
    configuration, each once per round (a configuration listed under two caps is measured once).
    An emulated configuration's layers sleep its dilation times their cost (``calibration``); its
    measured step is put back on the device's time scale by the simulation's ratio of the two scales
-   (``device_scale``): measured x sim(costs) / sim(dilated costs + the emulation's sleep overshoot
-   and call cost), i.e. the simulation on the device's scale with the emulation's relative error at
+   (``device_scale``): measured x sim(costs) / sim(dilated costs + the emulation's sleep overshoot,
+   call cost and per-action cost), i.e. the simulation on the device's scale with the emulation's relative error at
    the dilated one.
 4. **Rows** (``PlanRow``): per scenario, every listed configuration (its rank) and every rule's
    configuration, prediction beside measurement.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +102,13 @@ def device_scale(
     dilation: float,
     overshoot: float,
     call_s: float,
+    action_s: float = 0.0,
 ) -> float:
     """What an emulated configuration's measured step at ``dilation`` is multiplied by to put it on
     the device's time scale: the simulated step on the profiled costs over the simulated step of
     the emulation (the costs dilated, each layer call plus the sleep's overshoot and the emulated
-    call's CPU, the update's overshoot) — the emulation's relative error carried over."""
+    call's CPU, the update's overshoot, each action plus ``action_s``: what the emulated ranks pay
+    per action, ``calibration.emulation_action_s``) — the emulation's relative error carried over."""
     K, M, schedule, checkpoint, balance = key
     n = N // M
     cell = {"M": M, "schedule": schedule, "checkpoint": list(checkpoint)}
@@ -114,7 +116,8 @@ def device_scale(
         cell["virtual_stages"] = len(balance) // K
     one = simulate_cell(cell, K, list(balance), prof.costs[n], dm).step_s
     slept, extra = as_emulated(dilated(prof.costs, dilation)[n], overshoot, call_s)
-    return one / simulate_cell(cell, K, list(balance), slept, dm, extra).step_s
+    emulated = replace(dm, overhead_s=dm.overhead_s + action_s)
+    return one / simulate_cell(cell, K, list(balance), slept, emulated, extra).step_s
 
 
 def _row(
@@ -187,7 +190,10 @@ def collect(s: Settings, log: Callable[[str], None]) -> tuple[list[PlanRow], Cal
         )
         for k, config in got.items():  # emulated: back on the device's time scale
             if k[0] > REAL_K:
-                f = device_scale(k, prof, dm, config.dilation, overshoot, call_s or 0.0)
+                f = device_scale(
+                    k, prof, dm, config.dilation, overshoot, call_s or 0.0,
+                    calib.emulation_action_s.get(f"K={k[0]}", 0.0),
+                )  # fmt: skip
                 config.step_s, config.rounds = config.step_s * f, [r * f for r in config.rounds]
         phases["measure"] += time.perf_counter() - t0
         counts["configs"] += len(got)

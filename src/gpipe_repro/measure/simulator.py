@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..engine import balance_by_cost, launch
+from ..engine import launch
 from ..engine.hostmem import apply_host_memory
 from ..sim.measured import DeviceModel, LayerProfile
 from ..sim.measured.cpu import cpu_roofline
@@ -46,6 +46,7 @@ from .calibration import (
     as_emulated,
     calibrate,
     dilated,
+    partition,
     simulate_cell,
 )
 from .calibration import Settings as Calibrated
@@ -163,19 +164,12 @@ def _later_grid(s: Settings, K: int, profile: LayerProfile) -> list[dict]:
     layers = len(profile.costs[max(profile.sizes)])
     return [
         {"M": M, "schedule": sc, "checkpoint": ck, "virtual_stages": v}
-        | ({"balance": _partition(profile, K * v)} if v > 1 else {})
+        | ({"balance": partition(profile, K * v)} if v > 1 else {})
         for sc, v in s.later
         for M in s.Ms
         for ck in s.checkpoints
         if K >= 2 and (v == 1 or (M % K == 0 and K * v <= layers))
     ]
-
-
-def _partition(profile: LayerProfile, K: int) -> list[int]:
-    """The min-max partition of the profiled forward + backward time at the largest profiled
-    micro-batch (N, M = 1, in the full grid); one partition for every M of a (model, K)."""
-    top = max(profile.sizes)
-    return balance_by_cost([c.forward_s + c.backward_s for c in profile.costs[top]], K)
 
 
 def _bubble(events: list[dict], K: int) -> float | None:
@@ -305,7 +299,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
     with open(every, "w") as ev_file:
         for kind, name, K in plan:
             prof = profiles[name]
-            balance = _partition(prof, K)
+            balance = partition(prof, K)
             if kind == "real":
                 dilation, slept = None, prof.costs
                 measured = [
@@ -341,7 +335,8 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                     if kind == "real"
                     else as_emulated(slept[n], overshoot, call_s)
                 )
-                res = simulate_cell(cell, K, balance, lc, dm, extra_s, shared=kind == "real")
+                dk = dm if kind == "real" else calib.emulated_device(dm, K)
+                res = simulate_cell(cell, K, balance, lc, dk, extra_s, shared=kind == "real")
                 m = _row(cell, per_round, ref)
                 sim_raw = (
                     simulate_cell(cell, K, balance, prof.raw[n], dm, shared=True).step_s
@@ -365,7 +360,7 @@ def validate(out: Path, s: Settings, log: Callable[[str], None] = print) -> Vali
                 for v in VARIANTS:
                     if v != "model":
                         row[f"simulated_{v}_s"] = simulate_cell(
-                            cell, K, balance, lc, dm, extra_s, v, kind == "real"
+                            cell, K, balance, lc, dk, extra_s, v, kind == "real"
                         ).step_s
                 rows.append(CellRow(**row))
                 key = {k: row[k] for k in KEY}
