@@ -1,6 +1,7 @@
 """An emulated configuration's step back on the device's time scale (nothing timed): the factor is
 the simulation's ratio of the two scales, so pure compute scales by exactly 1 / dilation and what
-the emulation adds per layer call (the sleep's overshoot, the call's CPU) is taken out with it."""
+the emulation adds per layer call (the sleep's overshoot, the call's CPU) and per action is taken
+out with it."""
 
 from __future__ import annotations
 
@@ -32,4 +33,7 @@ def test_the_emulations_own_costs_are_taken_out_with_the_dilation():
     # the transfers and the engine's overheads do not dilate: the step grows less than 20x
     assert 1 / 20 < plain < 1 / 10
     # a sleep that overshoots, a call that costs CPU: the emulated step is longer, the factor smaller
-    assert device_scale(KEY, _profile(), dm, 20.0, 2e-4, 8e-5) < plain
+    called = device_scale(KEY, _profile(), dm, 20.0, 2e-4, 8e-5)
+    assert called < plain
+    # what K emulated ranks pay per action (``emulation_action_s``) is taken out too
+    assert device_scale(KEY, _profile(), dm, 20.0, 2e-4, 8e-5, 1e-3) < called

@@ -5,9 +5,10 @@ the speed probe's reference (``sim.measured.speed``), this device's link and the
 (``sim.measured.device_model``, afresh, not from the cache), how far ``time.sleep`` overshoots and,
 for an experiment that emulates, the CPU an emulated layer call costs beyond its sleep
 (``emulation_call_s``) and, at each emulated K, what each action of K emulated ranks sharing the
-cores costs beyond that (``emulation_action_s``). Its typed result, ``Calibration``, is the one shape of every experiment's
-``calibration.json``: ``make validate-sim`` and ``make validate-plan`` add their own figures (the
-profiles, the caps, the phases' seconds) to the same fields, and their pages read them back.
+cores costs beyond that (``emulation_action_s``). Its typed result, ``Calibration``, is the one
+shape of every experiment's ``calibration.json``: ``make validate-sim`` and ``make validate-plan``
+add their own figures (the profiles, the caps, the phases' seconds) to the same fields, and their
+pages read them back.
 
 **Emulation's time dilation.** With K ranks on a few cores, the engine's own CPU work (the Python
 around each layer call, autograd, gloo's threads) queues for the cores, which K devices would not;
@@ -380,8 +381,8 @@ def calibrate(
     and, with ``call_model``, the emulated call's CPU on that model: K = 1 emulated steps at each M
     of ``Ms``, at K = 1's dilation (one rank queues for nothing: a call's CPU, not its sleep, is
     measured); then, at each of ``emulated_K``, the cost per action of K emulated ranks on the same
-    model (``emulation_action_s``). Returns the profiles of ``profile``'s models (name -> sizes) and of ``call_model`` at
-    ``sizes``, taken together (``profile_models``)."""
+    model (``emulation_action_s``). Returns the profiles of ``profile``'s models (name -> sizes)
+    and of ``call_model`` at ``sizes``, taken together (``profile_models``)."""
     if call_model is not None:  # refused before anything runs: never fitted on (``HELD_OUT``)
         calibration_model(call_model)
     load = _load()

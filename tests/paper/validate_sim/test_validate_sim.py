@@ -227,6 +227,15 @@ def test_the_dilation_is_described_as_the_calibration_ran_it(tmp_path):
         {"settings": {"dilation_scale": 5.0}, "dilations": {"K=4": 10.0, "K=8": 20.0}, "cores": 2}
     )
     assert "5 times the ranks per core (2 cores here), K=4 ×10, K=8 ×20" in new
+    assert "each forward or backward action of K emulated ranks" not in new  # not measured then
+    acted = page(
+        {"settings": {"dilation_scale": 5.0}, "dilations": {"K=4": 10.0}, "cores": 2,
+         "emulation_action_s": {"K=4": 9.0e-4, "K=8": 1.1e-3}}
+    )  # fmt: skip
+    assert (
+        "each forward or backward action of K emulated ranks costs 900 µs at K=4, 1100 µs at K=8"
+        in acted
+    )
 
 
 def test_the_sharing_term_is_described_as_the_calibration_charged_it(tmp_path):
