@@ -7,7 +7,9 @@ starts — so ``device=auto`` resolves to the CPU and a GPU host runs the same s
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,12 +57,23 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: N
 def k2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the ``K2_RUN`` job (tests/_shared.py), run once for the session through
     ``gpipe-run``: the files of a run (tests/test_cli.py) and the reference the other launchers must
-    equal bit for bit (tests/test_multinode.py) — one launch for both."""
+    equal bit for bit (tests/test_multinode.py) — one launch for both, also when pytest-xdist's
+    workers run the two files (``make test``): the first worker that needs it runs it into the
+    folder the session's workers share (their temporary folders' parent), under a file lock, and
+    the others wait for it there. Its users only read it."""
     from _shared import K2_RUN, gpipe_run  # here: after pytest_configure has hidden the GPUs
 
-    out = tmp_path_factory.mktemp("k2_run")
-    r = gpipe_run(*K2_RUN, f"hydra.run.dir={out}")
-    assert r.returncode == 0, r.stderr[-2000:]
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out, done = shared / "k2_run", shared / "k2_run.ok"
+    with (shared / "k2_run.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not done.exists():
+            if out.exists():  # a worker's launch that failed: its folder holds a failed run
+                shutil.rmtree(out)
+            r = gpipe_run(*K2_RUN, f"hydra.run.dir={out}")
+            assert r.returncode == 0, r.stderr[-2000:]
+            done.touch()
     return out
 
 

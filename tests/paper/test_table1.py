@@ -120,7 +120,13 @@ def test_transformer_columns_report(tmp_path):
     assert "re-rendered from" in (again / "table1.md").read_text()
 
 
-def test_a_budget_too_small_names_the_layer(tmp_path):
+def test_a_budget_too_small_names_the_layer(tmp_path, monkeypatch):
+    # the allocator check's rows (allocator.csv, the same whatever the columns; 20 s of AmoebaNet
+    # steps) are not what this test reads: the check itself is tests/memory/test_allocator.py's,
+    # its rows in the report test_transformer_columns_report's
+    import gpipe_repro.paper.table1 as table1
+
+    monkeypatch.setattr(table1, "alloc_rows", lambda: [])
     main(
         [
             "table1",
